@@ -1,0 +1,732 @@
+//! The broker's operations on its state and the kernel: create and destroy
+//! cells, attach and detach threads, reap dead clients, recover after a
+//! crash, reset the machine.
+//!
+//! Every operation either completes and is persisted, or fails with a
+//! [`BrokerError`] and leaves ledger, state and kernel as they were. It must
+//! never make a decision the policy layer should make, and never touch the
+//! kernel except through `placement`, `layout` and `tessera-sys`.
+
+use crate::config::Config;
+use crate::facts::{Facts, Mode};
+use crate::layout::Layout;
+use crate::paths::Paths;
+use crate::placement::{self, Enforcement};
+use crate::protocol::{CellInfo, StatusReport};
+use crate::state::{CellState, Member, Owner, State};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use tessera_policy::{Bandwidth, CellPolicy, CellRequest, Ledger, Placement};
+use tessera_sys::cgroup::Hierarchy;
+use tessera_sys::sched::{self, Policy};
+use tessera_sys::{proc, ErrorKind};
+
+/// A failed operation: a stable code, what is wrong, and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerError {
+    pub code: String,
+    pub message: String,
+    pub fix: String,
+}
+
+impl BrokerError {
+    pub fn new(code: &str, message: impl Into<String>, fix: impl Into<String>) -> BrokerError {
+        BrokerError {
+            code: code.into(),
+            message: message.into(),
+            fix: fix.into(),
+        }
+    }
+
+    fn unknown_cell(name: &str) -> BrokerError {
+        BrokerError::new(
+            "not-found",
+            format!("no cell named {name:?}"),
+            "`tessera cell list` shows the cells",
+        )
+    }
+}
+
+impl fmt::Display for BrokerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.message)?;
+        if !self.fix.is_empty() {
+            write!(f, " (fix: {})", self.fix)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for BrokerError {}
+
+impl From<tessera_sys::Error> for BrokerError {
+    fn from(e: tessera_sys::Error) -> BrokerError {
+        let code = match e.kind {
+            ErrorKind::Permission => "permission",
+            ErrorKind::NotFound => "not-found",
+            ErrorKind::Invalid => "invalid",
+            _ => "kernel",
+        };
+        BrokerError::new(code, format!("{}: {}", e.action, e.cause), e.fix)
+    }
+}
+
+/// What `reset` undid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ResetReport {
+    pub cells_destroyed: Vec<String>,
+    pub threads_restored: usize,
+    pub groups_removed: usize,
+    pub deadline_threads_demoted: Vec<i32>,
+}
+
+pub type Outcome<T> = Result<T, BrokerError>;
+
+/// The broker: state, machine facts and what it may enforce.
+pub struct Broker {
+    pub facts: Facts,
+    pub paths: Paths,
+    pub config: Config,
+    /// "daemon (pid N)" or "embedded (pid N)", for status.
+    pub label: String,
+    state: State,
+    enf: Enforcement,
+}
+
+fn enforcement(mode: &Mode) -> Enforcement {
+    match mode {
+        Mode::Guaranteed => Enforcement {
+            layout: Layout::detect().ok(),
+            cpu: Hierarchy::cpu().ok(),
+            deadline: true,
+        },
+        Mode::ReservationsOnly => Enforcement {
+            deadline: true,
+            ..Enforcement::none()
+        },
+        Mode::BestEffort => Enforcement::none(),
+    }
+}
+
+fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Broker {
+    /// Opens the broker's state (creating it on first use) and recovers:
+    /// dead clients' cells are released, live ones re-checked on the kernel.
+    pub fn open(paths: Paths, config: Config, label: String) -> Outcome<(Broker, Vec<String>)> {
+        let facts = Facts::detect()?;
+        paths.ensure().map_err(|e| {
+            BrokerError::new(
+                "state",
+                format!("create {}: {e}", paths.dir.display()),
+                "check permissions, or set TESSERA_RUN_DIR",
+            )
+        })?;
+        let loaded = State::load(&paths.state())
+            .map_err(|e| BrokerError::new("state", e, "run `tessera reset`"))?;
+        let enf = enforcement(&facts.mode);
+        let fresh = State::new(Ledger::new(facts.machine.clone()));
+        let mut broker = Broker {
+            facts,
+            paths,
+            config,
+            label,
+            state: fresh,
+            enf,
+        };
+        let notes = match loaded {
+            Some(old) => broker.recover(old),
+            None => Vec::new(),
+        };
+        broker.persist()?;
+        Ok((broker, notes))
+    }
+
+    pub fn mode(&self) -> &Mode {
+        &self.facts.mode
+    }
+
+    fn persist(&self) -> Outcome<()> {
+        self.state.save(&self.paths.state()).map_err(|e| {
+            BrokerError::new(
+                "state",
+                format!("write {}: {e}", self.paths.state().display()),
+                "check free space and permissions",
+            )
+        })
+    }
+
+    /// Re-admits the cells of a saved state on this machine: cells whose
+    /// owner died are released, members that died are dropped, live members
+    /// are checked against the kernel and re-placed if they drifted.
+    fn recover(&mut self, old: State) -> Vec<String> {
+        let mut notes = Vec::new();
+        self.state.snapshot = old.snapshot.clone();
+        let mut survivors = Vec::new();
+        for (name, cell) in old.cells {
+            let Some(grant) = old.ledger.grant(&name).cloned() else {
+                continue;
+            };
+            let owner_dead = cell.owner.process.is_some_and(|p| !p.is_alive());
+            if owner_dead {
+                for m in &cell.members {
+                    let _ = placement::restore(m, &self.enf);
+                }
+                notes.push(format!(
+                    "released cell {name:?}: its process {} exited",
+                    cell.owner.process.map(|p| p.pid).unwrap_or(0)
+                ));
+                continue;
+            }
+            match self.state.ledger.restore(grant) {
+                Ok(()) => survivors.push((name, cell)),
+                Err(refusal) => {
+                    for m in &cell.members {
+                        let _ = placement::restore(m, &self.enf);
+                    }
+                    notes.push(format!(
+                        "released cell {name:?}: it no longer fits this machine ({})",
+                        refusal.reason
+                    ));
+                }
+            }
+        }
+        for (name, mut cell) in survivors {
+            let before = cell.members.len();
+            cell.members.retain(Member::is_alive);
+            if cell.members.len() < before {
+                notes.push(format!(
+                    "cell {name:?}: {} exited thread(s) dropped",
+                    before - cell.members.len()
+                ));
+            }
+            self.state.cells.insert(name, cell);
+        }
+        if let Err(e) = self.apply_layout() {
+            notes.push(format!("could not restore the cpuset layout: {e}"));
+        }
+        notes.extend(self.replace_drifted());
+        notes
+    }
+
+    /// Re-applies members whose kernel scheduling no longer matches their cell.
+    fn replace_drifted(&mut self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let names: Vec<String> = self.state.cells.keys().cloned().collect();
+        for name in names {
+            let Some(grant) = self.state.ledger.grant(&name).cloned() else {
+                continue;
+            };
+            let members = self.state.cells[&name].members.clone();
+            for m in members {
+                let Ok(t) = placement::target(&grant, m.slot, &self.state.ledger, &self.enf) else {
+                    continue;
+                };
+                let drifted = match (&t.policy, sched::get_policy(m.tid)) {
+                    (Some(want), Ok(have)) => *want != have,
+                    _ => false,
+                };
+                let result = if drifted {
+                    placement::join(&m, &t, &self.enf)
+                } else {
+                    placement::rehome(&m, &t, &self.enf)
+                };
+                if let Err(e) = result {
+                    notes.push(format!(
+                        "cell {name:?}: thread {} could not be re-placed: {e}",
+                        m.tid
+                    ));
+                }
+            }
+        }
+        notes
+    }
+
+    fn apply_layout(&mut self) -> Outcome<()> {
+        if let Some(layout) = &self.enf.layout {
+            layout.apply(&self.state.ledger, &mut self.state.snapshot)?;
+        }
+        Ok(())
+    }
+
+    fn needs_layout(req: &CellRequest) -> bool {
+        req.policy == CellPolicy::Dedicated
+            || (req.policy.needs_budget() && req.placement == Placement::Partitioned)
+    }
+
+    /// Admits and creates a cell.
+    pub fn create_cell(&mut self, req: CellRequest, owner: Owner) -> Outcome<CellInfo> {
+        if self.enf.layout.is_none()
+            && self.facts.mode != Mode::BestEffort
+            && Self::needs_layout(&req)
+        {
+            return Err(BrokerError::new(
+                "refused",
+                format!(
+                    "cell {:?} refused: a {} cell needs cpusets, which need root",
+                    req.name,
+                    describe(&req)
+                ),
+                "run as root, or use --placement global for an event-triggered cell",
+            ));
+        }
+        self.check_quota(&req, owner.uid)?;
+        self.state.ledger.insert(&req).map_err(|r| {
+            BrokerError::new(
+                "refused",
+                format!("cell {:?} refused: {}", r.cell, r.reason),
+                r.would_fit.unwrap_or_default(),
+            )
+        })?;
+        let result = self
+            .apply_layout()
+            .and_then(|()| self.make_weight_group(&req));
+        if let Err(e) = result {
+            self.state.ledger.release(&req.name);
+            let _ = self.apply_layout();
+            return Err(e);
+        }
+        self.state.cells.insert(
+            req.name.clone(),
+            CellState {
+                owner,
+                members: Vec::new(),
+                created_unix: now_unix(),
+            },
+        );
+        self.rehome_all();
+        self.persist()?;
+        self.show(&req.name)
+    }
+
+    fn make_weight_group(&self, req: &CellRequest) -> Outcome<()> {
+        if req.policy != CellPolicy::BestEffort || req.weight == placement::DEFAULT_WEIGHT {
+            return Ok(());
+        }
+        if let Some(g) = self.enf.weight_group(&req.name) {
+            if let Some(parent) = g.path.parent() {
+                let parent = tessera_sys::cgroup::Group {
+                    version: g.version,
+                    path: parent.to_path_buf(),
+                };
+                if parent.path
+                    != self
+                        .enf
+                        .cpu
+                        .as_ref()
+                        .map(|c| c.mount.clone())
+                        .unwrap_or_default()
+                {
+                    parent.create(&["cpu"])?;
+                }
+            }
+            g.create(&["cpu"])?;
+            g.set_weight(req.weight)?;
+        }
+        Ok(())
+    }
+
+    fn remove_weight_group(&self, name: &str) {
+        if let Some(g) = self.enf.weight_group(name) {
+            let _ = g.remove();
+            if let Some(parent) = g.path.parent() {
+                // The shared parent goes with the last best-effort cell.
+                let _ = std::fs::remove_dir(parent)
+                    .ok()
+                    .filter(|_| parent.ends_with("tessera"));
+            }
+        }
+    }
+
+    fn check_quota(&self, req: &CellRequest, uid: u32) -> Outcome<()> {
+        let Some(quota) = self.config.quota_of(uid) else {
+            return Ok(());
+        };
+        let held: Bandwidth = self
+            .state
+            .cells
+            .iter()
+            .filter(|(_, c)| c.owner.uid == uid)
+            .filter_map(|(n, _)| self.state.ledger.grant(n))
+            .flat_map(|g| g.reservations.iter().map(|r| r.budget.bandwidth()))
+            .sum();
+        let asked: Bandwidth = req
+            .budget
+            .map(|b| b.bandwidth().times(req.cores.count() as u64))
+            .unwrap_or_default();
+        let dedicated = if req.policy == CellPolicy::Dedicated {
+            Bandwidth::ONE.times(req.cores.count() as u64)
+        } else {
+            Bandwidth::ZERO
+        };
+        if held + asked + dedicated > quota {
+            let user = crate::config::user_name(uid).unwrap_or_else(|| uid.to_string());
+            return Err(BrokerError::new(
+                "quota",
+                format!(
+                    "cell {:?} refused: user {user} (uid {uid}) holds {held} and asks {} more, over their quota of {quota}",
+                    req.name,
+                    asked + dedicated
+                ),
+                "ask for less, destroy another of your cells, or raise the quota in /etc/tessera/daemon.toml",
+            ));
+        }
+        Ok(())
+    }
+
+    fn cell_owned_by(&self, name: &str, uid: u32) -> Outcome<&CellState> {
+        let cell = self
+            .state
+            .cells
+            .get(name)
+            .ok_or_else(|| BrokerError::unknown_cell(name))?;
+        if uid != 0 && cell.owner.uid != uid {
+            return Err(BrokerError::new(
+                "permission",
+                format!(
+                    "cell {name:?} belongs to uid {}, not to you (uid {uid})",
+                    cell.owner.uid
+                ),
+                "only a cell's owner or root may change it",
+            ));
+        }
+        Ok(cell)
+    }
+
+    /// Destroys a cell: its threads get their scheduling back, its bandwidth
+    /// returns to the ledger, its shielding is undone.
+    pub fn destroy_cell(&mut self, name: &str, uid: u32) -> Outcome<()> {
+        let cell = self.cell_owned_by(name, uid)?.clone();
+        let mut first_error = None;
+        for m in &cell.members {
+            if let Err(e) = placement::restore(m, &self.enf) {
+                first_error.get_or_insert(e);
+            }
+        }
+        self.state.cells.remove(name);
+        self.state.ledger.release(name);
+        self.remove_weight_group(name);
+        self.apply_layout()?;
+        self.rehome_all();
+        self.persist()?;
+        match first_error {
+            Some(e) => Err(BrokerError::from(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Moves every member to where the current layout wants it.
+    fn rehome_all(&mut self) {
+        for (name, cell) in &self.state.cells {
+            let Some(grant) = self.state.ledger.grant(name) else {
+                continue;
+            };
+            for m in &cell.members {
+                if let Ok(t) = placement::target(grant, m.slot, &self.state.ledger, &self.enf) {
+                    let _ = placement::rehome(m, &t, &self.enf);
+                }
+            }
+        }
+    }
+
+    fn member_cell(&self, tid: i32) -> Option<&str> {
+        self.state
+            .cells
+            .iter()
+            .find(|(_, c)| c.members.iter().any(|m| m.tid == tid && m.is_alive()))
+            .map(|(n, _)| n.as_str())
+    }
+
+    /// Joins threads of `pid` (all of them, or only `tid`) to `cell`.
+    pub fn attach(
+        &mut self,
+        cell: &str,
+        pid: i32,
+        tid: Option<i32>,
+        uid: u32,
+    ) -> Outcome<Vec<i32>> {
+        self.cell_owned_by(cell, uid)?;
+        let owner = proc::owner_uid(pid).map_err(|_| {
+            BrokerError::new(
+                "not-found",
+                format!("no process {pid}"),
+                "check the PID (`ps -e`)",
+            )
+        })?;
+        if uid != 0 && owner != uid {
+            return Err(BrokerError::new(
+                "permission",
+                format!("process {pid} belongs to uid {owner}, not to you (uid {uid})"),
+                "attach your own processes, or ask root",
+            ));
+        }
+        let tids = match tid {
+            Some(t) => {
+                if proc::process_of(t).ok() != Some(pid) {
+                    return Err(BrokerError::new(
+                        "not-found",
+                        format!("thread {t} is not a thread of process {pid}"),
+                        "list them with `ps -L -p PID`",
+                    ));
+                }
+                vec![t]
+            }
+            None => proc::threads_of(pid)?,
+        };
+        if let Some((t, other)) = tids
+            .iter()
+            .find_map(|&t| self.member_cell(t).map(|c| (t, c.to_string())))
+        {
+            return Err(BrokerError::new(
+                "invalid",
+                format!("thread {t} is already in cell {other:?}"),
+                format!("detach it first: `tessera cell detach --tid {t}`"),
+            ));
+        }
+        let mut joined = Vec::new();
+        for t in tids {
+            match self.join_one(cell, pid, t) {
+                Ok(()) => joined.push(t),
+                Err(e) => {
+                    for &done in &joined {
+                        let _ = self.detach(done, 0);
+                    }
+                    self.persist()?;
+                    return Err(e);
+                }
+            }
+        }
+        self.persist()?;
+        Ok(joined)
+    }
+
+    fn join_one(&mut self, cell: &str, pid: i32, tid: i32) -> Outcome<()> {
+        let grant = self
+            .state
+            .ledger
+            .grant(cell)
+            .cloned()
+            .ok_or_else(|| BrokerError::unknown_cell(cell))?;
+        let slot = if grant.reservations.is_empty() {
+            None
+        } else {
+            let taken: Vec<usize> = self.state.cells[cell]
+                .members
+                .iter()
+                .filter_map(|m| m.slot)
+                .collect();
+            let free = (0..grant.reservations.len()).find(|s| !taken.contains(s));
+            Some(free.ok_or_else(|| {
+                BrokerError::new(
+                    "refused",
+                    format!(
+                        "cell {cell:?} has {} reservation(s), all held by threads {:?}: mainline SCHED_DEADLINE gives each thread its own reservation",
+                        grant.reservations.len(),
+                        self.state.cells[cell].members.iter().map(|m| m.tid).collect::<Vec<_>>()
+                    ),
+                    "create the cell with more --cores (one reservation per core), or another cell for this thread",
+                )
+            })?)
+        };
+        let t = placement::target(&grant, slot, &self.state.ledger, &self.enf)?;
+        let member = placement::capture(pid, tid, slot, &t)?;
+        placement::join(&member, &t, &self.enf)?;
+        if let Some(c) = self.state.cells.get_mut(cell) {
+            c.members.push(member);
+        }
+        Ok(())
+    }
+
+    /// Takes a thread out of its cell and restores its scheduling.
+    pub fn detach(&mut self, tid: i32, uid: u32) -> Outcome<()> {
+        let name = self
+            .state
+            .cells
+            .iter()
+            .find(|(_, c)| c.members.iter().any(|m| m.tid == tid))
+            .map(|(n, _)| n.clone())
+            .ok_or_else(|| {
+                BrokerError::new(
+                    "not-found",
+                    format!("thread {tid} is in no cell"),
+                    "`tessera cell list` shows the members",
+                )
+            })?;
+        self.cell_owned_by(&name, uid)?;
+        let cell = self.state.cells.get_mut(&name).expect("found above");
+        let index = cell
+            .members
+            .iter()
+            .position(|m| m.tid == tid)
+            .expect("found above");
+        let member = cell.members.remove(index);
+        placement::restore(&member, &self.enf)?;
+        self.persist()
+    }
+
+    /// Releases cells whose owner process exited and drops exited members.
+    /// Returns what it did, for the log.
+    pub fn reap(&mut self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let dead: Vec<String> = self
+            .state
+            .cells
+            .iter()
+            .filter(|(_, c)| c.owner.process.is_some_and(|p| !p.is_alive()))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in dead {
+            match self.destroy_cell(&name, 0) {
+                Ok(()) => notes.push(format!("released cell {name:?}: its process exited")),
+                Err(e) => notes.push(format!("released cell {name:?} with an error: {e}")),
+            }
+        }
+        let mut changed = false;
+        for (name, cell) in self.state.cells.iter_mut() {
+            let before = cell.members.len();
+            cell.members.retain(Member::is_alive);
+            if cell.members.len() != before {
+                changed = true;
+                notes.push(format!(
+                    "cell {name:?}: {} exited thread(s) dropped",
+                    before - cell.members.len()
+                ));
+            }
+        }
+        if changed {
+            let _ = self.persist();
+        }
+        notes
+    }
+
+    /// Destroys every cell and returns the machine to its state before
+    /// tessera: cpusets, load balancing, weights, scheduling policies.
+    pub fn reset(&mut self, uid: u32) -> Outcome<ResetReport> {
+        if uid != 0 && self.facts.mode == Mode::Guaranteed {
+            return Err(BrokerError::new(
+                "permission",
+                "reset changes the whole machine",
+                "run `sudo tessera reset`",
+            ));
+        }
+        let mut report = ResetReport {
+            groups_removed: self
+                .enf
+                .layout
+                .as_ref()
+                .map_or(0, |l| l.existing_groups().len()),
+            ..ResetReport::default()
+        };
+        let names: Vec<String> = self.state.cells.keys().cloned().collect();
+        for name in names {
+            report.threads_restored += self.state.cells[&name]
+                .members
+                .iter()
+                .filter(|m| m.is_alive())
+                .count();
+            self.destroy_cell(&name, 0)?;
+            report.cells_destroyed.push(name);
+        }
+        if let Some(layout) = &self.enf.layout {
+            // Groups left by a tessera whose state was lost: their deadline
+            // threads were tessera's reservations; demote them so they can move.
+            for g in &layout.existing_groups() {
+                for tid in g.threads().unwrap_or_default() {
+                    if matches!(sched::get_policy(tid), Ok(Policy::Deadline(_)))
+                        && sched::set_policy(tid, &Policy::Other { nice: 0 }).is_ok()
+                    {
+                        report.deadline_threads_demoted.push(tid);
+                    }
+                }
+            }
+            layout.teardown(&mut self.state.snapshot)?;
+        }
+        if let Some(cpu) = &self.enf.cpu {
+            for g in cpu
+                .root()
+                .children()
+                .into_iter()
+                .filter(|g| g.name() == "tessera" || g.name().starts_with("tessera-"))
+            {
+                for child in g.children() {
+                    for tid in child.threads().unwrap_or_default() {
+                        let _ = cpu.root().add_thread(tid);
+                    }
+                    let _ = child.remove();
+                }
+                for tid in g.threads().unwrap_or_default() {
+                    let _ = cpu.root().add_thread(tid);
+                }
+                let _ = g.remove();
+            }
+        }
+        self.state = State::new(Ledger::new(self.facts.machine.clone()));
+        self.persist()?;
+        Ok(report)
+    }
+
+    pub fn list(&self) -> Vec<CellInfo> {
+        self.state
+            .cells
+            .keys()
+            .filter_map(|n| self.show(n).ok())
+            .collect()
+    }
+
+    pub fn show(&self, name: &str) -> Outcome<CellInfo> {
+        let cell = self
+            .state
+            .cells
+            .get(name)
+            .ok_or_else(|| BrokerError::unknown_cell(name))?;
+        let grant = self
+            .state
+            .ledger
+            .grant(name)
+            .ok_or_else(|| BrokerError::unknown_cell(name))?;
+        let slots = grant.reservations.len();
+        Ok(CellInfo {
+            name: name.to_string(),
+            grant: grant.clone(),
+            owner_uid: cell.owner.uid,
+            bound_to_pid: cell.owner.process.map(|p| p.pid),
+            members: cell.members.clone(),
+            bandwidth: grant
+                .reservations
+                .iter()
+                .map(|r| r.budget.bandwidth())
+                .sum::<Bandwidth>()
+                + Bandwidth::ONE.times(grant.dedicated.len() as u64),
+            free_slots: (slots > 0).then(|| {
+                slots.saturating_sub(cell.members.iter().filter(|m| m.slot.is_some()).count())
+            }),
+        })
+    }
+
+    pub fn status(&self) -> StatusReport {
+        StatusReport {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            mode: self.facts.mode.clone(),
+            banner: self.facts.mode.banner(),
+            broker: self.label.clone(),
+            kernel: self.facts.kernel.clone(),
+            capacity_per_core: self.facts.machine.capacity,
+            capacity_source: self.facts.capacity_source.clone(),
+            cores: self.state.ledger.cores(),
+            global_reserved: self.state.ledger.global_reserved(),
+            cells: self.list(),
+        }
+    }
+}
+
+fn describe(req: &CellRequest) -> String {
+    match req.policy {
+        CellPolicy::Dedicated => "dedicated".into(),
+        p => format!("{p} ({:?}-placed)", req.placement).to_lowercase(),
+    }
+}

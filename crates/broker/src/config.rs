@@ -1,0 +1,124 @@
+//! The daemon's configuration (/etc/tessera/daemon.toml): who may use the
+//! socket and how much bandwidth each user may hold (AQuoSA's supervisor).
+//!
+//! ```toml
+//! # Let members of group "audio" connect (default: owner and root only).
+//! socket_group = "audio"
+//! # Bandwidth (in cores) any non-root user may hold in total.
+//! default_quota = 0.5
+//! [quota]
+//! alice = 1.5      # by user name
+//! 1001 = 0.25      # or by uid
+//! ```
+//!
+//! It must never grant root anything: root has no quota.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+use tessera_policy::Bandwidth;
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Group allowed to connect; the socket is then mode 0660.
+    #[serde(default)]
+    pub socket_group: Option<String>,
+    /// Let every local user connect (mode 0666); quotas still apply.
+    #[serde(default)]
+    pub socket_world: bool,
+    /// Bandwidth in cores a non-root user without an entry may hold.
+    #[serde(default)]
+    pub default_quota: Option<f64>,
+    /// Per-user quotas by name or uid.
+    #[serde(default)]
+    pub quota: BTreeMap<String, f64>,
+}
+
+pub const DEFAULT_PATH: &str = "/etc/tessera/daemon.toml";
+
+impl Config {
+    /// Loads the config; a missing default file means the defaults.
+    pub fn load(path: Option<&Path>) -> Result<Config, String> {
+        let (path, required) = match path {
+            Some(p) => (p.to_path_buf(), true),
+            None => (Path::new(DEFAULT_PATH).to_path_buf(), false),
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Config::default())
+            }
+            Err(e) => return Err(format!("read {}: {e}", path.display())),
+        };
+        let config: Config = toml::from_str(&text).map_err(|e| {
+            format!(
+                "{}: {e}(fix: see the example in docs/daemon.md)",
+                path.display()
+            )
+        })?;
+        for (user, q) in &config.quota {
+            if !(0.0..=1024.0).contains(q) {
+                return Err(format!(
+                    "{}: quota for {user} is {q}; give cores between 0 and the machine's count",
+                    path.display()
+                ));
+            }
+        }
+        Ok(config)
+    }
+
+    /// The quota of `uid` (None: unlimited). Root is never limited.
+    pub fn quota_of(&self, uid: u32) -> Option<Bandwidth> {
+        if uid == 0 {
+            return None;
+        }
+        let name = user_name(uid);
+        let by_name = name.as_deref().and_then(|n| self.quota.get(n));
+        by_name
+            .or_else(|| self.quota.get(&uid.to_string()))
+            .copied()
+            .or(self.default_quota)
+            .map(Bandwidth::from_fraction)
+    }
+}
+
+/// A user's name from /etc/passwd (no NSS: the daemon must not block on it).
+pub fn user_name(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 2 && f[2] == uid.to_string()).then(|| f[0].to_string())
+    })
+}
+
+/// A group's id from /etc/group.
+pub fn group_id(name: &str) -> Option<u32> {
+    let groups = std::fs::read_to_string("/etc/group").ok()?;
+    groups.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 2 && f[0] == name)
+            .then(|| f[2].parse().ok())
+            .flatten()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quotas_by_name_uid_and_default() {
+        let c: Config =
+            toml::from_str("default_quota = 0.5\n[quota]\nroot = 0.1\n4242 = 0.25\n").unwrap();
+        assert_eq!(c.quota_of(0), None, "root is never limited");
+        assert_eq!(c.quota_of(4242), Some(Bandwidth::from_fraction(0.25)));
+        assert_eq!(c.quota_of(4243), Some(Bandwidth::from_fraction(0.5)));
+        assert_eq!(Config::default().quota_of(1000), None);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        assert!(toml::from_str::<Config>("quotas = 1").is_err());
+    }
+}

@@ -1,0 +1,242 @@
+//! `tessera daemon`: the broker behind a Unix socket (protocol v1), shared by
+//! every tessera client on the machine, with a reaper that releases the
+//! cells of processes that exit.
+//!
+//! The socket is the owner's and root's alone unless the config names a
+//! group (or the world); peers are identified by SO_PEERCRED. It must never
+//! let one bad line or one dying client disturb the others.
+
+use crate::broker::{Broker, BrokerError};
+use crate::config::{group_id, Config};
+use crate::paths::Paths;
+use crate::protocol::{HelloReply, Request, RequestLine, Response, WireError, PROTOCOL_VERSION};
+use crate::state::{Owner, ProcessId};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tessera_sys::ipc::{peer_credentials, PeerCredentials};
+
+/// The longest request line accepted; longer ones are refused and the
+/// connection closed (no client can make the daemon buffer without bound).
+pub const MAX_LINE: u64 = 64 * 1024;
+
+/// How often the reaper looks for exited clients.
+pub const REAP_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Runs one request against the broker on behalf of `peer`.
+pub fn handle(
+    broker: &mut Broker,
+    request: Request,
+    peer: PeerCredentials,
+) -> Result<serde_json::Value, BrokerError> {
+    let json = |v: serde_json::Result<serde_json::Value>| {
+        v.map_err(|e| BrokerError::new("internal", e.to_string(), ""))
+    };
+    match request {
+        Request::Hello => json(serde_json::to_value(HelloReply {
+            protocol: PROTOCOL_VERSION,
+            version: env!("CARGO_PKG_VERSION").into(),
+            mode: broker.mode().clone(),
+            pid: tessera_sys::proc::current_pid(),
+        })),
+        Request::CreateCell { request, bind } => {
+            let process = if bind {
+                Some(ProcessId::of(peer.pid)?)
+            } else {
+                None
+            };
+            let owner = Owner {
+                uid: peer.uid,
+                process,
+            };
+            json(serde_json::to_value(broker.create_cell(request, owner)?))
+        }
+        Request::DestroyCell { name } => {
+            broker.destroy_cell(&name, peer.uid)?;
+            Ok(serde_json::Value::Null)
+        }
+        Request::ListCells => json(serde_json::to_value(broker.list())),
+        Request::ShowCell { name } => json(serde_json::to_value(broker.show(&name)?)),
+        Request::Attach { cell, pid, tid } => json(serde_json::to_value(
+            broker.attach(&cell, pid, tid, peer.uid)?,
+        )),
+        Request::Detach { tid } => {
+            broker.detach(tid, peer.uid)?;
+            Ok(serde_json::Value::Null)
+        }
+        Request::Status => json(serde_json::to_value(broker.status())),
+        Request::Reset => json(serde_json::to_value(broker.reset(peer.uid)?)),
+    }
+}
+
+/// Parses one request line and answers it.
+pub fn answer_line(broker: &Mutex<Broker>, line: &str, peer: PeerCredentials) -> Response {
+    let parsed: Result<RequestLine, _> = serde_json::from_str(line);
+    let (id, outcome) = match parsed {
+        Err(e) => (
+            0,
+            Err(BrokerError::new(
+                "malformed",
+                format!("not a tessera request: {e}"),
+                "send one JSON object per line, e.g. {\"v\":1,\"id\":1,\"op\":\"status\"} (docs/protocol.md)",
+            )),
+        ),
+        Ok(req) if req.v != PROTOCOL_VERSION => (
+            req.id,
+            Err(BrokerError::new(
+                "version",
+                format!("protocol version {} is not spoken here (this broker speaks {PROTOCOL_VERSION})", req.v),
+                "upgrade the client or the daemon so they match",
+            )),
+        ),
+        Ok(req) => {
+            let mut b = broker.lock().unwrap_or_else(|p| p.into_inner());
+            (req.id, handle(&mut b, req.request, peer))
+        }
+    };
+    response(id, outcome)
+}
+
+pub fn response(id: u64, outcome: Result<serde_json::Value, BrokerError>) -> Response {
+    match outcome {
+        Ok(result) => Response {
+            v: PROTOCOL_VERSION,
+            id,
+            ok: true,
+            result: Some(result),
+            error: None,
+        },
+        Err(e) => Response {
+            v: PROTOCOL_VERSION,
+            id,
+            ok: false,
+            result: None,
+            error: Some(WireError {
+                code: e.code,
+                message: e.message,
+                fix: e.fix,
+            }),
+        },
+    }
+}
+
+fn serve_connection(broker: Arc<Mutex<Broker>>, stream: UnixStream) {
+    let Ok(peer) = peer_credentials(&stream) else {
+        return;
+    };
+    let Ok(mut writer) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        let n = match reader.by_ref().take(MAX_LINE).read_line(&mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let reply = if n as u64 == MAX_LINE && !line.ends_with('\n') {
+            let r = response(
+                0,
+                Err(BrokerError::new(
+                    "malformed",
+                    format!("request line longer than {MAX_LINE} bytes"),
+                    "send one request per line",
+                )),
+            );
+            let _ = write_reply(&mut writer, &r);
+            return;
+        } else if line.trim().is_empty() {
+            continue;
+        } else {
+            answer_line(&broker, line.trim(), peer)
+        };
+        if write_reply(&mut writer, &reply).is_err() {
+            return;
+        }
+    }
+}
+
+fn write_reply(w: &mut UnixStream, r: &Response) -> std::io::Result<()> {
+    let mut text = serde_json::to_string(r).map_err(std::io::Error::other)?;
+    text.push('\n');
+    w.write_all(text.as_bytes())
+}
+
+fn bind_socket(paths: &Paths, config: &Config) -> Result<UnixListener, BrokerError> {
+    let path = paths.socket();
+    if UnixStream::connect(&path).is_ok() {
+        return Err(BrokerError::new(
+            "busy",
+            format!("a tessera daemon already answers on {}", path.display()),
+            "stop it first, or use it",
+        ));
+    }
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).map_err(|e| {
+        BrokerError::new(
+            "state",
+            format!("bind {}: {e}", path.display()),
+            "check the run directory's permissions",
+        )
+    })?;
+    let mode = match (&config.socket_group, config.socket_world) {
+        (_, true) => 0o666,
+        (Some(group), false) => {
+            let gid = group_id(group).ok_or_else(|| {
+                BrokerError::new(
+                    "invalid",
+                    format!("socket_group {group:?} does not exist"),
+                    "name a group from /etc/group",
+                )
+            })?;
+            std::os::unix::fs::chown(&path, None, Some(gid)).map_err(|e| {
+                BrokerError::new("state", format!("chown {}: {e}", path.display()), "")
+            })?;
+            0o660
+        }
+        (None, false) => 0o600,
+    };
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| BrokerError::new("state", format!("chmod {}: {e}", path.display()), ""))?;
+    Ok(listener)
+}
+
+/// Serves until the process is killed. `on_ready` is called once the socket
+/// accepts connections (with the recovery notes), for logs and tests.
+pub fn run(
+    paths: Paths,
+    config: Config,
+    on_ready: impl FnOnce(&Broker, &[String]),
+) -> Result<(), BrokerError> {
+    paths.ensure().map_err(|e| {
+        BrokerError::new("state", format!("create {}: {e}", paths.dir.display()), "")
+    })?;
+    let lock = crate::session::hold_lock(&paths, Duration::from_secs(10))?;
+    let label = format!("daemon (pid {})", tessera_sys::proc::current_pid());
+    let (broker, notes) = Broker::open(paths.clone(), config.clone(), label)?;
+    let listener = bind_socket(&paths, &config)?;
+    on_ready(&broker, &notes);
+    let broker = Arc::new(Mutex::new(broker));
+    let reaper = Arc::clone(&broker);
+    std::thread::Builder::new()
+        .name("tessera-reaper".into())
+        .spawn(move || loop {
+            std::thread::sleep(REAP_INTERVAL);
+            let notes = reaper.lock().unwrap_or_else(|p| p.into_inner()).reap();
+            for n in notes {
+                eprintln!("tessera daemon: {n}");
+            }
+        })
+        .map_err(|e| BrokerError::new("internal", format!("start the reaper: {e}"), ""))?;
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let b = Arc::clone(&broker);
+        let _ = std::thread::Builder::new()
+            .name("tessera-client".into())
+            .spawn(move || serve_connection(b, stream));
+    }
+    drop(lock);
+    Ok(())
+}

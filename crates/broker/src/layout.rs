@@ -1,0 +1,261 @@
+//! The cpuset layout that realises the ledger's core modes on the kernel.
+//!
+//! cgroup v1 (as `cset shield` does): `tessera/` (exclusive, no load
+//! balancing) holds `system` — the shared cores, where every other task of
+//! the machine is moved — plus `core<K>` for each partitioned core and
+//! `cell-<name>` for each dedicated cell, each exclusive with load balancing
+//! on, so each is a root domain of its own and SCHED_DEADLINE admits per core.
+//! The root's `sched_load_balance` is turned off and restored at teardown.
+//!
+//! cgroup v2: partitions need no task moves; `tessera-core<K>` and
+//! `tessera-cell-<name>` are top-level groups with `cpuset.cpus.partition =
+//! root`, which takes their CPUs from everyone else.
+//!
+//! It must never decide which cores are which (the ledger does) and never
+//! leave a group behind when no cell needs one.
+
+use crate::state::Snapshot;
+use tessera_policy::{CoreMode, Ledger};
+use tessera_sys::cgroup::{Group, Hierarchy, Version};
+use tessera_sys::{Error, ErrorKind, Result};
+
+const TOP: &str = "tessera";
+
+#[derive(Debug, Clone)]
+pub struct Layout {
+    pub hierarchy: Hierarchy,
+}
+
+/// A group the layout wants, with its CPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Wanted {
+    name: String,
+    cpus: Vec<usize>,
+}
+
+impl Layout {
+    pub fn detect() -> Result<Layout> {
+        Ok(Layout {
+            hierarchy: Hierarchy::cpuset()?,
+        })
+    }
+
+    fn v1(&self) -> bool {
+        self.hierarchy.version == Version::V1
+    }
+
+    fn group(&self, name: &str) -> Group {
+        match self.hierarchy.version {
+            Version::V1 => self.hierarchy.root().child(TOP).child(name),
+            Version::V2 => self.hierarchy.root().child(&format!("{TOP}-{name}")),
+        }
+    }
+
+    /// The group of a partitioned core.
+    pub fn core_group(&self, core: usize) -> Group {
+        self.group(&format!("core{core}"))
+    }
+
+    /// The group of a dedicated cell.
+    pub fn cell_group(&self, cell: &str) -> Group {
+        self.group(&format!("cell-{cell}"))
+    }
+
+    /// Where threads of the shared cores live while the layout is active.
+    pub fn system_group(&self) -> Group {
+        if self.v1() && self.is_active() {
+            self.group("system")
+        } else {
+            self.hierarchy.root()
+        }
+    }
+
+    /// Whether any tessera group exists now.
+    pub fn is_active(&self) -> bool {
+        !self.existing_groups().is_empty()
+    }
+
+    /// Tessera's groups present in the hierarchy (found on disk, not from
+    /// state, so a reset after a lost state file still finds them).
+    pub fn existing_groups(&self) -> Vec<Group> {
+        let root = self.hierarchy.root();
+        match self.hierarchy.version {
+            Version::V1 => {
+                let top = root.child(TOP);
+                let mut groups = top.children();
+                if top.exists() {
+                    groups.push(top);
+                }
+                groups
+            }
+            Version::V2 => root
+                .children()
+                .into_iter()
+                .filter(|g| g.name().starts_with(&format!("{TOP}-")))
+                .collect(),
+        }
+    }
+
+    fn wanted(ledger: &Ledger) -> Vec<Wanted> {
+        let mut wanted = Vec::new();
+        for usage in ledger.cores() {
+            if usage.mode == CoreMode::Partitioned {
+                wanted.push(Wanted {
+                    name: format!("core{}", usage.core),
+                    cpus: vec![usage.core],
+                });
+            }
+        }
+        for grant in ledger.grants().filter(|g| !g.dedicated.is_empty()) {
+            wanted.push(Wanted {
+                name: format!("cell-{}", grant.request.name),
+                cpus: grant.dedicated.clone(),
+            });
+        }
+        wanted
+    }
+
+    /// Makes the cpuset tree match the ledger: creates, resizes and removes
+    /// groups; tears everything down when no core is partitioned or dedicated.
+    pub fn apply(&self, ledger: &Ledger, snapshot: &mut Snapshot) -> Result<()> {
+        let wanted = Self::wanted(ledger);
+        if wanted.is_empty() {
+            return self.teardown(snapshot);
+        }
+        match self.hierarchy.version {
+            Version::V1 => self.apply_v1(&wanted, &ledger.shared_cores(), snapshot),
+            Version::V2 => self.apply_v2(&wanted),
+        }
+    }
+
+    fn apply_v1(&self, wanted: &[Wanted], shared: &[usize], snapshot: &mut Snapshot) -> Result<()> {
+        let root = self.hierarchy.root();
+        if snapshot.root_load_balance.is_none() {
+            snapshot.root_load_balance = Some(root.load_balance()?);
+        }
+        let mems = root.mems()?;
+        let all = root.cpus()?;
+        let top = root.child(TOP);
+        let fresh = !top.exists();
+        top.create(&[])?;
+        if fresh {
+            top.set_cpus(&all)?;
+            top.set_mems(&mems)?;
+            top.set_exclusive(true)
+                .map_err(|e| overlapping_siblings(e, &root))?;
+        }
+        top.set_load_balance(false)?;
+        let system = top.child("system");
+        self.remove_stale(wanted, &system)?;
+        system.create(&[])?;
+        system.set_mems(&mems)?;
+        system.set_cpus(shared)?;
+        system.set_load_balance(true)?;
+        for w in wanted {
+            let g = top.child(&w.name);
+            if !g.exists() {
+                g.create(&[])?;
+                g.set_mems(&mems)?;
+                g.set_cpus(&w.cpus)?;
+                g.set_exclusive(true)?;
+                g.set_load_balance(true)?;
+            }
+        }
+        // Shield: whatever still runs in the root moves to the shared cores.
+        move_all(&root, &system)?;
+        // Only now may the partitions become root domains of their own.
+        if root.load_balance()? {
+            root.set_load_balance(false)?;
+        }
+        Ok(())
+    }
+
+    fn apply_v2(&self, wanted: &[Wanted]) -> Result<()> {
+        let root = self.hierarchy.root();
+        self.remove_stale(wanted, &root)?;
+        for w in wanted {
+            let g = self.group(&w.name);
+            if !g.exists() {
+                g.create(&["cpuset"])?;
+                g.set_cpus(&w.cpus)?;
+                g.set_exclusive(true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes groups the ledger no longer wants, their tasks moved to `home`.
+    fn remove_stale(&self, wanted: &[Wanted], home: &Group) -> Result<()> {
+        for g in self.existing_groups() {
+            let name = g.name();
+            let short = name
+                .strip_prefix(&format!("{TOP}-"))
+                .unwrap_or(&name)
+                .to_string();
+            let keep = name == TOP || name == "system" || wanted.iter().any(|w| w.name == short);
+            if !keep {
+                if home.exists() {
+                    move_all(&g, home)?;
+                }
+                g.remove()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves every task back and removes every tessera group; restores the
+    /// root's load balancing. Safe to call when nothing is set up.
+    pub fn teardown(&self, snapshot: &mut Snapshot) -> Result<()> {
+        let root = self.hierarchy.root();
+        let groups = self.existing_groups();
+        // Children before the top group (existing_groups lists top last).
+        for g in &groups {
+            move_all(g, &root)?;
+            if g.name() != TOP {
+                g.remove()?;
+            }
+        }
+        if self.v1() {
+            let top = root.child(TOP);
+            top.remove()?;
+            let balance = snapshot.root_load_balance.take().unwrap_or(true);
+            if root.load_balance()? != balance {
+                root.set_load_balance(balance)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Moves every thread of `from` into `to`, skipping those that cannot move
+/// (per-CPU kernel threads) or that exited meanwhile.
+fn move_all(from: &Group, to: &Group) -> Result<()> {
+    let threads = match from.threads() {
+        Ok(t) => t,
+        Err(e) if e.kind == ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for tid in threads {
+        match to.add_thread(tid) {
+            Ok(()) => {}
+            Err(e) if matches!(e.kind, ErrorKind::Invalid | ErrorKind::NotFound) => {}
+            Err(e) if tessera_sys::proc::is_kernel_thread(tid) => drop(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn overlapping_siblings(err: Error, root: &Group) -> Error {
+    let siblings: Vec<String> = root
+        .children()
+        .into_iter()
+        .filter(|g| g.name() != TOP)
+        .map(|g| g.path.display().to_string())
+        .collect();
+    err.with_cause(format!(
+        "the cpuset root has other groups that claim CPUs ({siblings:?}), so tessera cannot \
+         hold exclusive cores"
+    ))
+    .with_fix("remove those cpusets (or their exclusivity), or use --placement global cells")
+}

@@ -1,0 +1,26 @@
+//! The resource broker (the seeds' RAP service): the ledger of the machine's
+//! capacity, admission of cells, placement of their threads on the kernel
+//! (cpusets, SCHED_DEADLINE, weights), and the guarantee that nothing is lost
+//! or leaked — dead clients' cells are released, a killed broker recovers
+//! from its state file, `reset` restores the machine exactly.
+//!
+//! The same [`Broker`] serves the daemon (`tessera daemon`, a Unix socket
+//! speaking [`protocol`]) and runs embedded in a process when no daemon is
+//! running; [`Session`] picks one. Decisions come from `tessera-policy`; only
+//! `tessera-sys` touches the kernel.
+
+pub mod broker;
+pub mod config;
+pub mod daemon;
+pub mod facts;
+pub mod layout;
+pub mod paths;
+pub mod placement;
+pub mod protocol;
+pub mod session;
+pub mod state;
+
+pub use broker::{Broker, BrokerError};
+pub use facts::{Facts, Mode};
+pub use protocol::{CellInfo, Request, Response, StatusReport};
+pub use session::Session;

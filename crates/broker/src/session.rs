@@ -1,0 +1,259 @@
+//! A client's way to the broker: the daemon's socket when one answers,
+//! otherwise the broker embedded in this process, working on the same state
+//! file under an exclusive lock so that clients never race.
+//!
+//! Both speak the same [`Request`]s and give the same answers. It must never
+//! hold the lock between operations (other clients would block).
+
+use crate::broker::BrokerError;
+use crate::broker::{Broker, ResetReport};
+use crate::config::Config;
+use crate::daemon::handle;
+use crate::paths::Paths;
+use crate::protocol::{
+    CellInfo, HelloReply, Request, RequestLine, Response, StatusReport, PROTOCOL_VERSION,
+};
+use serde::de::DeserializeOwned;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use tessera_policy::CellRequest;
+use tessera_sys::ipc::PeerCredentials;
+
+/// Where requests go.
+pub enum Session {
+    Daemon {
+        socket: PathBuf,
+        reader: BufReader<UnixStream>,
+        writer: UnixStream,
+        next_id: u64,
+    },
+    Embedded {
+        paths: Paths,
+    },
+}
+
+/// Takes the broker's lock, waiting up to `patience`.
+pub fn hold_lock(paths: &Paths, patience: Duration) -> Result<File, BrokerError> {
+    let path = paths.lock();
+    paths.ensure().map_err(|e| {
+        BrokerError::new(
+            "state",
+            format!("create {}: {e}", paths.dir.display()),
+            "check permissions, or set TESSERA_RUN_DIR",
+        )
+    })?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| {
+            BrokerError::new(
+                "state",
+                format!("open {}: {e}", path.display()),
+                "check the run directory's permissions, or set TESSERA_RUN_DIR",
+            )
+        })?;
+    let start = Instant::now();
+    loop {
+        if tessera_sys::ipc::try_lock_exclusive(&file)? {
+            return Ok(file);
+        }
+        if start.elapsed() > patience {
+            return Err(BrokerError::new(
+                "busy",
+                format!(
+                    "another tessera broker holds {} (a daemon, or another tessera command)",
+                    path.display()
+                ),
+                "use the daemon's socket, or stop the other broker",
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn self_credentials() -> PeerCredentials {
+    PeerCredentials {
+        pid: tessera_sys::proc::current_pid(),
+        uid: tessera_sys::caps::euid(),
+        // Decisions use only pid and uid.
+        gid: 0,
+    }
+}
+
+impl Session {
+    /// The daemon if one answers (at TESSERA_RUN_DIR, or the system's at
+    /// /run/tessera), else the embedded broker.
+    pub fn connect() -> Result<Session, BrokerError> {
+        let paths = Paths::from_env();
+        let mut candidates = vec![paths.socket()];
+        if std::env::var_os("TESSERA_RUN_DIR").is_none() {
+            candidates.push(Paths::at("/run/tessera").socket());
+        }
+        for socket in candidates {
+            match UnixStream::connect(&socket) {
+                Ok(stream) => return Self::over(socket, stream),
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                    return Err(BrokerError::new(
+                        "permission",
+                        format!("the tessera daemon at {} does not accept you", socket.display()),
+                        "ask its admin to set socket_group in /etc/tessera/daemon.toml and add you to that group",
+                    ))
+                }
+                Err(_) => {}
+            }
+        }
+        Ok(Session::Embedded { paths })
+    }
+
+    /// The embedded broker at `paths`, even if a daemon runs (tests, recovery).
+    pub fn embedded(paths: Paths) -> Session {
+        Session::Embedded { paths }
+    }
+
+    fn over(socket: PathBuf, stream: UnixStream) -> Result<Session, BrokerError> {
+        let writer = stream
+            .try_clone()
+            .map_err(|e| BrokerError::new("state", format!("socket: {e}"), ""))?;
+        Ok(Session::Daemon {
+            socket,
+            reader: BufReader::new(stream),
+            writer,
+            next_id: 1,
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Session::Daemon { socket, .. } => format!("daemon at {}", socket.display()),
+            Session::Embedded { paths } => {
+                format!("embedded broker (state in {})", paths.dir.display())
+            }
+        }
+    }
+
+    /// Sends a request and returns its result.
+    pub fn call(&mut self, request: Request) -> Result<serde_json::Value, BrokerError> {
+        match self {
+            Session::Daemon {
+                reader,
+                writer,
+                next_id,
+                socket,
+            } => {
+                let id = *next_id;
+                *next_id += 1;
+                let line = RequestLine {
+                    v: PROTOCOL_VERSION,
+                    id,
+                    request,
+                };
+                let lost = |e: std::io::Error| {
+                    BrokerError::new(
+                        "busy",
+                        format!("the daemon at {} went away: {e}", socket.display()),
+                        "restart it with `tessera daemon`; cells are recovered",
+                    )
+                };
+                let mut text = serde_json::to_string(&line)
+                    .map_err(|e| BrokerError::new("internal", e.to_string(), ""))?;
+                text.push('\n');
+                writer.write_all(text.as_bytes()).map_err(lost)?;
+                let mut reply = String::new();
+                if reader.read_line(&mut reply).map_err(lost)? == 0 {
+                    return Err(lost(std::io::Error::other("connection closed")));
+                }
+                let reply: Response = serde_json::from_str(&reply)
+                    .map_err(|e| BrokerError::new("malformed", format!("daemon reply: {e}"), ""))?;
+                unwrap_response(reply)
+            }
+            Session::Embedded { paths } => {
+                let _lock = hold_lock(paths, Duration::from_secs(10))?;
+                let label = format!("embedded (pid {})", tessera_sys::proc::current_pid());
+                let (mut broker, _notes) = Broker::open(paths.clone(), Config::default(), label)?;
+                broker.reap();
+                handle(&mut broker, request, self_credentials())
+            }
+        }
+    }
+
+    fn typed<T: DeserializeOwned>(&mut self, request: Request) -> Result<T, BrokerError> {
+        let value = self.call(request)?;
+        serde_json::from_value(value)
+            .map_err(|e| BrokerError::new("malformed", format!("unexpected reply: {e}"), ""))
+    }
+
+    pub fn hello(&mut self) -> Result<HelloReply, BrokerError> {
+        self.typed(Request::Hello)
+    }
+
+    /// Creates a cell; with `bind`, it is released when this process exits.
+    pub fn create_cell(
+        &mut self,
+        request: CellRequest,
+        bind: bool,
+    ) -> Result<CellInfo, BrokerError> {
+        self.typed(Request::CreateCell { request, bind })
+    }
+
+    pub fn destroy_cell(&mut self, name: &str) -> Result<(), BrokerError> {
+        self.call(Request::DestroyCell { name: name.into() })
+            .map(drop)
+    }
+
+    pub fn list(&mut self) -> Result<Vec<CellInfo>, BrokerError> {
+        self.typed(Request::ListCells)
+    }
+
+    pub fn show(&mut self, name: &str) -> Result<CellInfo, BrokerError> {
+        self.typed(Request::ShowCell { name: name.into() })
+    }
+
+    pub fn attach(
+        &mut self,
+        cell: &str,
+        pid: i32,
+        tid: Option<i32>,
+    ) -> Result<Vec<i32>, BrokerError> {
+        self.typed(Request::Attach {
+            cell: cell.into(),
+            pid,
+            tid,
+        })
+    }
+
+    /// Joins the calling thread to `cell`.
+    pub fn join_current_thread(&mut self, cell: &str) -> Result<(), BrokerError> {
+        let tid = tessera_sys::proc::current_tid();
+        self.attach(cell, tessera_sys::proc::current_pid(), Some(tid))
+            .map(drop)
+    }
+
+    pub fn detach(&mut self, tid: i32) -> Result<(), BrokerError> {
+        self.call(Request::Detach { tid }).map(drop)
+    }
+
+    pub fn status(&mut self) -> Result<StatusReport, BrokerError> {
+        self.typed(Request::Status)
+    }
+
+    pub fn reset(&mut self) -> Result<ResetReport, BrokerError> {
+        self.typed(Request::Reset)
+    }
+}
+
+fn unwrap_response(reply: Response) -> Result<serde_json::Value, BrokerError> {
+    if reply.ok {
+        return Ok(reply.result.unwrap_or(serde_json::Value::Null));
+    }
+    let e = reply.error.unwrap_or(crate::protocol::WireError {
+        code: "malformed".into(),
+        message: "reply without result or error".into(),
+        fix: String::new(),
+    });
+    Err(BrokerError::new(&e.code, e.message, e.fix))
+}

@@ -1,0 +1,218 @@
+//! The broker against the real kernel (root): reservations read back,
+//! shielding, overbooking, dead clients, reset. Each test holds the machine
+//! alone and resets it when done, even on failure.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+use tessera_sys::cgroup::Hierarchy;
+use tessera_sys::sched::{self, Policy};
+
+#[test]
+fn a_joined_thread_reads_back_the_cells_reservation() {
+    let Some(m) = privileged("readback") else {
+        return;
+    };
+    let mut s = m.session();
+    let info = s
+        .create_cell(event_triggered("synth", 400, 1333), true)
+        .unwrap();
+    let core = info.grant.reservations[0].core.expect("partitioned");
+    let paths = m.paths.clone();
+    let t = Parked::spawn(move || {
+        tessera_broker::Session::embedded(paths)
+            .join_current_thread("synth")
+            .unwrap();
+    });
+    match sched::get_policy(t.tid).unwrap() {
+        Policy::Deadline(p) => {
+            assert_eq!(p.runtime, Duration::from_micros(400));
+            assert_eq!(p.deadline, Duration::from_micros(1333));
+            assert_eq!(p.period, Duration::from_micros(1333));
+            assert!(p.flags.contains(sched::DeadlineFlags::RESET_ON_FORK));
+        }
+        other => panic!("expected SCHED_DEADLINE, got {other}"),
+    }
+    assert_eq!(
+        tessera_sys::proc::cgroup_of(t.tid, Some("cpuset")).unwrap(),
+        format!("/tessera/core{core}")
+    );
+    assert_eq!(
+        tessera_sys::affinity::get_affinity(t.tid).unwrap(),
+        vec![core]
+    );
+    s.destroy_cell("synth").unwrap();
+    assert_eq!(
+        sched::get_policy(t.tid).unwrap(),
+        Policy::Other { nice: 0 },
+        "destroy restores the thread"
+    );
+    t.finish();
+}
+
+#[test]
+fn a_dedicated_cells_cores_carry_no_other_task() {
+    let Some(m) = privileged("dedicated") else {
+        return;
+    };
+    let core = last_core();
+    if core == 0 {
+        eprintln!("SKIPPED dedicated: needs 2 cores");
+        return;
+    }
+    let mut s = m.session();
+    s.create_cell(dedicated("music", vec![core]), true).unwrap();
+    let paths = m.paths.clone();
+    let member = Parked::spawn(move || {
+        tessera_broker::Session::embedded(paths)
+            .join_current_thread("music")
+            .unwrap();
+    });
+    let mut intruders = Vec::new();
+    for pid in tessera_sys::proc::all_pids().unwrap() {
+        if tessera_sys::proc::is_kernel_thread(pid) {
+            continue;
+        }
+        for tid in tessera_sys::proc::threads_of(pid).unwrap_or_default() {
+            let Ok(cpus) = tessera_sys::affinity::get_affinity(tid) else {
+                continue;
+            };
+            if tid != member.tid && cpus.contains(&core) {
+                intruders.push((pid, tid, tessera_sys::proc::thread_name(pid, tid), cpus));
+            }
+        }
+    }
+    assert!(
+        intruders.is_empty(),
+        "tasks still allowed on dedicated core {core}: {intruders:?}"
+    );
+    assert_eq!(
+        tessera_sys::affinity::get_affinity(member.tid).unwrap(),
+        vec![core]
+    );
+    s.destroy_cell("music").unwrap();
+    assert!(
+        tessera_sys::affinity::get_affinity(0)
+            .unwrap()
+            .contains(&core),
+        "the shield is undone when the cell ends"
+    );
+    member.finish();
+}
+
+#[test]
+fn overbooking_is_refused_with_the_explanation_and_changes_nothing() {
+    let Some(m) = privileged("overbooking") else {
+        return;
+    };
+    let mut s = m.session();
+    let cores = tessera_sys::kernel::online_cpus().unwrap().len();
+    // Fill every core that may take reservations, then ask for more.
+    for i in 0..cores.saturating_sub(1).max(1) {
+        s.create_cell(event_triggered(&format!("fill{i}"), 700, 1000), true)
+            .unwrap();
+    }
+    let before = s.status().unwrap();
+    let tree: Vec<_> = Hierarchy::cpuset()
+        .unwrap()
+        .root()
+        .child("tessera")
+        .children();
+    let err = s
+        .create_cell(event_triggered("greedy", 600, 1000), true)
+        .unwrap_err();
+    assert_eq!(err.code, "refused");
+    assert!(
+        err.message
+            .contains("needs 0.60 of a core on a single core; the most free on any core is"),
+        "{err}"
+    );
+    assert!(err.fix.contains("would fit"), "{err}");
+    let after = s.status().unwrap();
+    assert_eq!(before.cores, after.cores, "the ledger is unchanged");
+    assert_eq!(
+        tree,
+        Hierarchy::cpuset()
+            .unwrap()
+            .root()
+            .child("tessera")
+            .children(),
+        "the kernel is untouched"
+    );
+}
+
+#[test]
+fn bad_requests_get_clear_errors() {
+    let Some(m) = privileged("bad-input") else {
+        return;
+    };
+    let mut s = m.session();
+    let cases = [
+        (event_triggered("a", 2000, 1000), "exceeds the period"),
+        (event_triggered("b", 10, 50), "outside the kernel's range"),
+        (
+            event_triggered("c", 1000, 5_000_000),
+            "outside the kernel's range",
+        ),
+    ];
+    for (req, text) in cases {
+        let err = s.create_cell(req, true).unwrap_err();
+        assert!(err.message.contains(text), "{err}");
+    }
+    let mut many = event_triggered("d", 100, 1000);
+    many.cores = tessera_policy::CoreRequest::Count(64);
+    assert!(s
+        .create_cell(many, true)
+        .unwrap_err()
+        .message
+        .contains("this machine has"));
+    assert_eq!(s.destroy_cell("nope").unwrap_err().code, "not-found");
+    assert_eq!(
+        s.attach("nope", std::process::id() as i32, None)
+            .unwrap_err()
+            .code,
+        "not-found"
+    );
+    let core = last_core();
+    if core > 0 {
+        s.create_cell(dedicated("one", vec![core]), true).unwrap();
+        let err = s
+            .create_cell(dedicated("two", vec![core]), true)
+            .unwrap_err();
+        assert!(err.message.contains("dedicated to \"one\""), "{err}");
+    }
+    assert!(
+        s.status().unwrap().cells.len() <= 1,
+        "nothing else was created"
+    );
+}
+
+#[test]
+fn a_cell_takes_one_thread_per_reservation() {
+    let Some(m) = privileged("slots") else { return };
+    let mut s = m.session();
+    s.create_cell(event_triggered("one", 100, 1000), true)
+        .unwrap();
+    let p1 = m.paths.clone();
+    let first = Parked::spawn(move || {
+        tessera_broker::Session::embedded(p1)
+            .join_current_thread("one")
+            .unwrap()
+    });
+    let p2 = m.paths.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let second = Parked::spawn(move || {
+        tx.send(tessera_broker::Session::embedded(p2).join_current_thread("one"))
+            .unwrap();
+    });
+    let err = rx.recv().unwrap().unwrap_err();
+    assert!(err.message.contains("all held by threads"), "{err}");
+    assert_eq!(
+        sched::get_policy(second.tid).unwrap(),
+        Policy::Other { nice: 0 },
+        "a refused thread is untouched"
+    );
+    first.finish();
+    second.finish();
+}

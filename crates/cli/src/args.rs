@@ -1,0 +1,231 @@
+//! The command line's shape: subcommands, flags, help text with examples.
+
+use crate::duration::parse_ns;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use tessera_broker::BrokerError;
+use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest, Placement};
+
+#[derive(Parser)]
+#[command(
+    name = "tessera",
+    version,
+    about = "Guaranteed CPU for low-latency audio on stock Linux: cells of cores and SCHED_DEADLINE bandwidth, with admission control",
+    after_help = "Examples:\n  \
+    tessera status\n  \
+    tessera cell create synth --policy event-triggered --runtime 400us --period 1333us\n  \
+    tessera cell exec synth -- ./my-synth\n  \
+    tessera cell create mixer --policy dedicated --cores 1\n  \
+    tessera reset\n  \
+    tessera demo --seconds 10\n\n\
+    Without a running `tessera daemon`, every command uses the broker embedded in it."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Capacity per core, the cells, who holds what.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create, inspect and destroy cells; run programs in them.
+    Cell {
+        #[command(subcommand)]
+        command: CellCommand,
+    },
+    /// Destroy every cell and return the machine to its state before tessera.
+    Reset {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve the broker on a Unix socket for every client on the machine.
+    #[command(
+        after_help = "Examples:\n  sudo tessera daemon\n  sudo tessera daemon --config /etc/tessera/daemon.toml"
+    )]
+    Daemon {
+        /// Config file (default /etc/tessera/daemon.toml if present).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Directory of the socket and state (default /run/tessera).
+        #[arg(long)]
+        run_dir: Option<PathBuf>,
+    },
+    /// Show why cells exist: a periodic task against equal-priority FIFO hogs, with and without cells.
+    Demo(DemoArgs),
+}
+
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Seconds per configuration.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Core to run on (default: the last one).
+    #[arg(long)]
+    pub core: Option<usize>,
+    /// Report directory (default results/isolation-<time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand)]
+pub enum CellCommand {
+    /// Admit and create a cell (it persists until destroyed or reset).
+    #[command(after_help = "Examples:\n  \
+        tessera cell create synth --policy event-triggered --runtime 400us --period 1333us\n  \
+        tessera cell create video --policy time-triggered --runtime 2ms --period 10ms\n  \
+        tessera cell create fx --policy event-triggered --runtime 300us --period 1ms --placement global --cores 2\n  \
+        tessera cell create mixer --policy dedicated --cores 1 --pinned\n  \
+        tessera cell create batch --policy best-effort --weight 20")]
+    Create(CreateArgs),
+    /// List the cells.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One cell in detail.
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Destroy a cell: its threads get their scheduling back.
+    Destroy { name: String },
+    /// Start an unmodified program inside a cell.
+    #[command(after_help = "Example:\n  tessera cell exec synth -- ./my-synth --buffer 64")]
+    Exec {
+        cell: String,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+    /// Join a running process's threads (or one thread) to a cell.
+    #[command(
+        after_help = "Examples:\n  tessera cell attach synth --pid 4242\n  tessera cell attach synth --pid 4242 --tid 4250"
+    )]
+    Attach {
+        cell: String,
+        #[arg(long)]
+        pid: i32,
+        #[arg(long)]
+        tid: Option<i32>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Take a thread out of its cell.
+    Detach {
+        #[arg(long)]
+        tid: i32,
+    },
+}
+
+#[derive(Args)]
+pub struct CreateArgs {
+    pub name: String,
+    /// dedicated | time-triggered | event-triggered | best-effort
+    #[arg(long)]
+    pub policy: String,
+    /// How many cores (one reservation per core).
+    #[arg(long, conflicts_with = "core_list")]
+    pub cores: Option<usize>,
+    /// Exactly these cores, e.g. 2,3.
+    #[arg(long, value_delimiter = ',')]
+    pub core_list: Option<Vec<usize>>,
+    /// CPU time per period (e.g. 400us).
+    #[arg(long)]
+    pub runtime: Option<String>,
+    /// Period (e.g. 1333us).
+    #[arg(long)]
+    pub period: Option<String>,
+    /// Relative deadline (default: the period).
+    #[arg(long)]
+    pub deadline: Option<String>,
+    /// partitioned (one core per reservation) | global (shared cores, global EDF).
+    #[arg(long, default_value = "partitioned")]
+    pub placement: String,
+    /// Weight of a best-effort cell (1–10000, default 100).
+    #[arg(long, default_value_t = 100)]
+    pub weight: u32,
+    /// Never resize or move this cell's allocation.
+    #[arg(long)]
+    pub pinned: bool,
+    /// Let reservations reclaim unused bandwidth (GRUB).
+    #[arg(long)]
+    pub reclaim: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn invalid(message: String, fix: &str) -> BrokerError {
+    BrokerError::new("invalid", message, fix)
+}
+
+impl CreateArgs {
+    pub fn into_request(self) -> Result<CellRequest, BrokerError> {
+        let policy = CellPolicy::parse(&self.policy).ok_or_else(|| {
+            invalid(
+                format!("unknown policy {:?}", self.policy),
+                "use dedicated, time-triggered, event-triggered or best-effort",
+            )
+        })?;
+        let placement = match self.placement.as_str() {
+            "partitioned" => Placement::Partitioned,
+            "global" => Placement::Global,
+            other => {
+                return Err(invalid(
+                    format!("unknown placement {other:?}"),
+                    "use partitioned or global",
+                ))
+            }
+        };
+        let ns = |s: &Option<String>| {
+            s.as_deref()
+                .map(parse_ns)
+                .transpose()
+                .map_err(|e| invalid(e, "e.g. --runtime 400us"))
+        };
+        let (runtime, period, deadline) =
+            (ns(&self.runtime)?, ns(&self.period)?, ns(&self.deadline)?);
+        let budget = match (runtime, period) {
+            (Some(r), Some(p)) => {
+                let d = match (deadline, policy) {
+                    (Some(d), _) => d,
+                    (None, CellPolicy::TimeTriggered) => r,
+                    (None, _) => p,
+                };
+                Some(Budget {
+                    runtime_ns: r,
+                    deadline_ns: d,
+                    period_ns: p,
+                })
+            }
+            (None, None) => None,
+            _ => {
+                return Err(invalid(
+                    "give both --runtime and --period".into(),
+                    "e.g. --runtime 400us --period 1333us",
+                ))
+            }
+        };
+        let cores = match (self.cores, self.core_list) {
+            (_, Some(list)) => CoreRequest::List(list),
+            (Some(n), None) => CoreRequest::Count(n),
+            (None, None) if policy == CellPolicy::BestEffort => CoreRequest::Count(0),
+            (None, None) => CoreRequest::Count(1),
+        };
+        Ok(CellRequest {
+            name: self.name,
+            policy,
+            cores,
+            budget,
+            placement,
+            weight: self.weight,
+            pinned: self.pinned,
+            reclaim: self.reclaim,
+        })
+    }
+}

@@ -1,0 +1,186 @@
+//! `tessera`: the command line. Thin: it parses arguments, calls the
+//! libraries, and prints (as text or `--json`). It must never hold logic a
+//! library user would also need.
+
+mod args;
+mod duration;
+mod show;
+
+use args::{CellCommand, Cli, Command};
+use clap::Parser;
+use std::process::ExitCode;
+use tessera_broker::{BrokerError, Session};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("tessera: {}", e.message);
+            if !e.fix.is_empty() {
+                eprintln!("  fix: {}", e.fix);
+            }
+            ExitCode::from(match e.code.as_str() {
+                "refused" | "quota" => 3,
+                "permission" => 4,
+                "not-found" => 5,
+                _ => 1,
+            })
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode, BrokerError> {
+    match cli.command {
+        Command::Status { json } => {
+            let status = Session::connect()?.status()?;
+            show::print(json, &status, show::status)
+        }
+        Command::Reset { json } => {
+            let report = Session::connect()?.reset()?;
+            show::print(json, &report, show::reset)
+        }
+        Command::Cell { command } => cell(command),
+        Command::Daemon { config, run_dir } => daemon(config, run_dir),
+        Command::Demo(opts) => demo(opts),
+    }
+}
+
+fn cell(command: CellCommand) -> Result<ExitCode, BrokerError> {
+    let mut session = Session::connect()?;
+    match command {
+        CellCommand::Create(c) => {
+            let json = c.json;
+            let request = c.into_request()?;
+            let info = session.create_cell(request, false)?;
+            show::print(json, &info, show::created)
+        }
+        CellCommand::List { json } => show::print(json, &session.list()?, show::cells),
+        CellCommand::Show { name, json } => show::print(json, &session.show(&name)?, show::cell),
+        CellCommand::Destroy { name } => {
+            session.destroy_cell(&name)?;
+            println!("cell {name:?} destroyed; its bandwidth returned to the ledger");
+            Ok(ExitCode::SUCCESS)
+        }
+        CellCommand::Attach {
+            cell,
+            pid,
+            tid,
+            json,
+        } => {
+            let tids = session.attach(&cell, pid, tid)?;
+            show::print(json, &tids, |t| {
+                format!("attached thread(s) {t:?} of process {pid} to cell {cell:?}\n")
+            })
+        }
+        CellCommand::Detach { tid } => {
+            session.detach(tid)?;
+            println!("thread {tid} detached; its scheduling is restored");
+            Ok(ExitCode::SUCCESS)
+        }
+        CellCommand::Exec { cell, command } => exec(session, &cell, &command),
+    }
+}
+
+/// Joins this very process to the cell, then becomes `command` (exec keeps
+/// the PID, the cpuset and the reservation), so the program never runs a
+/// moment outside the cell and its exit status is ours.
+fn exec(mut session: Session, cell: &str, command: &[String]) -> Result<ExitCode, BrokerError> {
+    use std::os::unix::process::CommandExt;
+    let (program, rest) = command.split_first().ok_or_else(|| {
+        BrokerError::new(
+            "invalid",
+            "no command given",
+            "e.g. `tessera cell exec synth -- ./my-synth --flag`",
+        )
+    })?;
+    session.join_current_thread(cell)?;
+    drop(session);
+    let err = std::process::Command::new(program).args(rest).exec();
+    let _ = Session::connect().and_then(|mut s| s.detach(tessera_sys::proc::current_tid()));
+    Err(BrokerError::new(
+        "not-found",
+        format!("could not run {program:?}: {err}"),
+        "check the program name and PATH",
+    ))
+}
+
+fn daemon(
+    config: Option<std::path::PathBuf>,
+    run_dir: Option<std::path::PathBuf>,
+) -> Result<ExitCode, BrokerError> {
+    let config = tessera_broker::config::Config::load(config.as_deref())
+        .map_err(|e| BrokerError::new("invalid", e, "fix the config file"))?;
+    let paths = run_dir
+        .map(tessera_broker::paths::Paths::at)
+        .unwrap_or_else(tessera_broker::paths::Paths::from_env);
+    tessera_broker::daemon::run(paths.clone(), config, |broker, notes| {
+        eprintln!(
+            "tessera daemon: listening on {} ({:?} mode)",
+            paths.socket().display(),
+            broker.mode()
+        );
+        if let Some(b) = broker.mode().banner() {
+            eprintln!("tessera daemon: {b}");
+        }
+        for n in notes {
+            eprintln!("tessera daemon: recovered: {n}");
+        }
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn demo(opts: args::DemoArgs) -> Result<ExitCode, BrokerError> {
+    let privileged = tessera_broker::Mode::detect() == tessera_broker::Mode::Guaranteed;
+    if !privileged {
+        eprintln!(
+            "tessera demo: {}",
+            tessera_broker::Mode::detect().banner().unwrap_or_default()
+        );
+        eprintln!("tessera demo: only the plain SCHED_OTHER configuration can run; nothing here is guaranteed.\n");
+    }
+    let out_dir = opts.out.unwrap_or_else(|| {
+        std::path::PathBuf::from(format!(
+            "results/isolation-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
+        ))
+    });
+    let options = tessera_experiments::isolation::Options {
+        seconds: opts.seconds,
+        core: opts.core,
+        out_dir,
+        configurations: tessera_experiments::isolation::Configuration::available(privileged),
+    };
+    eprintln!(
+        "tessera demo: why cells exist — a periodic task (400 µs of work every 1333 µs) against two \
+         equal-priority FIFO hogs (3 ms every 10 ms), all on one core; {:.0} s per configuration",
+        opts.seconds
+    );
+    let outcome = tessera_experiments::isolation::run(&options, |line| eprintln!("  {line}"))?;
+    if opts.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&outcome.results).unwrap_or_default()
+        );
+    } else {
+        println!("\n{}", outcome.table);
+        for c in &outcome.results.configurations {
+            println!("- {}: {}", c.name, c.notes.join("; "));
+        }
+        println!(
+            "\nreport: {}/README.md (plots: PNG and SVG)",
+            outcome.report_dir.display()
+        );
+        println!(
+            "again: tessera demo --seconds {} --core {}",
+            opts.seconds,
+            opts.core
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "LAST".into())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

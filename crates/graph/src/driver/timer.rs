@@ -1,0 +1,106 @@
+//! The timer driver: periodic cycles on absolute `CLOCK_MONOTONIC` wake-ups
+//! (`clock_nanosleep` with `TIMER_ABSTIME`), so the period does not drift with
+//! the time a cycle takes.
+//!
+//! After a late cycle it skips the period boundaries that already passed and
+//! realigns on the original grid, instead of starting the missed cycles back
+//! to back: one late cycle costs one xrun, not a burst. This module owns the
+//! wake-up schedule; it must never allocate or block on anything but the
+//! clock.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tessera_sys::clock;
+
+use super::{CycleStart, Driver, DriverError};
+
+/// Wakes the engine every period: the running graph's frames / sample rate,
+/// which [`crate::StreamConfig::new`] validated (32 to 4096 frames at 44.1,
+/// 48 or 96 kHz), so buffer size changes take effect at the next period.
+#[derive(Debug, Default)]
+pub struct TimerDriver {
+    /// Next scheduled wake-up; 0 before the first cycle.
+    next_ns: u64,
+}
+
+impl TimerDriver {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Skips the boundaries that passed while the last cycle ran late;
+    /// returns how many.
+    fn realign(&mut self, now_ns: u64, period_ns: u64) -> u64 {
+        if now_ns <= self.next_ns {
+            return 0;
+        }
+        let skipped = (now_ns - self.next_ns) / period_ns + 1;
+        self.next_ns += skipped * period_ns;
+        skipped
+    }
+}
+
+impl Driver for TimerDriver {
+    fn wait_cycle(
+        &mut self,
+        period_ns: u64,
+        _package: &mut [u8],
+        stop: &AtomicBool,
+    ) -> Result<Option<CycleStart>, DriverError> {
+        let now = clock::monotonic_ns();
+        if self.next_ns == 0 {
+            self.next_ns = now;
+        }
+        let skipped_periods = self.realign(now, period_ns);
+        clock::sleep_until_monotonic_ns(self.next_ns);
+        if stop.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        self.next_ns += period_ns;
+        Ok(Some(CycleStart {
+            start_ns: clock::monotonic_ns(),
+            skipped_periods,
+        }))
+    }
+
+    fn end_cycle(&mut self, _output: &[u8]) -> Result<Option<u64>, DriverError> {
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn realigns_on_the_grid_after_a_late_cycle() {
+        let mut timer = TimerDriver { next_ns: 1_000 };
+        assert_eq!(timer.realign(900, 100), 0, "on time: nothing skipped");
+        assert_eq!(timer.next_ns, 1_000);
+        assert_eq!(timer.realign(1_250, 100), 3, "1000, 1100, 1200 passed");
+        assert_eq!(timer.next_ns, 1_300);
+    }
+
+    #[test]
+    fn runs_periodic_cycles() {
+        let stream = crate::StreamConfig::new(32, 96_000).unwrap();
+        let mut timer = TimerDriver::new();
+        let stop = AtomicBool::new(false);
+        let a = timer
+            .wait_cycle(stream.period_ns(), &mut [], &stop)
+            .unwrap()
+            .unwrap();
+        let b = timer
+            .wait_cycle(stream.period_ns(), &mut [], &stop)
+            .unwrap()
+            .unwrap();
+        assert!(b.start_ns > a.start_ns);
+        stop.store(true, Ordering::Release);
+        assert_eq!(
+            timer
+                .wait_cycle(stream.period_ns(), &mut [], &stop)
+                .unwrap(),
+            None
+        );
+    }
+}

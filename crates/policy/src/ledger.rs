@@ -1,0 +1,628 @@
+//! The ledger of CPU capacity: which cores are shared with the rest of the
+//! machine, which are partitioned into per-core root domains for tessera's
+//! reservations, which are dedicated to one cell; admission control with an
+//! explanation for every refusal; placement of reservations on cores.
+//!
+//! Invariants (checked by the property tests):
+//! - on a partitioned core, the reservations' bandwidths (runtime / period)
+//!   sum to at most the core's capacity and pass the EDF demand test, so
+//!   every deadline — a time-triggered window's too — is met;
+//! - the global reservations' bandwidths sum to at most the shared cores'
+//!   capacity, and at least `system_cores` cores stay shared;
+//! - nothing else is ever placed on a dedicated core;
+//! - a refused request leaves the ledger unchanged; a pinned grant never changes.
+//!
+//! It must never touch the kernel: the broker applies what the ledger decided.
+
+use crate::bandwidth::Bandwidth;
+use crate::cell::{
+    fmt_us, Budget, CellPolicy, CellRequest, CoreRequest, Limits, Placement, MIN_RUNTIME_NS,
+};
+use crate::edf::{self, Overload};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// What the ledger knows of the machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Machine {
+    pub limits: Limits,
+    /// Deadline capacity of each core (the kernel's rt share minus the fair server's).
+    pub capacity: Bandwidth,
+    /// Cores that always stay with the rest of the system.
+    pub system_cores: usize,
+}
+
+/// One SCHED_DEADLINE reservation: on a core, or global (`core: None`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    pub core: Option<usize>,
+    pub budget: Budget,
+}
+
+/// What a cell was granted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub request: CellRequest,
+    /// Cores given to the cell alone.
+    pub dedicated: Vec<usize>,
+    /// One reservation per core the cell runs on.
+    pub reservations: Vec<Reservation>,
+}
+
+/// How a core is used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CoreMode {
+    /// With the rest of the system; global reservations run here.
+    Shared,
+    /// Its own root domain, for tessera's per-core reservations.
+    Partitioned,
+    /// Given to one cell alone.
+    Dedicated(String),
+}
+
+/// A core's state, for `tessera status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CoreUsage {
+    pub core: usize,
+    pub mode: CoreMode,
+    pub capacity: Bandwidth,
+    /// Bandwidth reserved on this core (partitioned cores only).
+    pub reserved: Bandwidth,
+    pub cells: Vec<String>,
+}
+
+impl CoreUsage {
+    pub fn free(&self) -> Bandwidth {
+        self.capacity.saturating_sub(self.reserved)
+    }
+}
+
+/// Why a request was refused, and what would fit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub cell: String,
+    pub reason: String,
+    pub would_fit: Option<String>,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cell {:?} refused: {}", self.cell, self.reason)?;
+        if let Some(s) = &self.would_fit {
+            write!(f, "; {s}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// The capacity ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ledger {
+    pub machine: Machine,
+    grants: BTreeMap<String, Grant>,
+}
+
+impl Ledger {
+    pub fn new(machine: Machine) -> Ledger {
+        Ledger {
+            machine,
+            grants: BTreeMap::new(),
+        }
+    }
+
+    pub fn grants(&self) -> impl Iterator<Item = &Grant> {
+        self.grants.values()
+    }
+
+    pub fn grant(&self, name: &str) -> Option<&Grant> {
+        self.grants.get(name)
+    }
+
+    /// Decides whether `req` fits, and where, without changing anything.
+    pub fn admit(&self, req: &CellRequest) -> Result<Grant, Refusal> {
+        let refuse = |reason: String, would_fit: Option<String>| Refusal {
+            cell: req.name.clone(),
+            reason,
+            would_fit,
+        };
+        req.validate(&self.machine.limits)
+            .map_err(|e| refuse(e.to_string(), None))?;
+        if self.grants.contains_key(&req.name) {
+            return Err(refuse(
+                "a cell with that name exists".into(),
+                Some("destroy it first or choose another name".into()),
+            ));
+        }
+        match (req.policy, req.budget) {
+            (CellPolicy::Dedicated, _) => self.admit_dedicated(req).map_err(|(r, s)| refuse(r, s)),
+            (CellPolicy::BestEffort, _) => {
+                self.admit_best_effort(req).map_err(|(r, s)| refuse(r, s))
+            }
+            (_, Some(budget)) if req.placement == Placement::Global => self
+                .admit_global(req, budget)
+                .map_err(|(r, s)| refuse(r, s)),
+            (_, Some(budget)) => self
+                .admit_partitioned(req, budget)
+                .map_err(|(r, s)| refuse(r, s)),
+            (_, None) => unreachable!("validate() requires a budget for bandwidth cells"),
+        }
+    }
+
+    /// Admits and records; on refusal nothing changes.
+    pub fn insert(&mut self, req: &CellRequest) -> Result<Grant, Refusal> {
+        let grant = self.admit(req)?;
+        self.grants.insert(req.name.clone(), grant.clone());
+        Ok(grant)
+    }
+
+    /// Records a grant decided earlier (crash recovery), re-checking it.
+    pub fn restore(&mut self, grant: Grant) -> Result<(), Refusal> {
+        let mut trial = self.clone();
+        trial
+            .grants
+            .insert(grant.request.name.clone(), grant.clone());
+        match trial.violation() {
+            Some(reason) => Err(Refusal {
+                cell: grant.request.name.clone(),
+                reason,
+                would_fit: None,
+            }),
+            None => {
+                *self = trial;
+                Ok(())
+            }
+        }
+    }
+
+    pub fn release(&mut self, name: &str) -> Option<Grant> {
+        self.grants.remove(name)
+    }
+
+    /// Changes a bandwidth cell's budget in place (same cores); refused for
+    /// pinned cells and when the new budget does not fit.
+    pub fn resize(&mut self, name: &str, budget: Budget) -> Result<Grant, Refusal> {
+        let refuse = |reason: String| Refusal {
+            cell: name.to_string(),
+            reason,
+            would_fit: None,
+        };
+        let old = self
+            .grants
+            .get(name)
+            .ok_or_else(|| refuse("no such cell".into()))?;
+        if old.request.pinned {
+            return Err(refuse("it is pinned: its allocation never changes".into()));
+        }
+        if old.reservations.is_empty() {
+            return Err(refuse(format!(
+                "a {} cell has no budget",
+                old.request.policy
+            )));
+        }
+        let mut grant = old.clone();
+        grant.request.budget = Some(budget);
+        grant
+            .request
+            .validate(&self.machine.limits)
+            .map_err(|e| refuse(e.to_string()))?;
+        for r in &mut grant.reservations {
+            r.budget = budget;
+        }
+        let mut trial = self.clone();
+        trial.grants.insert(name.to_string(), grant.clone());
+        if let Some(reason) = trial.violation() {
+            return Err(refuse(reason));
+        }
+        *self = trial;
+        Ok(grant)
+    }
+
+    /// Every core's mode and reservations.
+    pub fn cores(&self) -> Vec<CoreUsage> {
+        self.machine
+            .limits
+            .cores
+            .iter()
+            .map(|&core| self.core_usage(core))
+            .collect()
+    }
+
+    pub fn core_usage(&self, core: usize) -> CoreUsage {
+        let mut usage = CoreUsage {
+            core,
+            mode: CoreMode::Shared,
+            capacity: self.machine.capacity,
+            reserved: Bandwidth::ZERO,
+            cells: Vec::new(),
+        };
+        for g in self.grants.values() {
+            if g.dedicated.contains(&core) {
+                usage.mode = CoreMode::Dedicated(g.request.name.clone());
+                usage.cells.push(g.request.name.clone());
+            }
+            for r in g.reservations.iter().filter(|r| r.core == Some(core)) {
+                usage.mode = CoreMode::Partitioned;
+                usage.reserved = usage.reserved + r.budget.bandwidth();
+                usage.cells.push(g.request.name.clone());
+            }
+        }
+        usage
+    }
+
+    /// Cores still in the shared root domain.
+    pub fn shared_cores(&self) -> Vec<usize> {
+        self.cores()
+            .into_iter()
+            .filter(|c| c.mode == CoreMode::Shared)
+            .map(|c| c.core)
+            .collect()
+    }
+
+    /// Bandwidth of all global reservations.
+    pub fn global_reserved(&self) -> Bandwidth {
+        self.grants
+            .values()
+            .flat_map(|g| &g.reservations)
+            .filter(|r| r.core.is_none())
+            .map(|r| r.budget.bandwidth())
+            .sum()
+    }
+
+    /// The budgets of the reservations on `core`.
+    fn budgets_on(&self, core: usize) -> Vec<Budget> {
+        self.grants
+            .values()
+            .flat_map(|g| &g.reservations)
+            .filter(|r| r.core == Some(core))
+            .map(|r| r.budget)
+            .collect()
+    }
+
+    /// Whether `budget` fits on `core` beside what is there.
+    fn fits_on(&self, core: usize, budget: Budget) -> Result<(), Overload> {
+        let mut budgets = self.budgets_on(core);
+        budgets.push(budget);
+        edf::feasible(&budgets, self.machine.capacity)
+    }
+
+    /// The largest runtime (same period; a window's deadline shrinking with
+    /// it) that fits on `core`, if any.
+    fn largest_runtime_on(&self, core: usize, budget: &Budget) -> Option<u64> {
+        let window = budget.deadline_ns == budget.runtime_ns;
+        let with = |runtime_ns: u64| Budget {
+            runtime_ns,
+            deadline_ns: if window {
+                runtime_ns
+            } else {
+                budget.deadline_ns
+            },
+            period_ns: budget.period_ns,
+        };
+        let (mut lo, mut hi) = (MIN_RUNTIME_NS, budget.runtime_ns);
+        self.fits_on(core, with(lo)).ok()?;
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if self.fits_on(core, with(mid)).is_ok() {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Some(lo)
+    }
+
+    /// The first broken invariant, if any.
+    pub fn violation(&self) -> Option<String> {
+        let cores = self.cores();
+        for c in &cores {
+            if c.reserved > c.capacity {
+                return Some(format!(
+                    "core {} would carry {} against a capacity of {}",
+                    c.core, c.reserved, c.capacity
+                ));
+            }
+            if let Err(Overload::Demand {
+                interval_ns,
+                demand_ns,
+            }) = edf::feasible(&self.budgets_on(c.core), c.capacity)
+            {
+                return Some(format!(
+                    "core {} would owe {} of runtime within {} of a release: a deadline would be missed",
+                    c.core,
+                    fmt_us(demand_ns),
+                    fmt_us(interval_ns)
+                ));
+            }
+            if matches!(c.mode, CoreMode::Dedicated(_)) && c.cells.len() > 1 {
+                return Some(format!(
+                    "core {} is dedicated to {} but also used by {:?}",
+                    c.core,
+                    c.cells[0],
+                    &c.cells[1..]
+                ));
+            }
+        }
+        let shared = cores.iter().filter(|c| c.mode == CoreMode::Shared).count();
+        if shared < self.machine.system_cores {
+            return Some(format!(
+                "only {shared} core(s) would stay with the rest of the system; {} must",
+                self.machine.system_cores
+            ));
+        }
+        let global = self.global_reserved();
+        let global_cap = self.machine.capacity.times(shared as u64);
+        if global > global_cap {
+            return Some(format!(
+                "global reservations {} would exceed the shared cores' capacity {}",
+                global, global_cap
+            ));
+        }
+        None
+    }
+
+    /// Shared cores that may leave the shared domain, highest first (CPU 0
+    /// keeps the system's housekeeping, as with isolcpus).
+    fn convertible_cores(&self, count: usize) -> Vec<usize> {
+        let shared = self.shared_cores();
+        let keep = self.machine.system_cores.max(1);
+        let global = self.global_reserved();
+        let mut out = Vec::new();
+        for &core in shared.iter().rev() {
+            let remaining = shared.len() - out.len() - 1;
+            if out.len() == count || remaining < keep {
+                break;
+            }
+            if global > self.machine.capacity.times(remaining as u64) {
+                break;
+            }
+            out.push(core);
+        }
+        out
+    }
+
+    fn admit_dedicated(&self, req: &CellRequest) -> Result<Grant, (String, Option<String>)> {
+        let n = req.cores.count();
+        let available = self.convertible_cores(usize::MAX);
+        let chosen = match &req.cores {
+            CoreRequest::Count(_) => available.iter().copied().take(n).collect::<Vec<_>>(),
+            CoreRequest::List(list) => {
+                if let Some(c) = list.iter().find(|c| !available.contains(c)) {
+                    return Err((
+                        format!("core {c} cannot be dedicated: {}", self.why_busy(*c)),
+                        Some(format!("free to dedicate: {}", list_or_none(&available))),
+                    ));
+                }
+                list.clone()
+            }
+        };
+        if chosen.len() < n {
+            return Err((
+                format!(
+                    "needs {n} dedicated core(s); {} can be given while keeping {} core(s) for the rest of the system",
+                    available.len(),
+                    self.machine.system_cores
+                ),
+                Some(format!("free to dedicate: {}", list_or_none(&available))),
+            ));
+        }
+        Ok(Grant {
+            request: req.clone(),
+            dedicated: chosen,
+            reservations: Vec::new(),
+        })
+    }
+
+    fn why_busy(&self, core: usize) -> String {
+        let usage = self.core_usage(core);
+        match usage.mode {
+            CoreMode::Dedicated(owner) => format!("it is dedicated to {owner:?}"),
+            CoreMode::Partitioned => format!("it carries reservations of {:?}", usage.cells),
+            CoreMode::Shared => format!(
+                "it is needed by the rest of the system ({} core(s) stay shared, and global reservations need {})",
+                self.machine.system_cores,
+                self.global_reserved()
+            ),
+        }
+    }
+
+    fn admit_best_effort(&self, req: &CellRequest) -> Result<Grant, (String, Option<String>)> {
+        if let CoreRequest::List(list) = &req.cores {
+            if let Some(c) = list
+                .iter()
+                .find(|&&c| matches!(self.core_usage(c).mode, CoreMode::Dedicated(_)))
+            {
+                return Err((
+                    format!("core {c} is dedicated: {}", self.why_busy(*c)),
+                    None,
+                ));
+            }
+        }
+        Ok(Grant {
+            request: req.clone(),
+            dedicated: Vec::new(),
+            reservations: Vec::new(),
+        })
+    }
+
+    fn admit_global(
+        &self,
+        req: &CellRequest,
+        budget: Budget,
+    ) -> Result<Grant, (String, Option<String>)> {
+        let n = req.cores.count() as u64;
+        let shared = self.shared_cores().len() as u64;
+        let cap = self.machine.capacity.times(shared);
+        let free = cap.saturating_sub(self.global_reserved());
+        let need = budget.bandwidth().times(n);
+        if budget.bandwidth() > self.machine.capacity || need > free {
+            let per = Bandwidth(free.0 / n.max(1)).min(self.machine.capacity);
+            return Err((
+                format!(
+                    "needs {} of a core ({} × {}) in the shared domain; {} is free there",
+                    need,
+                    n,
+                    budget.bandwidth(),
+                    free
+                ),
+                Some(would_fit(per.runtime_in(budget.period_ns), &budget)),
+            ));
+        }
+        let reservations = (0..n).map(|_| Reservation { core: None, budget }).collect();
+        Ok(Grant {
+            request: req.clone(),
+            dedicated: Vec::new(),
+            reservations,
+        })
+    }
+
+    fn admit_partitioned(
+        &self,
+        req: &CellRequest,
+        budget: Budget,
+    ) -> Result<Grant, (String, Option<String>)> {
+        let n = req.cores.count();
+        let candidates = self.partition_candidates(req);
+        let chosen: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|&c| self.fits_on(c, budget).is_ok())
+            .collect();
+        let chosen = self.keep_system_cores(chosen, n);
+        if chosen.len() < n {
+            return Err(self.explain_partitioned(req, &budget, &candidates));
+        }
+        let reservations = chosen
+            .iter()
+            .map(|&core| Reservation {
+                core: Some(core),
+                budget,
+            })
+            .collect();
+        Ok(Grant {
+            request: req.clone(),
+            dedicated: Vec::new(),
+            reservations,
+        })
+    }
+
+    /// Cores that may take a partitioned reservation, in order of
+    /// preference: already-partitioned cores with the most free first (to
+    /// keep the rest of the machine shared), then shared cores that may leave
+    /// the shared domain; only the listed ones for an explicit core list.
+    fn partition_candidates(&self, req: &CellRequest) -> Vec<usize> {
+        let mut partitioned: Vec<CoreUsage> = self
+            .cores()
+            .into_iter()
+            .filter(|u| u.mode == CoreMode::Partitioned)
+            .collect();
+        partitioned.sort_by(|a, b| b.free().cmp(&a.free()).then(a.core.cmp(&b.core)));
+        let mut cores: Vec<usize> = partitioned.iter().map(|u| u.core).collect();
+        cores.extend(self.convertible_cores(usize::MAX));
+        if let CoreRequest::List(list) = &req.cores {
+            cores.retain(|c| list.contains(c));
+        }
+        cores
+    }
+
+    /// Takes `n` of the candidate cores without converting so many shared
+    /// cores that the system or the global reservations lose their room.
+    fn keep_system_cores(&self, candidates: Vec<usize>, n: usize) -> Vec<usize> {
+        let shared = self.shared_cores();
+        let allowed = self.convertible_cores(usize::MAX).len();
+        let mut converted = 0;
+        let mut out = Vec::new();
+        for c in candidates {
+            if out.len() == n {
+                break;
+            }
+            if shared.contains(&c) {
+                if converted == allowed {
+                    continue;
+                }
+                converted += 1;
+            }
+            out.push(c);
+        }
+        out
+    }
+
+    fn explain_partitioned(
+        &self,
+        req: &CellRequest,
+        budget: &Budget,
+        candidates: &[usize],
+    ) -> (String, Option<String>) {
+        let n = req.cores.count();
+        let where_ = if n == 1 {
+            "on a single core".to_string()
+        } else {
+            format!("on each of {n} cores")
+        };
+        let mut best: Vec<(usize, Bandwidth, Option<u64>)> = candidates
+            .iter()
+            .map(|&c| {
+                (
+                    c,
+                    self.core_usage(c).free(),
+                    self.largest_runtime_on(c, budget),
+                )
+            })
+            .collect();
+        best.sort_by(|a, b| b.2.cmp(&a.2).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
+        let Some(&(core, free, _)) = best.first() else {
+            let reason = format!(
+                "needs {} of a core {where_}; no core can take reservations (the others are dedicated or kept for the rest of the system: {} core(s))",
+                budget.bandwidth(),
+                self.machine.system_cores
+            );
+            return (reason, None);
+        };
+        let mut reason = format!(
+            "needs {} of a core {where_}; the most free on any core is {free} (core {core})",
+            budget.bandwidth()
+        );
+        if let Err(Overload::Demand {
+            interval_ns,
+            demand_ns,
+        }) = self.fits_on(core, *budget)
+        {
+            reason.push_str(&format!(
+                ", but its deadline of {} cannot be met there: {} of runtime would be due within {}",
+                fmt_us(budget.deadline_ns),
+                fmt_us(demand_ns),
+                fmt_us(interval_ns)
+            ));
+        }
+        let fit = match best.get(n - 1) {
+            Some(&(_, _, Some(runtime))) if best.len() >= n => would_fit(runtime, budget),
+            _ if best.len() < n => format!("only {} core(s) can take reservations", best.len()),
+            _ => "nothing would fit now".into(),
+        };
+        (reason, Some(fit))
+    }
+}
+
+fn would_fit(runtime: u64, budget: &Budget) -> String {
+    if runtime < MIN_RUNTIME_NS {
+        return "nothing would fit now".into();
+    }
+    // Round down to a whole microsecond so the suggestion itself fits.
+    let runtime = runtime / 1000 * 1000;
+    format!(
+        "runtime ≤ {} at period {} would fit",
+        fmt_us(runtime),
+        fmt_us(budget.period_ns)
+    )
+}
+
+fn list_or_none(cores: &[usize]) -> String {
+    if cores.is_empty() {
+        "none".into()
+    } else {
+        format!("{cores:?}")
+    }
+}

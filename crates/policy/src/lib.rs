@@ -1,0 +1,19 @@
+//! Pure, deterministic decisions of tessera: what a cell may have and where
+//! its reservations go. No I/O, no clocks, no randomness: the same ledger and
+//! request always give the same answer, which is what the property tests and
+//! the broker's crash recovery rely on.
+//!
+//! - [`bandwidth`]: fixed-point CPU bandwidth, the kernel's own arithmetic.
+//! - [`cell`]: what a cell asks for (policy, cores, budget) and its validation.
+//! - [`edf`]: uniprocessor EDF schedulability by processor demand.
+//! - [`ledger`]: capacity per core, admission control with explanations, and
+//!   placement of reservations on cores.
+
+pub mod bandwidth;
+pub mod cell;
+pub mod edf;
+pub mod ledger;
+
+pub use bandwidth::Bandwidth;
+pub use cell::{Budget, CellPolicy, CellRequest, CoreRequest, Placement, RequestError};
+pub use ledger::{CoreMode, CoreUsage, Grant, Ledger, Machine, Refusal, Reservation};

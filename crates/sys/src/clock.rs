@@ -1,0 +1,116 @@
+//! Clocks: `CLOCK_MONOTONIC` for cycle timestamps and absolute-time periodic
+//! wake-ups, `CLOCK_THREAD_CPUTIME_ID` for the CPU time a thread really
+//! consumed (a descheduled thread's clock does not advance).
+//!
+//! Times are plain `u64` nanoseconds so that profilers can store and subtract
+//! them without conversions. Every function here is allocation-free and safe
+//! to call on a real-time thread. This module must never hold policy (what to
+//! measure, when to sleep): callers decide.
+
+use std::time::Duration;
+
+fn read_clock(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec owned by this frame and the
+    // clock ids used by the callers are valid on every Linux kernel.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    // Only EFAULT/EINVAL are possible, and neither can happen with the
+    // arguments above.
+    debug_assert_eq!(rc, 0, "clock_gettime({clock}) failed");
+    timespec_to_ns(&ts)
+}
+
+fn timespec_to_ns(ts: &libc::timespec) -> u64 {
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn ns_to_timespec(ns: u64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}
+
+/// Now on `CLOCK_MONOTONIC`, in nanoseconds.
+pub fn monotonic_ns() -> u64 {
+    read_clock(libc::CLOCK_MONOTONIC)
+}
+
+/// CPU time consumed so far by the calling thread (`CLOCK_THREAD_CPUTIME_ID`),
+/// in nanoseconds.
+pub fn thread_cpu_ns() -> u64 {
+    read_clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// Sleeps until `CLOCK_MONOTONIC` reaches `deadline_ns` (`clock_nanosleep`
+/// with `TIMER_ABSTIME`): absolute wake-ups do not drift when a period's
+/// work takes a variable time. Returns at once if the deadline has passed.
+/// Signals do not shorten the sleep.
+pub fn sleep_until_monotonic_ns(deadline_ns: u64) {
+    let deadline = ns_to_timespec(deadline_ns);
+    loop {
+        // SAFETY: `deadline` is a valid timespec; with TIMER_ABSTIME the
+        // remaining-time pointer is unused and may be null.
+        let rc = unsafe {
+            libc::clock_nanosleep(
+                libc::CLOCK_MONOTONIC,
+                libc::TIMER_ABSTIME,
+                &deadline,
+                std::ptr::null_mut(),
+            )
+        };
+        // clock_nanosleep returns the error number instead of setting errno.
+        if rc != libc::EINTR {
+            debug_assert_eq!(rc, 0, "clock_nanosleep failed");
+            return;
+        }
+    }
+}
+
+/// Sleeps for `duration` measured on `CLOCK_MONOTONIC`.
+pub fn sleep_monotonic(duration: Duration) {
+    sleep_until_monotonic_ns(monotonic_ns().saturating_add(duration.as_nanos() as u64));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monotonic_clock_does_not_go_back() {
+        let a = monotonic_ns();
+        let b = monotonic_ns();
+        assert!(b >= a);
+    }
+
+    #[test]
+    fn absolute_sleep_reaches_its_deadline() {
+        let deadline = monotonic_ns() + 1_000_000;
+        sleep_until_monotonic_ns(deadline);
+        assert!(monotonic_ns() >= deadline);
+    }
+
+    #[test]
+    fn thread_cpu_clock_advances_when_working_not_when_sleeping() {
+        let start = thread_cpu_ns();
+        let mut x = 0u64;
+        while thread_cpu_ns() - start < 2_000_000 {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(thread_cpu_ns() - start >= 2_000_000);
+
+        let before_sleep = thread_cpu_ns();
+        sleep_monotonic(Duration::from_millis(20));
+        // Sleeping costs a few microseconds of CPU, never the 20 ms slept.
+        assert!(thread_cpu_ns() - before_sleep < 20_000_000);
+    }
+
+    #[test]
+    fn timespec_round_trip() {
+        let ns = 12_345_678_901;
+        assert_eq!(timespec_to_ns(&ns_to_timespec(ns)), ns);
+    }
+}

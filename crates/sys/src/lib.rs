@@ -1,0 +1,21 @@
+//! The kernel layer: the only crate in tessera that makes `unsafe` system calls.
+//!
+//! It owns thin, typed wrappers over scheduling (sched_setattr/getattr), CPU
+//! affinity, cgroup cpusets (v1 and v2), memory locking, clocks, futexes and the
+//! /proc readers. Every failure is an [`Error`] that names the cause and the fix.
+//! It must never hold policy: what to ask for is decided above this layer.
+
+pub mod affinity;
+pub mod caps;
+pub mod cgroup;
+pub mod clock;
+pub mod error;
+pub mod futex;
+pub mod kernel;
+pub mod mem;
+pub mod nudge;
+pub mod proc;
+pub mod sched;
+
+pub use error::{Error, ErrorKind, Result};
+pub mod ipc;

@@ -1,0 +1,194 @@
+//! Readers of /proc: the processes and threads of the machine, their names,
+//! start times (so a recycled PID is never mistaken for the process we knew)
+//! and whether they are kernel threads.
+//!
+//! It only reads; it must never signal or change a process.
+
+use crate::error::{read_text, Error, ErrorKind, Result};
+use crate::sched::Tid;
+use std::path::{Path, PathBuf};
+
+pub type Pid = i32;
+
+/// The calling thread's kernel id.
+pub fn current_tid() -> Tid {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() }
+}
+
+/// The calling process's id.
+pub fn current_pid() -> Pid {
+    std::process::id() as Pid
+}
+
+fn numeric_entries(dir: &Path) -> Result<Vec<i32>> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| Error::from_io(format!("list {}", dir.display()), &e))?;
+    let mut ids: Vec<i32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+/// Every process id on the machine.
+pub fn all_pids() -> Result<Vec<Pid>> {
+    numeric_entries(Path::new("/proc"))
+}
+
+/// The thread ids of process `pid`.
+pub fn threads_of(pid: Pid) -> Result<Vec<Tid>> {
+    numeric_entries(&PathBuf::from(format!("/proc/{pid}/task"))).map_err(|e| {
+        Error::new(
+            ErrorKind::NotFound,
+            format!("list threads of process {pid}"),
+            e.cause,
+            "check the PID (`ps -e`); the process may have exited",
+        )
+    })
+}
+
+/// The process a thread belongs to (its thread-group id).
+pub fn process_of(tid: Tid) -> Result<Pid> {
+    let status = read_text(&PathBuf::from(format!("/proc/{tid}/status"))).map_err(|e| {
+        Error::new(
+            ErrorKind::NotFound,
+            format!("find the process of thread {tid}"),
+            e.cause,
+            "check the TID (`ps -eL`); the thread may have exited",
+        )
+    })?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Io,
+                format!("read /proc/{tid}/status"),
+                "no Tgid line",
+                "",
+            )
+        })
+}
+
+/// Fields of /proc/PID/stat after the command name (which may hold spaces).
+fn stat_fields(pid: Pid, tid: Option<Tid>) -> Result<Vec<String>> {
+    let path = match tid {
+        Some(t) => PathBuf::from(format!("/proc/{pid}/task/{t}/stat")),
+        None => PathBuf::from(format!("/proc/{pid}/stat")),
+    };
+    let text = read_text(&path)?;
+    let after = text.rfind(')').map(|i| &text[i + 1..]).unwrap_or("");
+    Ok(after.split_whitespace().map(str::to_string).collect())
+}
+
+/// Start time of a process in clock ticks since boot; with the PID it
+/// identifies a process uniquely across PID reuse.
+pub fn start_time(pid: Pid) -> Result<u64> {
+    // Field 22 of stat; index 19 after the command name (fields 3..).
+    stat_fields(pid, None)?
+        .get(19)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Io,
+                format!("read /proc/{pid}/stat"),
+                "short stat line",
+                "",
+            )
+        })
+}
+
+/// Whether `pid` is alive and is still the process that started at `started`.
+pub fn is_same_process(pid: Pid, started: u64) -> bool {
+    start_time(pid).is_ok_and(|t| t == started)
+}
+
+/// Whether a process is a kernel thread (PF_KTHREAD in its flags).
+pub fn is_kernel_thread(pid: Pid) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    stat_fields(pid, None)
+        .ok()
+        .and_then(|f| f.get(6)?.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
+/// The command name of a thread.
+pub fn thread_name(pid: Pid, tid: Tid) -> String {
+    read_text(&PathBuf::from(format!("/proc/{pid}/task/{tid}/comm")))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The CPU a thread last ran on (field 39 of stat).
+pub fn last_cpu(pid: Pid, tid: Tid) -> Option<usize> {
+    stat_fields(pid, Some(tid)).ok()?.get(36)?.parse().ok()
+}
+
+/// The owner (real uid) of a process.
+pub fn owner_uid(pid: Pid) -> Result<u32> {
+    let status = read_text(&PathBuf::from(format!("/proc/{pid}/status")))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Io,
+                format!("read /proc/{pid}/status"),
+                "no Uid line",
+                "",
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_process() {
+        let me = current_pid();
+        assert!(threads_of(me).unwrap().contains(&current_tid()));
+        assert_eq!(process_of(current_tid()).unwrap(), me);
+        let started = start_time(me).unwrap();
+        assert!(is_same_process(me, started));
+        assert!(!is_same_process(me, started + 1));
+        assert!(!is_kernel_thread(me));
+    }
+
+    #[test]
+    fn unknown_thread_is_not_found() {
+        let err = threads_of(i32::MAX).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::NotFound);
+        assert!(err.to_string().contains("check the PID"));
+    }
+}
+
+/// The path of a thread's group in a cgroup v1 controller ("/" for the root),
+/// or in the v2 hierarchy when `controller` is None.
+pub fn cgroup_of(tid: Tid, controller: Option<&str>) -> Result<String> {
+    let text = read_text(&PathBuf::from(format!("/proc/{tid}/cgroup")))?;
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            Some((f.next()?, f.next()?, f.next()?))
+        })
+        .find(|(_, ctrls, _)| match controller {
+            Some(c) => ctrls.split(',').any(|x| x == c),
+            None => ctrls.is_empty(),
+        })
+        .map(|(_, _, path)| path.to_string())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotFound,
+                format!(
+                    "find the {} cgroup of thread {tid}",
+                    controller.unwrap_or("v2")
+                ),
+                "not listed in /proc/TID/cgroup",
+                "",
+            )
+        })
+}
