@@ -66,6 +66,9 @@ pub struct DemoArgs {
     /// Core to run on (default: the last one).
     #[arg(long)]
     pub core: Option<usize>,
+    /// The periodic task's reservation per 1333 µs period (its work is 400 µs).
+    #[arg(long, default_value = "500us")]
+    pub task_budget: String,
     /// Report directory (default results/isolation-<time>).
     #[arg(long)]
     pub out: Option<PathBuf>,

@@ -151,6 +151,10 @@ fn demo(opts: args::DemoArgs) -> Result<ExitCode, BrokerError> {
     let options = tessera_experiments::isolation::Options {
         seconds: opts.seconds,
         core: opts.core,
+        task_budget: std::time::Duration::from_nanos(
+            duration::parse_ns(&opts.task_budget)
+                .map_err(|e| BrokerError::new("invalid", e, "e.g. --task-budget 500us"))?,
+        ),
         out_dir,
         configurations: tessera_experiments::isolation::Configuration::available(privileged),
     };

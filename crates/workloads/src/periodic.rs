@@ -3,13 +3,15 @@
 //! the thesis's dnl, so that time spent preempted does not count as work),
 //! then sleeps until the next release. The response time of each job —
 //! release to completion — is recorded; a job finishing after its deadline
-//! is a miss. A job that overruns into later periods skips their releases
-//! (each counted as a missed job), as a real audio cycle would be dropped.
+//! is a miss. Releases that pass while a job overruns are served by that
+//! job (no backlog builds up, as an audio cycle is dropped rather than
+//! queued): their response time ends when it ends.
 //!
 //! The loop neither allocates (samples go into a buffer sized up front) nor
 //! prints; it must never do either.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -53,9 +55,9 @@ pub struct PeriodicStats {
     pub name: String,
     /// Response time of each completed job, in µs.
     pub response_us: Vec<f64>,
-    /// Jobs that finished after their deadline.
+    /// Releases whose response exceeded the deadline (the misses).
     pub late: u64,
-    /// Releases skipped because an earlier job overran past them.
+    /// Releases that passed while an earlier job overran, served by it.
     pub skipped: u64,
     pub deadline_us: f64,
     /// Setup failure (e.g. the cell refused the thread); no jobs ran.
@@ -63,14 +65,14 @@ pub struct PeriodicStats {
 }
 
 impl PeriodicStats {
-    /// Late jobs plus skipped releases.
+    /// Releases that missed their deadline.
     pub fn misses(&self) -> u64 {
-        self.late + self.skipped
+        self.late
     }
 
-    /// Jobs released (completed plus skipped).
+    /// Releases measured (one response time each).
     pub fn released(&self) -> u64 {
-        self.response_us.len() as u64 + self.skipped
+        self.response_us.len() as u64
     }
 }
 
@@ -83,23 +85,26 @@ pub fn burn_cpu(work: Duration) {
     }
 }
 
-/// A running periodic task.
+/// A periodic task whose thread is set up and waits for [`PeriodicTask::start`].
 pub struct PeriodicTask {
     handle: JoinHandle<PeriodicStats>,
     stop: Arc<AtomicBool>,
+    start: mpsc::Sender<u64>,
 }
 
 impl PeriodicTask {
-    /// Starts the task on a new thread. `setup` runs first on that thread
-    /// (join a cell, set a priority); if it fails, no job runs and the error
-    /// is reported in the stats. `t0_ns` is the common time origin
-    /// (CLOCK_MONOTONIC) so that tasks started together release together.
-    pub fn spawn<F>(spec: PeriodicSpec, t0_ns: u64, setup: F) -> std::io::Result<PeriodicTask>
+    /// Creates the task's thread and runs `setup` on it (join a cell, set a
+    /// priority); returns once the setup is done, so that setting up never
+    /// eats into the measured run. If the setup fails, no job runs and the
+    /// error is in the stats.
+    pub fn spawn<F>(spec: PeriodicSpec, setup: F) -> std::io::Result<PeriodicTask>
     where
         F: FnOnce() -> Result<(), String> + Send + 'static,
     {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
+        let (ready_tx, ready_rx) = mpsc::channel::<()>();
+        let (start, start_rx) = mpsc::channel::<u64>();
         let handle = std::thread::Builder::new()
             .name(spec.name.chars().take(15).collect())
             .spawn(move || {
@@ -111,14 +116,29 @@ impl PeriodicTask {
                     deadline_us: spec.deadline.as_secs_f64() * 1e6,
                     setup_error: None,
                 };
-                if let Err(e) = setup() {
+                let setup_result = setup();
+                let _ = ready_tx.send(());
+                if let Err(e) = setup_result {
                     stats.setup_error = Some(e);
                     return stats;
                 }
-                run_jobs(&spec, t0_ns, &flag, &mut stats);
+                if let Ok(t0_ns) = start_rx.recv() {
+                    run_jobs(&spec, t0_ns, &flag, &mut stats);
+                }
                 stats
             })?;
-        Ok(PeriodicTask { handle, stop })
+        let _ = ready_rx.recv();
+        Ok(PeriodicTask {
+            handle,
+            stop,
+            start,
+        })
+    }
+
+    /// Releases the first job at `t0_ns` (CLOCK_MONOTONIC) plus the spec's
+    /// `start_after`: tasks given one origin release together.
+    pub fn start(&self, t0_ns: u64) {
+        let _ = self.start.send(t0_ns);
     }
 
     /// Asks the task to stop after its current job.
@@ -148,20 +168,24 @@ fn run_jobs(spec: &PeriodicSpec, t0_ns: u64, stop: &AtomicBool, stats: &mut Peri
         sleep_until_monotonic_ns(release);
         burn_cpu(spec.work);
         let done = monotonic_ns();
-        let response = done.saturating_sub(release);
-        if stats.response_us.len() < stats.response_us.capacity() {
-            stats.response_us.push(response as f64 / 1000.0);
-        }
-        if response > deadline {
-            stats.late += 1;
-        }
+        record(stats, done - release.min(done), deadline);
         release += period;
-        if done > release {
-            // Releases that passed while this job ran are lost jobs.
-            let lost = (done - release) / period + 1;
-            stats.skipped += lost.min((end.saturating_sub(release)).div_ceil(period));
-            release += lost * period;
+        // Releases that passed while this job ran are served by it: their
+        // response ends when it ends.
+        while release < done && release < end {
+            record(stats, done - release, deadline);
+            stats.skipped += 1;
+            release += period;
         }
+    }
+}
+
+fn record(stats: &mut PeriodicStats, response_ns: u64, deadline_ns: u64) {
+    if stats.response_us.len() < stats.response_us.capacity() {
+        stats.response_us.push(response_ns as f64 / 1000.0);
+    }
+    if response_ns > deadline_ns {
+        stats.late += 1;
     }
 }
 
@@ -184,7 +208,8 @@ mod tests {
             Duration::from_micros(100),
             Duration::from_millis(100),
         );
-        let task = PeriodicTask::spawn(spec, monotonic_ns(), || Ok(())).unwrap();
+        let task = PeriodicTask::spawn(spec, || Ok(())).unwrap();
+        task.start(monotonic_ns());
         let stats = task.join();
         assert_eq!(stats.setup_error, None);
         assert_eq!(stats.released(), 20, "100 ms of 5 ms periods");
