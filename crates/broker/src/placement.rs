@@ -72,6 +72,9 @@ pub fn deadline_policy(grant: &Grant) -> Option<Policy> {
     if grant.request.reclaim {
         flags = flags | DeadlineFlags::RECLAIM;
     }
+    if grant.request.overrun_signal {
+        flags = flags | DeadlineFlags::DL_OVERRUN;
+    }
     Some(Policy::Deadline(DeadlineParams {
         runtime: Duration::from_nanos(budget.runtime_ns),
         deadline: Duration::from_nanos(budget.deadline_ns),

@@ -159,6 +159,9 @@ pub struct CreateArgs {
     /// Let reservations reclaim unused bandwidth (GRUB).
     #[arg(long)]
     pub reclaim: bool,
+    /// Send SIGXCPU to a thread that overruns its runtime (SCHED_FLAG_DL_OVERRUN).
+    #[arg(long)]
+    pub overrun_signal: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -229,6 +232,7 @@ impl CreateArgs {
             weight: self.weight,
             pinned: self.pinned,
             reclaim: self.reclaim,
+            overrun_signal: self.overrun_signal,
         })
     }
 }

@@ -145,6 +145,7 @@ fn client_helper() {
         weight: 100,
         pinned: false,
         reclaim: false,
+        overrun_signal: false,
     };
     if std::env::var("TESSERA_TEST_CLIENT_GLOBAL").is_ok() {
         req.placement = tessera_policy::Placement::Global;

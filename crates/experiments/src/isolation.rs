@@ -104,6 +104,7 @@ fn cell(
         weight: 100,
         pinned: false,
         reclaim: false,
+        overrun_signal: false,
     }
 }
 

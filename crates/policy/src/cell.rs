@@ -156,6 +156,9 @@ pub struct CellRequest {
     /// Let the reservations reclaim unused bandwidth (GRUB, SCHED_FLAG_RECLAIM).
     #[serde(default)]
     pub reclaim: bool,
+    /// Signal a thread that overruns its runtime (SIGXCPU, SCHED_FLAG_DL_OVERRUN).
+    #[serde(default)]
+    pub overrun_signal: bool,
 }
 
 fn default_weight() -> u32 {
@@ -363,6 +366,7 @@ mod tests {
             weight: 100,
             pinned: false,
             reclaim: false,
+            overrun_signal: false,
         }
     }
 

@@ -33,6 +33,7 @@ fn request(
         weight: 100,
         pinned: false,
         reclaim: false,
+        overrun_signal: false,
     }
 }
 

@@ -74,6 +74,7 @@ pub fn event_triggered(name: &str, runtime_us: u64, period_us: u64) -> CellReque
         weight: 100,
         pinned: false,
         reclaim: false,
+        overrun_signal: false,
     }
 }
 
@@ -87,6 +88,7 @@ pub fn dedicated(name: &str, cores: Vec<usize>) -> CellRequest {
         weight: 100,
         pinned: false,
         reclaim: false,
+        overrun_signal: false,
     }
 }
 
