@@ -227,7 +227,7 @@ mod tests {
             Duration::from_micros(100),
             Duration::from_millis(50),
         );
-        let stats = PeriodicTask::spawn(spec, monotonic_ns(), || Err("refused".into()))
+        let stats = PeriodicTask::spawn(spec, || Err("refused".into()))
             .unwrap()
             .join();
         assert_eq!(stats.setup_error.as_deref(), Some("refused"));
@@ -242,9 +242,9 @@ mod tests {
             Duration::from_millis(5),
             Duration::from_millis(40),
         );
-        let stats = PeriodicTask::spawn(spec, monotonic_ns(), || Ok(()))
-            .unwrap()
-            .join();
+        let task = PeriodicTask::spawn(spec, || Ok(())).unwrap();
+        task.start(monotonic_ns());
+        let stats = task.join();
         assert!(stats.skipped > 0 && stats.late > 0);
         assert_eq!(
             stats.released(),
