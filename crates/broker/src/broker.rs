@@ -116,17 +116,11 @@ fn now_unix() -> u64 {
 }
 
 impl Broker {
-    /// Opens the broker's state (creating it on first use) and recovers:
+    /// Opens the broker's state (creating it on first use; the caller holds
+    /// the lock, which made the directory) and recovers:
     /// dead clients' cells are released, live ones re-checked on the kernel.
     pub fn open(paths: Paths, config: Config, label: String) -> Outcome<(Broker, Vec<String>)> {
         let facts = Facts::detect()?;
-        paths.ensure().map_err(|e| {
-            BrokerError::new(
-                "state",
-                format!("create {}: {e}", paths.dir.display()),
-                "check permissions, or set TESSERA_RUN_DIR",
-            )
-        })?;
         let loaded = State::load(&paths.state())
             .map_err(|e| BrokerError::new("state", e, "run `tessera reset`"))?;
         let enf = enforcement(&facts.mode);

@@ -210,9 +210,6 @@ pub fn run(
     config: Config,
     on_ready: impl FnOnce(&Broker, &[String]),
 ) -> Result<(), BrokerError> {
-    paths.ensure().map_err(|e| {
-        BrokerError::new("state", format!("create {}: {e}", paths.dir.display()), "")
-    })?;
     let lock = crate::session::hold_lock(&paths, Duration::from_secs(10))?;
     let label = format!("daemon (pid {})", tessera_sys::proc::current_pid());
     let (broker, notes) = Broker::open(paths.clone(), config.clone(), label)?;

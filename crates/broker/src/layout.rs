@@ -227,19 +227,24 @@ impl Layout {
     }
 }
 
-/// Moves every thread of `from` into `to`, skipping those that cannot move
-/// (per-CPU kernel threads) or that exited meanwhile.
+/// Moves every task of `from` into `to` (v1: each thread; v2: each
+/// process, as v2 moves threads only inside threaded subtrees), skipping
+/// those that cannot move (per-CPU kernel threads) or that exited meanwhile.
 fn move_all(from: &Group, to: &Group) -> Result<()> {
-    let threads = match from.threads() {
-        Ok(t) => t,
+    let (ids, add): (Result<Vec<i32>>, fn(&Group, i32) -> Result<()>) = match from.version {
+        Version::V1 => (from.threads(), Group::add_thread),
+        Version::V2 => (from.processes(), Group::add_process),
+    };
+    let ids = match ids {
+        Ok(ids) => ids,
         Err(e) if e.kind == ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
-    for tid in threads {
-        match to.add_thread(tid) {
+    for id in ids {
+        match add(to, id) {
             Ok(()) => {}
             Err(e) if matches!(e.kind, ErrorKind::Invalid | ErrorKind::NotFound) => {}
-            Err(e) if tessera_sys::proc::is_kernel_thread(tid) => drop(e),
+            Err(e) if tessera_sys::proc::is_kernel_thread(id) => drop(e),
             Err(e) => return Err(e),
         }
     }

@@ -246,7 +246,7 @@ fn deadline_into(m: &Member, group: &Group, policy: &Policy) -> Result<()> {
     affinity::set_affinity(m.tid, &cpus)?;
     let on_group_cpu = || proc::last_cpu(m.pid, m.tid).is_some_and(|c| cpus.contains(&c));
     if !on_group_cpu() {
-        tessera_sys::nudge::nudge(m.tid)?;
+        wake_onto_group(m)?;
         for _ in 0..100 {
             if on_group_cpu() {
                 break;
@@ -255,6 +255,20 @@ fn deadline_into(m: &Member, group: &Group, policy: &Policy) -> Result<()> {
         }
     }
     sched::set_policy(m.tid, policy)
+}
+
+/// Wakes a sleeping thread so that it moves to its new cpuset's CPUs. A
+/// process cannot ptrace its own threads: those must join from themselves.
+fn wake_onto_group(m: &Member) -> Result<()> {
+    if m.pid == proc::current_pid() {
+        return Err(Error::new(
+            ErrorKind::Invalid,
+            format!("place thread {} of this process", m.tid),
+            "it is asleep on a CPU outside the cell, and a process cannot wake its own threads from outside",
+            "let the thread join itself (Session::join_current_thread)",
+        ));
+    }
+    tessera_sys::nudge::nudge(m.tid)
 }
 
 /// Re-homes a member after the layout changed; the cpuset move carries a

@@ -127,6 +127,19 @@ impl Session {
         })
     }
 
+    /// Another session to the same broker (for another thread).
+    pub fn sibling(&self) -> Result<Session, BrokerError> {
+        match self {
+            Session::Daemon { socket, .. } => {
+                let stream = UnixStream::connect(socket).map_err(|e| {
+                    BrokerError::new("busy", format!("connect to {}: {e}", socket.display()), "is the daemon still running?")
+                })?;
+                Self::over(socket.clone(), stream)
+            }
+            Session::Embedded { paths } => Ok(Session::embedded(paths.clone())),
+        }
+    }
+
     pub fn describe(&self) -> String {
         match self {
             Session::Daemon { socket, .. } => format!("daemon at {}", socket.display()),

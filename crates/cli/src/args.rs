@@ -56,6 +56,54 @@ pub enum Command {
     },
     /// Show why cells exist: a periodic task against equal-priority FIFO hogs, with and without cells.
     Demo(DemoArgs),
+    /// Run a scenario file: its configurations back to back, results JSON and a report.
+    #[command(after_help = "Examples:\n  \
+        tessera run scenarios/example.toml\n  \
+        tessera run scenarios/thesis-4.4.toml --out results/thesis\n  \
+        tessera run scenarios/thesis-4.4.toml --scale 0.2   # every time × 0.2\n  \
+        tessera run scenarios/probe.toml --check")]
+    Run(crate::experiment::RunArgs),
+    /// Write the report (Markdown, PNG and SVG plots) of a results.json.
+    #[command(after_help = "Example:\n  tessera report results/thesis/results.json --out results/thesis-report")]
+    Report(crate::experiment::ReportArgs),
+    /// Run one interference workload by itself.
+    #[command(after_help = "Examples:\n  \
+        tessera load hog --threads 2 --load 0.5 --duration 10s\n  \
+        tessera load ep --verify S --threads 2\n  \
+        tessera load stream --mebibytes 256 --duration 30s\n  \
+        tessera load io --dir /var/tmp --duration 30s\n  \
+        tessera load stress-ng --duration 10s -- --cpu 2 --cpu-load 80")]
+    Load {
+        #[command(subcommand)]
+        command: crate::experiment::LoadCommand,
+    },
+    /// The timer-callback latency probe (seed 002) under 0/50/80/100 % CPU load, with cyclictest.
+    #[command(after_help = "Examples:\n  \
+        tessera probe\n  \
+        tessera probe --period 2ms --seconds 30 --out results/probe\n  \
+        tessera probe --print-scenario > my-probe.toml")]
+    Probe(crate::experiment::ProbeArgs),
+    /// Trace where a cell's threads run (e.g. a time-triggered window).
+    Trace {
+        #[command(subcommand)]
+        command: TraceCommand,
+    },
+    /// Benchmarks against other systems on this machine (reported, not judged).
+    Bench {
+        #[command(subcommand)]
+        command: crate::bench::BenchCommand,
+    },
+    /// The Migrator Synthesizer: render it to WAV, benchmark its DSP.
+    Synth {
+        #[command(subcommand)]
+        command: crate::synth::SynthCommand,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum TraceCommand {
+    /// A thread spinning in a time-triggered cell: where in each period it runs.
+    Window(crate::trace::WindowArgs),
 }
 
 #[derive(Args)]

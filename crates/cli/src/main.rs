@@ -3,8 +3,12 @@
 //! library user would also need.
 
 mod args;
+mod bench;
 mod duration;
+mod experiment;
 mod show;
+mod synth;
+mod trace;
 
 use args::{CellCommand, Cli, Command};
 use clap::Parser;
@@ -43,6 +47,13 @@ fn run(cli: Cli) -> Result<ExitCode, BrokerError> {
         Command::Cell { command } => cell(command),
         Command::Daemon { config, run_dir } => daemon(config, run_dir),
         Command::Demo(opts) => demo(opts),
+        Command::Run(a) => experiment::run(a),
+        Command::Report(a) => experiment::report(a),
+        Command::Load { command } => experiment::load(command),
+        Command::Probe(a) => experiment::probe(a),
+        Command::Trace { command: args::TraceCommand::Window(a) } => trace::window(a),
+        Command::Bench { command } => bench::run(command),
+        Command::Synth { command } => synth::run(command),
     }
 }
 

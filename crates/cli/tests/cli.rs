@@ -7,15 +7,14 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-static MACHINE: Mutex<()> = Mutex::new(());
-
+/// The machine (tessera-testkit's guard, which resets it last) plus the
+/// processes this test started, killed first.
 struct Machine {
     dir: PathBuf,
     children: Vec<Child>,
-    _lock: MutexGuard<'static, ()>,
+    _machine: tessera_testkit::Machine,
 }
 
 impl Machine {
@@ -79,28 +78,15 @@ impl Drop for Machine {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = self.run(&["reset"]);
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
 fn privileged(test: &str) -> Option<Machine> {
-    if !tessera_sys::caps::is_root() {
-        let msg = format!("SKIPPED {test}: needs root (SCHED_DEADLINE and cpusets)");
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg}, and CI=true requires privileged tests to run");
-        }
-        eprintln!("{msg}");
-        return None;
-    }
-    let lock = MACHINE.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = std::env::temp_dir().join(format!("tessera-cli-{}-{test}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let machine = tessera_testkit::privileged(test)?;
     Some(Machine {
-        dir,
+        dir: machine.dir(),
         children: Vec::new(),
-        _lock: lock,
+        _machine: machine,
     })
 }
 
@@ -136,17 +122,7 @@ fn client_helper() {
         return;
     };
     let mut s = tessera_broker::Session::connect().unwrap();
-    let mut req = tessera_policy::CellRequest {
-        name: cell.clone(),
-        policy: tessera_policy::CellPolicy::EventTriggered,
-        cores: tessera_policy::CoreRequest::Count(1),
-        budget: Some(tessera_policy::Budget::new(300_000, 1_000_000)),
-        placement: tessera_policy::Placement::Partitioned,
-        weight: 100,
-        pinned: false,
-        reclaim: false,
-        overrun_signal: false,
-    };
+    let mut req = tessera_policy::CellRequest::event_triggered(cell.clone(), 300_000, 1_000_000);
     if std::env::var("TESSERA_TEST_CLIENT_GLOBAL").is_ok() {
         req.placement = tessera_policy::Placement::Global;
     }
@@ -303,17 +279,7 @@ fn garbage_on_the_socket_gets_an_error_and_the_connection_stays_usable() {
 #[test]
 fn exec_runs_a_program_inside_the_cell_and_returns_its_status() {
     let Some(m) = privileged("exec") else { return };
-    m.ok(&[
-        "cell",
-        "create",
-        "synth",
-        "--policy",
-        "event-triggered",
-        "--runtime",
-        "400us",
-        "--period",
-        "1333us",
-    ]);
+    create_synth(&m);
     let out = m.ok(&[
         "cell",
         "exec",
@@ -343,6 +309,10 @@ fn exec_runs_a_program_inside_the_cell_and_returns_its_status() {
     );
 }
 
+fn create_synth(m: &Machine) {
+    m.ok(&["cell", "create", "synth", "--policy", "event-triggered", "--runtime", "400us", "--period", "1333us"]);
+}
+
 fn cpuset_tree() -> (Vec<String>, String) {
     let root = Path::new("/sys/fs/cgroup/cpuset");
     let mut dirs: Vec<String> = std::fs::read_dir(root)
@@ -366,17 +336,7 @@ fn reset_restores_the_cpuset_tree_even_after_the_state_is_lost() {
     let before = cpuset_tree();
     let sleeper = m.spawn(Command::new("sleep").arg("60"));
     let before_policy = policy_of(sleeper);
-    m.ok(&[
-        "cell",
-        "create",
-        "synth",
-        "--policy",
-        "event-triggered",
-        "--runtime",
-        "400us",
-        "--period",
-        "1333us",
-    ]);
+    create_synth(&m);
     m.ok(&["cell", "attach", "synth", "--pid", &sleeper.to_string()]);
     assert_ne!(cpuset_tree(), before);
     let out = m.ok(&["reset"]);
@@ -384,17 +344,7 @@ fn reset_restores_the_cpuset_tree_even_after_the_state_is_lost() {
     assert_eq!(cpuset_tree(), before);
     assert_eq!(policy_of(sleeper), before_policy);
     // A crash that lost the state file: reset still finds tessera's groups.
-    m.ok(&[
-        "cell",
-        "create",
-        "synth",
-        "--policy",
-        "event-triggered",
-        "--runtime",
-        "400us",
-        "--period",
-        "1333us",
-    ]);
+    create_synth(&m);
     m.ok(&["cell", "attach", "synth", "--pid", &sleeper.to_string()]);
     std::fs::remove_file(m.dir.join("state.json")).unwrap();
     let out = m.ok(&["reset"]);

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tessera_broker::{BrokerError, Session};
 use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults};
 use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest, Placement};
-use tessera_sys::sched::{self, Policy};
+use crate::cells::{setup_thread, Cells};
 use tessera_workloads::{PeriodicSpec, PeriodicStats, PeriodicTask};
 
 pub const PERIOD: Duration = Duration::from_micros(1333);
@@ -108,19 +108,6 @@ fn cell(
     }
 }
 
-/// Cells of one configuration, destroyed when dropped (even on panic).
-struct Cells(Vec<String>);
-
-impl Drop for Cells {
-    fn drop(&mut self) {
-        if let Ok(mut s) = Session::connect() {
-            for name in self.0.iter().rev() {
-                let _ = s.destroy_cell(name);
-            }
-        }
-    }
-}
-
 /// A thread's setup: join a cell (through its own session) and/or set a
 /// priority and a core.
 fn setup(
@@ -128,25 +115,7 @@ fn setup(
     fifo: bool,
     core: usize,
 ) -> impl FnOnce() -> Result<(), String> + Send {
-    move || {
-        if let Some(c) = &cell {
-            Session::connect()
-                .and_then(|mut s| s.join_current_thread(c))
-                .map_err(|e| e.to_string())?;
-        } else {
-            tessera_sys::affinity::set_affinity(0, &[core]).map_err(|e| e.to_string())?;
-        }
-        if fifo {
-            sched::set_policy(
-                0,
-                &Policy::Fifo {
-                    priority: FIFO_PRIORITY,
-                },
-            )
-            .map_err(|e| e.to_string())?;
-        }
-        Ok(())
-    }
+    move || setup_thread(cell.as_deref(), fifo.then_some(FIFO_PRIORITY), Some(core))
 }
 
 /// Runs one configuration and returns the periodic task's statistics.
@@ -157,7 +126,7 @@ pub fn run_configuration(
     task_budget: Duration,
 ) -> Result<PeriodicStats, BrokerError> {
     let mut session = Session::connect()?;
-    let mut cells = Cells(Vec::new());
+    let mut cells = Cells::default();
     let pid = std::process::id();
     let task_cell = format!("iso-task-{pid}");
     let hog_cells = [format!("iso-hog1-{pid}"), format!("iso-hog2-{pid}")];
@@ -174,34 +143,34 @@ pub fn run_configuration(
         Configuration::CellAlone => (Some(task_cell.clone()), Vec::new()),
     };
     if task_in.is_some() {
-        session.create_cell(
+        cells.create(
+            &mut session,
             cell(
                 &task_cell,
                 CellPolicy::EventTriggered,
                 core,
                 Some((task_budget, PERIOD)),
             ),
-            true,
         )?;
-        cells.0.push(task_cell.clone());
     }
     match config {
         Configuration::CellHogsFifo => {
-            session.create_cell(cell(&shared_hogs, CellPolicy::BestEffort, core, None), true)?;
-            cells.0.push(shared_hogs.clone());
+            cells.create(
+                &mut session,
+                cell(&shared_hogs, CellPolicy::BestEffort, core, None),
+            )?;
         }
         Configuration::CellsForAll => {
             for h in &hog_cells {
-                session.create_cell(
+                cells.create(
+                    &mut session,
                     cell(
                         h,
                         CellPolicy::EventTriggered,
                         core,
                         Some((HOG_BUDGET, HOG_PERIOD)),
                     ),
-                    true,
                 )?;
-                cells.0.push(h.clone());
             }
         }
         _ => {}

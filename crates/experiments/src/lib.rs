@@ -5,4 +5,10 @@
 //!
 //! It must never judge a result pass/fail: experiments report, tests assert.
 
+pub mod cells;
 pub mod isolation;
+pub mod probe;
+pub mod runner;
+pub mod scenario;
+pub mod peer;
+pub mod windows;

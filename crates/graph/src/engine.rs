@@ -719,6 +719,7 @@ impl DriverLoop {
             dsp_load,
             xrun: driver_end > deadline,
             skipped_periods: start.skipped_periods,
+            wakeup_latency_ns: start.wakeup_latency_ns,
             thread_cpu_ns: clock::thread_cpu_ns().saturating_sub(cpu_start_ns) + worker_cpu,
             budget_set_ns: 0,
             budget_used_ns: 0,

@@ -24,6 +24,7 @@
 //! | `dsp_load` | `driver_end_ns / nominal_period_ns` (busy / period, like jack_cpu_load before smoothing) |
 //! | `xrun` | 1 if `driver_end_ns > deadline_ns` |
 //! | `skipped_periods` | periods the timer driver skipped to realign after a late cycle |
+//! | `wakeup_latency_ns` | driver wake-up latency: start minus the scheduled wake-up (timer driver; 0 otherwise), cyclictest's latency |
 //! | `thread_cpu_ns` | CPU time (`CLOCK_THREAD_CPUTIME_ID`) the engine's threads consumed for this cycle: the driver's whole cycle plus the node runs on workers |
 //! | `budget_set_ns`, `budget_used_ns` | the reservation's budget and its consumption this period, from the runtime's [`BudgetProbe`] (0 without one) |
 //! | `response_ns` | response time Δt: output written − start (packet driver; empty otherwise) |
@@ -82,6 +83,7 @@ pub struct CycleRecord {
     pub dsp_load: f64,
     pub xrun: bool,
     pub skipped_periods: u64,
+    pub wakeup_latency_ns: u64,
     pub thread_cpu_ns: u64,
     pub budget_set_ns: u64,
     pub budget_used_ns: u64,
@@ -195,7 +197,7 @@ pub struct Profile {
 }
 
 /// Header of [`Profile::write_cycles_csv`].
-pub const CYCLES_CSV_HEADER: &str = "cycle,start_ns,period_ns,nominal_period_ns,deadline_ns,driver_end_ns,dsp_load,xrun,skipped_periods,thread_cpu_ns,budget_set_ns,budget_used_ns,response_ns,nodes";
+pub const CYCLES_CSV_HEADER: &str = "cycle,start_ns,period_ns,nominal_period_ns,deadline_ns,driver_end_ns,dsp_load,xrun,skipped_periods,wakeup_latency_ns,thread_cpu_ns,budget_set_ns,budget_used_ns,response_ns,nodes";
 /// Header of [`Profile::write_nodes_csv`].
 pub const NODES_CSV_HEADER: &str =
     "cycle,node,name,thread,signalled_ns,awake_ns,finished_ns,latency_ns,duration_ns,cpu_ns";
@@ -207,7 +209,7 @@ impl Profile {
             let response = c.response_ns.map(|r| r.to_string()).unwrap_or_default();
             writeln!(
                 out,
-                "{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{}",
                 c.cycle,
                 c.start_ns,
                 c.period_ns,
@@ -217,6 +219,7 @@ impl Profile {
                 c.dsp_load,
                 u8::from(c.xrun),
                 c.skipped_periods,
+                c.wakeup_latency_ns,
                 c.thread_cpu_ns,
                 c.budget_set_ns,
                 c.budget_used_ns,

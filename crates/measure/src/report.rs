@@ -125,6 +125,9 @@ fn header(results: &RunResults) -> String {
         results.warmup_s,
         results.baseline.as_deref().unwrap_or("none"),
     );
+    if !results.description.is_empty() {
+        let _ = writeln!(text, "\n{}\n", results.description.trim());
+    }
     for metric in results.metric_names() {
         let counts: Vec<String> = metric_rows(results, metric)
             .iter()

@@ -24,6 +24,9 @@ pub struct RunResults {
     pub started_at: String,
     pub machine: MachineInfo,
     pub scenario: String,
+    /// What the scenario does and what to look for (Markdown).
+    #[serde(default)]
+    pub description: String,
     /// Measured time per configuration, after the warm-up.
     pub duration_s: f64,
     pub warmup_s: f64,
@@ -75,6 +78,7 @@ impl RunResults {
             started_at: rfc3339_utc(SystemTime::now()),
             machine: MachineInfo::detect(),
             scenario: scenario.into(),
+            description: String::new(),
             duration_s: 0.0,
             warmup_s: 0.0,
             baseline: None,

@@ -200,6 +200,56 @@ fn bad(field: &'static str, problem: impl Into<String>, fix: impl Into<String>) 
 }
 
 impl CellRequest {
+    /// A cell with the defaults: partitioned, weight 100, not pinned, no
+    /// reclaiming, no overrun signal.
+    pub fn new(name: impl Into<String>, policy: CellPolicy, cores: CoreRequest, budget: Option<Budget>) -> CellRequest {
+        CellRequest {
+            name: name.into(),
+            policy,
+            cores,
+            budget,
+            placement: Placement::Partitioned,
+            weight: default_weight(),
+            pinned: false,
+            reclaim: false,
+            overrun_signal: false,
+        }
+    }
+
+    /// One reservation of `runtime` every `period` (deadline = period).
+    pub fn event_triggered(name: impl Into<String>, runtime_ns: u64, period_ns: u64) -> CellRequest {
+        Self::new(name, CellPolicy::EventTriggered, CoreRequest::Count(1), Some(Budget::new(runtime_ns, period_ns)))
+    }
+
+    /// A window of `window` at the start of every `period`.
+    pub fn time_triggered(name: impl Into<String>, window_ns: u64, period_ns: u64) -> CellRequest {
+        let budget = Budget {
+            runtime_ns: window_ns,
+            deadline_ns: window_ns,
+            period_ns,
+        };
+        Self::new(name, CellPolicy::TimeTriggered, CoreRequest::Count(1), Some(budget))
+    }
+
+    pub fn dedicated(name: impl Into<String>, cores: CoreRequest) -> CellRequest {
+        Self::new(name, CellPolicy::Dedicated, cores, None)
+    }
+
+    pub fn best_effort(name: impl Into<String>, weight: u32) -> CellRequest {
+        CellRequest {
+            weight,
+            ..Self::new(name, CellPolicy::BestEffort, CoreRequest::Count(0), None)
+        }
+    }
+
+    /// The same request on exactly these cores.
+    pub fn on_cores(self, cores: Vec<usize>) -> CellRequest {
+        CellRequest {
+            cores: CoreRequest::List(cores),
+            ..self
+        }
+    }
+
     /// Checks the request on its own; the ledger decides whether it fits.
     pub fn validate(&self, limits: &Limits) -> Result<(), RequestError> {
         validate_name(&self.name)?;
@@ -357,17 +407,7 @@ mod tests {
     }
 
     fn et(runtime_us: u64, period_us: u64) -> CellRequest {
-        CellRequest {
-            name: "synth".into(),
-            policy: CellPolicy::EventTriggered,
-            cores: CoreRequest::Count(1),
-            budget: Some(Budget::new(runtime_us * 1000, period_us * 1000)),
-            placement: Placement::Partitioned,
-            weight: 100,
-            pinned: false,
-            reclaim: false,
-            overrun_signal: false,
-        }
+        CellRequest::event_triggered("synth", runtime_us * 1000, period_us * 1000)
     }
 
     #[test]

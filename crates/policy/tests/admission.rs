@@ -17,34 +17,15 @@ fn machine(cores: usize, capacity: f64) -> Machine {
     }
 }
 
-fn request(
-    name: &str,
-    policy: CellPolicy,
-    cores: CoreRequest,
-    budget: Option<Budget>,
-    placement: Placement,
-) -> CellRequest {
+fn request(name: &str, policy: CellPolicy, cores: CoreRequest, budget: Option<Budget>, placement: Placement) -> CellRequest {
     CellRequest {
-        name: name.into(),
-        policy,
-        cores,
-        budget,
         placement,
-        weight: 100,
-        pinned: false,
-        reclaim: false,
-        overrun_signal: false,
+        ..CellRequest::new(name, policy, cores, budget)
     }
 }
 
 fn et(name: &str, runtime_us: u64, period_us: u64) -> CellRequest {
-    request(
-        name,
-        CellPolicy::EventTriggered,
-        CoreRequest::Count(1),
-        Some(Budget::new(runtime_us * 1000, period_us * 1000)),
-        Placement::Partitioned,
-    )
+    CellRequest::event_triggered(name, runtime_us * 1000, period_us * 1000)
 }
 
 #[test]

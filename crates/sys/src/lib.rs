@@ -10,12 +10,15 @@ pub mod caps;
 pub mod cgroup;
 pub mod clock;
 pub mod error;
+pub mod event;
 pub mod futex;
 pub mod kernel;
 pub mod mem;
 pub mod nudge;
 pub mod proc;
+pub mod process_group;
 pub mod sched;
+pub mod signal;
 
 pub use error::{Error, ErrorKind, Result};
 pub mod ipc;

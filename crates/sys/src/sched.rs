@@ -236,10 +236,14 @@ fn explain_set_failure(tid: Tid, policy: &Policy) -> Error {
             };
             let requested = p.runtime.as_secs_f64() / p.period.as_secs_f64();
             let cap = kernel::deadline_capacity();
+            let (holders, held) = deadline_bandwidth_in_use(tid);
             err.with_cause(format!(
-                "the kernel's admission control refused bandwidth {:.3} of a CPU; its limit is {:.3} \
-                 per CPU ({}), shared by every SCHED_DEADLINE thread of the root domain",
+                "the kernel's admission control refused bandwidth {:.3} of a CPU; {} other \
+                 SCHED_DEADLINE thread(s) hold {:.3}, and the limit is {:.3} per CPU of the root \
+                 domain ({})",
                 requested,
+                holders,
+                held,
                 cap.per_cpu,
                 cap.source
             ))
@@ -252,6 +256,25 @@ fn explain_set_failure(tid: Tid, policy: &Policy) -> Error {
         ),
         _ => err,
     }
+}
+
+/// SCHED_DEADLINE threads on the machine other than `except`, and the sum
+/// of their bandwidths (runtime / period).
+pub fn deadline_bandwidth_in_use(except: Tid) -> (usize, f64) {
+    let mut holders = 0;
+    let mut held = 0.0;
+    for pid in crate::proc::all_pids().unwrap_or_default() {
+        for tid in crate::proc::threads_of(pid).unwrap_or_default() {
+            if tid == except {
+                continue;
+            }
+            if let Ok(Policy::Deadline(p)) = get_policy(tid) {
+                holders += 1;
+                held += p.runtime.as_secs_f64() / p.period.as_secs_f64();
+            }
+        }
+    }
+    (holders, held)
 }
 
 fn describe_tid(tid: Tid) -> String {

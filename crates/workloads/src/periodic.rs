@@ -60,6 +60,8 @@ pub struct PeriodicStats {
     /// Releases that passed while an earlier job overran, served by it.
     pub skipped: u64,
     pub deadline_us: f64,
+    /// Release i was at the first release + i × period.
+    pub period_us: f64,
     /// Setup failure (e.g. the cell refused the thread); no jobs ran.
     pub setup_error: Option<String>,
 }
@@ -73,6 +75,14 @@ impl PeriodicStats {
     /// Releases measured (one response time each).
     pub fn released(&self) -> u64 {
         self.response_us.len() as u64
+    }
+
+    /// Slack of each release: deadline − response time (negative: missed).
+    pub fn slack_us(&self) -> Vec<f64> {
+        self.response_us
+            .iter()
+            .map(|r| self.deadline_us - r)
+            .collect()
     }
 }
 
@@ -114,6 +124,7 @@ impl PeriodicTask {
                     late: 0,
                     skipped: 0,
                     deadline_us: spec.deadline.as_secs_f64() * 1e6,
+                    period_us: spec.period.as_secs_f64() * 1e6,
                     setup_error: None,
                 };
                 let setup_result = setup();
@@ -153,6 +164,7 @@ impl PeriodicTask {
             late: 0,
             skipped: 0,
             deadline_us: 0.0,
+            period_us: 0.0,
             setup_error: Some("the task's thread panicked".into()),
         })
     }

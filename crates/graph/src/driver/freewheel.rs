@@ -26,6 +26,7 @@ impl Driver for FreewheelDriver {
         Ok(Some(CycleStart {
             start_ns: clock::monotonic_ns(),
             skipped_periods: 0,
+            wakeup_latency_ns: 0,
         }))
     }
 

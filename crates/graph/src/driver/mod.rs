@@ -25,6 +25,9 @@ pub struct CycleStart {
     pub start_ns: u64,
     /// Periods skipped to realign after a late cycle (timer driver).
     pub skipped_periods: u64,
+    /// How late the driver woke after its scheduled wake-up, in ns (timer
+    /// driver; 0 for drivers that wait for an event, not a time).
+    pub wakeup_latency_ns: u64,
 }
 
 /// Why a driver cannot run.

@@ -155,6 +155,7 @@ impl Driver for PacketDriver {
         Ok(Some(CycleStart {
             start_ns: self.first_arrival_ns,
             skipped_periods: 0,
+            wakeup_latency_ns: 0,
         }))
     }
 

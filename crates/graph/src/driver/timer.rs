@@ -52,14 +52,17 @@ impl Driver for TimerDriver {
             self.next_ns = now;
         }
         let skipped_periods = self.realign(now, period_ns);
-        clock::sleep_until_monotonic_ns(self.next_ns);
+        let scheduled_ns = self.next_ns;
+        clock::sleep_until_monotonic_ns(scheduled_ns);
         if stop.load(Ordering::Acquire) {
             return Ok(None);
         }
         self.next_ns += period_ns;
+        let start_ns = clock::monotonic_ns();
         Ok(Some(CycleStart {
-            start_ns: clock::monotonic_ns(),
+            start_ns,
             skipped_periods,
+            wakeup_latency_ns: start_ns.saturating_sub(scheduled_ns),
         }))
     }
 

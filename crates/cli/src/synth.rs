@@ -1,0 +1,377 @@
+//! `tessera synth`: render the Migrator Synthesizer to a WAV file, and
+//! benchmark its DSP against the deadline and against Faust. Thin: the sound
+//! lives in `tessera_synth`; this file parses, times and prints.
+
+use clap::{Args, Subcommand};
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+use tessera_broker::BrokerError;
+use tessera_synth::oscillator::Bank;
+use tessera_synth::wav::{self, SampleFormat};
+use tessera_synth::{
+    Gesture, GesturePlayer, Kernel, PadInput, Synth, SynthConfig, BLOCK, CHANNELS, DEADLINE_NS,
+    PADS,
+};
+
+#[derive(Subcommand)]
+pub enum SynthCommand {
+    /// Render the synthesizer, played by fixed pads or a gesture file, to an 8-channel WAV file.
+    #[command(after_help = "Examples:\n  \
+        tessera synth render --seconds 10 --pads 0-31 --pressure 0.8 --seed 7 --out synth.wav\n  \
+        tessera synth render --pads 0,3,8-11 --x 0.6 --y 0.9 --format i16 --out micro.wav\n  \
+        tessera synth render --gesture take1.txt --seconds 30 --out take1.wav\n\n\
+        Gesture file: lines of `time pad x y pressure` (seconds; pad 0-31; x, y, pressure in [0, 1]).")]
+    Render(RenderArgs),
+    /// Time the DSP: ns and cycles per oscillator-sample (AVX2, portable, Faust) and the full load against the 1.4059 ms deadline.
+    #[command(after_help = "Examples:\n  \
+        flock /tmp/tessera-machine.lock tessera synth bench\n  \
+        tessera synth bench --pads 16 --oscillators 200 --work-factor 2\n\n\
+        Cycles are TSC ticks (reference cycles; perf's core-cycle counter is not available on every VM).")]
+    Bench(BenchArgs),
+}
+
+/// The synthesizer's shape, shared by render and bench.
+#[derive(Args)]
+pub struct ShapeArgs {
+    /// Random seed (same seed and input, same output).
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Oscillators per object.
+    #[arg(long, default_value_t = 100)]
+    pub oscillators: usize,
+    /// Load multiplier: silent ballast oscillators, for experiments near the deadline.
+    #[arg(long, default_value_t = 1.0)]
+    pub work_factor: f32,
+    /// Mean seconds between two migrations of an oscillator.
+    #[arg(long, default_value_t = 5.0)]
+    pub migration: f32,
+}
+
+impl ShapeArgs {
+    fn config(&self) -> SynthConfig {
+        SynthConfig {
+            seed: self.seed,
+            oscillators_per_object: self.oscillators,
+            work_factor: self.work_factor,
+            migration_seconds: self.migration,
+            ..SynthConfig::default()
+        }
+    }
+}
+
+#[derive(Args)]
+pub struct RenderArgs {
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Pads held down: a list of pads and ranges, e.g. 0-31 or 0,3,8-11.
+    #[arg(long, default_value = "0-31")]
+    pub pads: String,
+    #[arg(long, default_value_t = 0.8)]
+    pub pressure: f32,
+    /// Finger x on the held pads: the gaussian's width.
+    #[arg(long, default_value_t = 0.3)]
+    pub x: f32,
+    /// Finger y on the held pads: which of the pad's 4 tables.
+    #[arg(long, default_value_t = 0.1)]
+    pub y: f32,
+    /// Play this gesture file instead of held pads.
+    #[arg(long)]
+    pub gesture: Option<PathBuf>,
+    #[arg(long, default_value = "synth.wav")]
+    pub out: PathBuf,
+    /// Sample format: f32 or i16.
+    #[arg(long, default_value = "f32")]
+    pub format: String,
+    #[command(flatten)]
+    pub shape: ShapeArgs,
+}
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// Pads pressed in the full-load row (the seed's full load is 32).
+    #[arg(long, default_value_t = 32)]
+    pub pads: usize,
+    /// Blocks timed per row.
+    #[arg(long, default_value_t = 20_000)]
+    pub blocks: usize,
+    #[command(flatten)]
+    pub shape: ShapeArgs,
+}
+
+pub fn run(command: SynthCommand) -> Result<ExitCode, BrokerError> {
+    match command {
+        SynthCommand::Render(args) => render(args),
+        SynthCommand::Bench(args) => bench(args),
+    }
+}
+
+fn invalid(message: impl Into<String>, fix: &str) -> BrokerError {
+    BrokerError::new("invalid", message, fix)
+}
+
+fn render(args: RenderArgs) -> Result<ExitCode, BrokerError> {
+    let format = match args.format.as_str() {
+        "f32" => SampleFormat::Float32,
+        "i16" => SampleFormat::Int16,
+        other => {
+            return Err(invalid(
+                format!("format {other:?}"),
+                "--format f32 or --format i16",
+            ))
+        }
+    };
+    let gesture = match &args.gesture {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                invalid(
+                    format!("{}: {e}", path.display()),
+                    "give a readable gesture file",
+                )
+            })?;
+            Gesture::parse(&text)
+                .map_err(|e| invalid(e.to_string(), "lines are `time pad x y pressure`"))?
+        }
+        None => {
+            let input = PadInput {
+                x: args.x,
+                y: args.y,
+                pressure: args.pressure,
+            };
+            Gesture::fixed(parse_pads(&args.pads)?, input)
+        }
+    };
+    let mut synth = Synth::new(args.shape.config())
+        .map_err(|e| invalid(e.to_string(), "see tessera synth render --help"))?;
+    let mut player = GesturePlayer::new(gesture);
+    let summary =
+        wav::render(&mut synth, &mut player, args.seconds, &args.out, format).map_err(|e| {
+            BrokerError::new(
+                "io",
+                format!("{}: {e}", args.out.display()),
+                "check the output path",
+            )
+        })?;
+    println!(
+        "wrote {} ({} frames, 8 channels, {} Hz, {}; kernel {})",
+        args.out.display(),
+        summary.frames,
+        synth.config().sample_rate,
+        args.format,
+        synth.kernel().name()
+    );
+    println!("channel  peak     rms");
+    for c in 0..CHANNELS {
+        println!("{c:>7}  {:.4}  {:.4}", summary.peak[c], summary.rms[c]);
+    }
+    println!("object-blocks processed: {}", summary.objects_processed);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Parses `0-31` or `0,3,8-11` into pad numbers.
+fn parse_pads(list: &str) -> Result<Vec<usize>, BrokerError> {
+    let bad = || {
+        invalid(
+            format!("pads {list:?}"),
+            "e.g. --pads 0-31 or --pads 0,3,8-11 (pads 0..31)",
+        )
+    };
+    let mut pads = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        let first: usize = first.trim().parse().map_err(|_| bad())?;
+        let last: usize = last.trim().parse().map_err(|_| bad())?;
+        if first > last || last >= PADS {
+            return Err(bad());
+        }
+        pads.extend(first..=last);
+    }
+    Ok(pads)
+}
+
+/// One timed row: total time and TSC ticks over `work` oscillator-samples.
+struct Timing {
+    ns: f64,
+    ticks: f64,
+    work: f64,
+}
+
+impl Timing {
+    fn measure(work_per_call: f64, calls: usize, mut call: impl FnMut()) -> Timing {
+        for _ in 0..calls / 10 {
+            call(); // warm caches, branch predictors and clocks
+        }
+        let (start, t0) = (Instant::now(), ticks());
+        for _ in 0..calls {
+            call();
+        }
+        let (t1, elapsed) = (ticks(), start.elapsed());
+        Timing {
+            ns: elapsed.as_nanos() as f64,
+            ticks: (t1 - t0) as f64,
+            work: work_per_call * calls as f64,
+        }
+    }
+
+    fn row(&self, name: &str) {
+        println!(
+            "{name:<34} {:>8.3} ns  {:>7.3} cycles",
+            self.ns / self.work,
+            self.ticks / self.work
+        );
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn ticks() -> u64 {
+    // SAFETY: `rdtsc` exists on every x86_64 CPU (it is in the baseline ISA)
+    // and only reads the time-stamp counter.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn ticks() -> u64 {
+    0
+}
+
+/// The oscillator frequencies and amplitude of one object, as a bank and
+/// Faust both play them.
+fn voice_partials(oscillators: usize) -> (Vec<f64>, f32) {
+    let frequencies = (0..oscillators)
+        .map(|i| 110.0 * (i as f64 * 0.037).exp2())
+        .collect();
+    (frequencies, 0.1 * (2.0 / oscillators as f32).sqrt())
+}
+
+fn bench_bank(kernel: Kernel, oscillators: usize, blocks: usize) -> Timing {
+    let (frequencies, amplitude) = voice_partials(oscillators);
+    let mut bank = Bank::new(oscillators);
+    for (i, hz) in frequencies.iter().enumerate() {
+        bank.start(
+            i,
+            amplitude,
+            i as f64,
+            std::f64::consts::TAU * hz / 44_100.0,
+        );
+    }
+    let mut out = [0.0f32; BLOCK];
+    Timing::measure((oscillators * BLOCK) as f64, blocks, || {
+        bank.render(kernel, &mut out);
+        black_box(&out);
+    })
+}
+
+fn bench_faust(oscillators: usize, blocks: usize) -> Option<Timing> {
+    let mut voice = tessera_synth::faust::voice(44_100)?;
+    let (frequencies, amplitude) = voice_partials(oscillators.min(voice.oscillators()));
+    for (i, hz) in frequencies.iter().enumerate() {
+        voice.set_oscillator(i, *hz as f32, amplitude);
+    }
+    let mut out = [0.0f32; BLOCK];
+    Some(Timing::measure(
+        (voice.oscillators() * BLOCK) as f64,
+        blocks,
+        || {
+            voice.render(&mut out);
+            black_box(&out);
+        },
+    ))
+}
+
+/// Block times of the whole synth with `pads` pads pressed, in ns.
+fn bench_full_load(
+    config: SynthConfig,
+    pads: usize,
+    blocks: usize,
+) -> Result<(Vec<u64>, Timing), BrokerError> {
+    let mut synth =
+        Synth::new(config).map_err(|e| invalid(e.to_string(), "see tessera synth bench --help"))?;
+    let mut input = [PadInput::default(); PADS];
+    for (p, pad) in input.iter_mut().enumerate().take(pads) {
+        *pad = PadInput {
+            x: 0.5,
+            y: (p % 4) as f32 / 4.0,
+            pressure: 0.8,
+        };
+    }
+    let mut out = [[0.0f32; CHANNELS]; BLOCK];
+    // Oscillator-samples asked for (ballast included, SIMD padding not).
+    let work = pads as f64 * config_work(synth.config());
+    let mut times = Vec::with_capacity(blocks);
+    let timing = Timing::measure(work, blocks, || {
+        let start = Instant::now();
+        synth.process(&input, &mut out);
+        times.push(start.elapsed().as_nanos() as u64);
+        black_box(&out);
+    });
+    // The warm-up blocks are timed too; keep only the measured ones.
+    let measured = times.split_off(times.len() - blocks);
+    Ok((measured, timing))
+}
+
+/// Oscillator-samples one object renders per block.
+fn config_work(config: &SynthConfig) -> f64 {
+    config.oscillators_per_object as f64 * f64::from(config.work_factor) * BLOCK as f64
+}
+
+fn bench(args: BenchArgs) -> Result<ExitCode, BrokerError> {
+    if args.pads > PADS || args.blocks == 0 {
+        return Err(invalid(
+            format!("{} pads, {} blocks", args.pads, args.blocks),
+            "--pads 0..=32, --blocks >= 1",
+        ));
+    }
+    let oscillators = args.shape.oscillators;
+    println!(
+        "one object: {oscillators} oscillators x {BLOCK} frames, {} blocks per row",
+        args.blocks
+    );
+    println!("{:<34} per oscillator-sample", "");
+    if let Some(simd) = Kernel::avx2_fma() {
+        bench_bank(simd, oscillators, args.blocks).row("tessera bank, avx2+fma");
+    } else {
+        println!("{:<34} (no AVX2+FMA on this CPU)", "tessera bank, avx2+fma");
+    }
+    bench_bank(Kernel::portable(), oscillators, args.blocks).row("tessera bank, portable");
+    match bench_faust(oscillators, args.blocks) {
+        Some(timing) => timing.row("faust migrator.dsp (os.osc)"),
+        None => println!(
+            "{:<34} skipped: `faust` was not installed when tessera was built",
+            "faust migrator.dsp"
+        ),
+    }
+
+    let (mut times, timing) = bench_full_load(args.shape.config(), args.pads, args.blocks)?;
+    println!(
+        "\nfull load: {} pads x {} oscillators (work factor {}), migrations every {} s, kernel {}",
+        args.pads,
+        oscillators,
+        args.shape.work_factor,
+        args.shape.migration,
+        Kernel::detect().name()
+    );
+    timing.row("whole synth (process)");
+    times.sort_unstable();
+    let mean = times.iter().sum::<u64>() as f64 / times.len() as f64;
+    let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize] as f64;
+    println!(
+        "block time    mean {:>8.1} us  p50 {:>8.1} us  p99 {:>8.1} us  max {:>8.1} us",
+        mean / 1e3,
+        at(0.5) / 1e3,
+        at(0.99) / 1e3,
+        at(1.0) / 1e3
+    );
+    println!(
+        "of the {:.4} ms deadline: mean {:.2}%  p99 {:.2}%  max {:.2}%  (budget: 10%)",
+        DEADLINE_NS / 1e6,
+        100.0 * mean / DEADLINE_NS,
+        100.0 * at(0.99) / DEADLINE_NS,
+        100.0 * at(1.0) / DEADLINE_NS
+    );
+    println!(
+        "cycles: TSC ticks at {:.3} GHz (reference cycles, not core cycles)",
+        timing.ticks / timing.ns
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,79 @@
+//! The cells of one configuration and the setup of the threads that join
+//! them: cells are created bound to this process through
+//! `tessera_broker::Session` and destroyed when the guard drops — after the
+//! configuration, on error, on panic — so that no run leaks bandwidth into
+//! the next.
+//!
+//! It must never decide what a configuration asks for: callers do.
+
+use tessera_broker::{BrokerError, CellInfo, Session};
+use tessera_policy::CellRequest;
+use tessera_sys::sched::{self, Policy};
+
+/// Cells created for one configuration, destroyed (newest first) on drop.
+#[derive(Default)]
+pub struct Cells(Vec<String>);
+
+impl Cells {
+    /// Creates a cell bound to this process and remembers to destroy it.
+    pub fn create(
+        &mut self,
+        session: &mut Session,
+        request: CellRequest,
+    ) -> Result<CellInfo, BrokerError> {
+        let name = request.name.clone();
+        let info = session.create_cell(request, true)?;
+        self.0.push(name);
+        Ok(info)
+    }
+}
+
+impl Cells {
+    /// Destroys the cells now (newest first), retrying once: a thread that
+    /// just left can still hold the cell for an instant. Returns what could
+    /// not be destroyed, so that the run reports it.
+    pub fn destroy(&mut self) -> Vec<String> {
+        let mut failures = Vec::new();
+        let Ok(mut session) = Session::connect() else {
+            return vec!["no broker to destroy the cells".into()];
+        };
+        while let Some(name) = self.0.pop() {
+            let first = session.destroy_cell(&name);
+            if first.is_err() {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                if let Err(e) = session.destroy_cell(&name) {
+                    failures.push(format!("cell {name:?} not destroyed: {e}"));
+                }
+            }
+        }
+        failures
+    }
+}
+
+impl Drop for Cells {
+    fn drop(&mut self) {
+        self.destroy();
+    }
+}
+
+/// Sets up the calling thread: joins `cell` (through a session of its own),
+/// or is pinned to `core`; then SCHED_FIFO at `fifo` if given.
+pub fn setup_thread(
+    cell: Option<&str>,
+    fifo: Option<u32>,
+    core: Option<usize>,
+) -> Result<(), String> {
+    match (cell, core) {
+        (Some(c), _) => Session::connect()
+            .and_then(|mut s| s.join_current_thread(c))
+            .map_err(|e| e.to_string())?,
+        (None, Some(core)) => {
+            tessera_sys::affinity::set_affinity(0, &[core]).map_err(|e| e.to_string())?
+        }
+        (None, None) => {}
+    }
+    if let Some(priority) = fifo {
+        sched::set_policy(0, &Policy::Fifo { priority }).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,821 @@
+//! Runs a scenario: its configurations back to back under the same machine
+//! conditions — cells created, subject and interference set up and released
+//! together, the warm-up left out of the statistics, everything stopped and
+//! the cells destroyed before the next configuration — then writes
+//! results.json (every sample in a histogram, the raw series for the plots)
+//! and the report directory.
+//!
+//! It must never judge a result, and never leave a cell, a thread or a
+//! process behind: every configuration ends in [`Live::finish`], error or not.
+
+use crate::cells::{setup_thread, Cells};
+use crate::probe;
+use crate::scenario::{
+    Configuration, GraphNode, Interference, LoadKind, Scenario, Sched, Subject, Tool,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tessera_broker::{BrokerError, Session};
+use tessera_graph::{
+    nodes, Budget, BudgetProbe, CycleRecord, Engine, EngineConfig, Graph, Profile, StreamConfig,
+    TimerDriver,
+};
+use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults, Series, Summary};
+use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
+use tessera_workloads::external::{self, ExternalLoad, RtAppPolicy, RtAppTask};
+use tessera_workloads::{
+    ep, hog, io, stream, LoadThreads, PeriodicSpec, PeriodicStats, PeriodicTask, Window,
+};
+
+/// Largest latency a histogram keeps exactly (larger ones are clamped).
+const HISTOGRAM_BOUND_NS: u64 = 10_000_000_000;
+/// Time between setting up and releasing everything.
+const RELEASE_DELAY: Duration = Duration::from_millis(50);
+/// How often the progress line is refreshed.
+const PROGRESS_EVERY: Duration = Duration::from_millis(500);
+
+/// Where a run stands, for the progress line.
+pub struct Progress<'a> {
+    pub index: usize,
+    pub count: usize,
+    pub configuration: &'a str,
+    pub elapsed: Duration,
+    pub total: Duration,
+}
+
+pub struct Outcome {
+    pub results: RunResults,
+    pub report_dir: PathBuf,
+}
+
+fn err(message: impl Into<String>) -> BrokerError {
+    BrokerError::new("experiment", message, "")
+}
+
+/// Runs every configuration of `scenario` and writes results and report
+/// into `out_dir`.
+pub fn run(
+    scenario: &Scenario,
+    out_dir: &Path,
+    mut progress: impl FnMut(&Progress),
+) -> Result<Outcome, BrokerError> {
+    let mut results = RunResults::start(scenario.name.clone());
+    results.description = scenario.description.clone();
+    results.duration_s = scenario.duration.as_secs_f64();
+    results.warmup_s = scenario.warmup.as_secs_f64();
+    results.baseline = scenario.baseline.clone();
+    let privileged = tessera_broker::Mode::detect() == tessera_broker::Mode::Guaranteed;
+    let count = scenario.configurations.len();
+    for (index, config) in scenario.configurations.iter().enumerate() {
+        let mut report = |elapsed| {
+            progress(&Progress {
+                index: index + 1,
+                count,
+                configuration: &config.name,
+                elapsed,
+                total: scenario.total(),
+            })
+        };
+        let result = if !privileged && needs_privilege(config) {
+            not_run(config, "needs CAP_SYS_NICE (root) for SCHED_FIFO and cells; tessera runs in best-effort mode here".into())
+        } else {
+            match run_configuration(scenario, config, &mut report) {
+                Ok(r) => r,
+                // A configuration that cannot run is reported; the others
+                // still compare under the same conditions.
+                Err(e) => not_run(config, e),
+            }
+        };
+        results.configurations.push(result);
+    }
+    write(&results, out_dir)?;
+    Ok(Outcome {
+        results,
+        report_dir: out_dir.to_path_buf(),
+    })
+}
+
+fn needs_privilege(config: &Configuration) -> bool {
+    !config.subject.is_plain() || config.interference.iter().any(|(_, s)| !s.is_plain())
+}
+
+fn not_run(config: &Configuration, why: String) -> ConfigurationResult {
+    ConfigurationResult {
+        name: config.name.clone(),
+        notes: vec![format!("not run: {why}")],
+        metrics: Vec::new(),
+    }
+}
+
+/// Writes results.json and the report (README.md, PNG and SVG plots).
+pub fn write(results: &RunResults, dir: &Path) -> Result<(), BrokerError> {
+    std::fs::create_dir_all(dir).map_err(|e| err(format!("create {}: {e}", dir.display())))?;
+    results
+        .save(&dir.join("results.json"))
+        .map_err(|e| err(e.to_string()))?;
+    write_report(results, dir)
+}
+
+/// The report of saved results: measure's tables and plots, plus the
+/// probe's per-load section when the run was a probe.
+pub fn write_report(results: &RunResults, dir: &Path) -> Result<(), BrokerError> {
+    let files = tessera_measure::write_report(results, dir).map_err(|e| err(e.to_string()))?;
+    let extra = probe::report_section(results, dir).map_err(err)?;
+    if !extra.is_empty() {
+        let mut text = std::fs::read_to_string(&files.readme).map_err(|e| err(e.to_string()))?;
+        text.push_str(&extra);
+        std::fs::write(&files.readme, text).map_err(|e| err(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// The real name of a scenario cell in this run (cells are machine-global).
+fn cell_name(name: &str) -> String {
+    format!("sc-{name}-{}", std::process::id())
+}
+
+/// The setup of a thread scheduled by `sched`.
+fn setup_for(
+    sched: &Sched,
+    core: Option<usize>,
+) -> impl FnOnce() -> Result<(), String> + Send + Clone {
+    let cell = sched.cell.as_deref().map(cell_name);
+    let fifo = sched.fifo;
+    move || setup_thread(cell.as_deref(), fifo, core)
+}
+
+/// Everything started for one configuration.
+#[derive(Default)]
+struct Live {
+    subject: Option<SubjectRun>,
+    periodic: Vec<(String, PeriodicTask)>,
+    threads: Vec<LoadThreads>,
+    external: Vec<ExternalLoad>,
+}
+
+enum SubjectRun {
+    Task(PeriodicTask),
+    Graph(Box<GraphRun>),
+    Cyclictest(probe::Cyclictest),
+}
+
+struct GraphRun {
+    engine: Engine,
+    /// Nodes not yet added or removed, with the times they are due.
+    pending: Vec<(u64, NodeEdit)>,
+    previous: Option<String>,
+}
+
+enum NodeEdit {
+    Add(GraphNode),
+    Remove(String),
+}
+
+/// What the live run left: the subject's data and the interference reports.
+struct Finished {
+    subject: Option<SubjectData>,
+    periodic: Vec<PeriodicStats>,
+    notes: Vec<String>,
+}
+
+enum SubjectData {
+    Task(PeriodicStats),
+    Graph(Profile, u64),
+    Cyclictest(Result<LatencyHistogram, String>),
+}
+
+impl Live {
+    fn start(&self, t0: u64) {
+        match &self.subject {
+            Some(SubjectRun::Task(t)) => t.start(t0),
+            Some(SubjectRun::Cyclictest(c)) => c.start(t0),
+            _ => {}
+        }
+        self.periodic.iter().for_each(|(_, t)| t.start(t0));
+        self.threads.iter().for_each(|t| t.start(t0));
+        self.external.iter().for_each(|e| e.start(t0));
+    }
+
+    /// Stops and joins everything, whatever state it is in.
+    fn finish(self) -> Finished {
+        self.periodic.iter().for_each(|(_, t)| t.stop());
+        self.threads.iter().for_each(LoadThreads::stop);
+        self.external.iter().for_each(ExternalLoad::stop);
+        let mut notes = Vec::new();
+        let subject = self.subject.map(|s| match s {
+            SubjectRun::Task(t) => {
+                t.stop();
+                SubjectData::Task(t.join())
+            }
+            SubjectRun::Graph(g) => match g.engine.stop() {
+                Ok(report) => SubjectData::Graph(report.profile, report.node_panics),
+                Err(e) => {
+                    notes.push(format!("engine: {e}"));
+                    SubjectData::Graph(Profile::default(), 0)
+                }
+            },
+            SubjectRun::Cyclictest(c) => SubjectData::Cyclictest(c.join()),
+        });
+        let periodic = self.periodic.into_iter().map(|(_, t)| t.join()).collect();
+        notes.extend(self.threads.into_iter().map(|t| t.join().describe()));
+        notes.extend(self.external.into_iter().map(|e| e.join().describe()));
+        Finished {
+            subject,
+            periodic,
+            notes,
+        }
+    }
+}
+
+fn run_configuration(
+    scenario: &Scenario,
+    config: &Configuration,
+    progress: &mut dyn FnMut(Duration),
+) -> Result<ConfigurationResult, String> {
+    let mut session = Session::connect().map_err(|e| e.to_string())?;
+    let mut cells = Cells::default();
+    for name in used_cells(config) {
+        let spec = scenario.cell(name).expect("validated");
+        let mut request = spec.request.clone();
+        request.name = cell_name(name);
+        cells
+            .create(&mut session, request)
+            .map_err(|e| format!("cell {name:?}: {e}"))?;
+    }
+    drop(session);
+    let mut live = Live::default();
+    let outcome = start_all(scenario, config, &mut live)
+        .and_then(|t0| drive(scenario, &mut live, t0, progress));
+    let mut finished = live.finish();
+    finished.notes.extend(cells.destroy());
+    let t0 = outcome?;
+    Ok(collect(scenario, config, t0, finished))
+}
+
+fn used_cells(config: &Configuration) -> Vec<&str> {
+    let mut names: Vec<&str> = config
+        .interference
+        .iter()
+        .filter_map(|(_, s)| s.cell.as_deref())
+        .chain(config.subject.cell.as_deref())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// Sets everything up and releases it; returns t0, the run's origin.
+fn start_all(scenario: &Scenario, config: &Configuration, live: &mut Live) -> Result<u64, String> {
+    live.subject = Some(start_subject(scenario, config)?);
+    for (name, sched) in &config.interference {
+        let load = scenario.load(name).expect("validated");
+        start_load(scenario, load, sched, live)?;
+    }
+    let t0 = monotonic_ns() + RELEASE_DELAY.as_nanos() as u64;
+    live.start(t0);
+    Ok(t0)
+}
+
+fn start_subject(scenario: &Scenario, config: &Configuration) -> Result<SubjectRun, String> {
+    let setup = setup_for(&config.subject, scenario.core);
+    let total = scenario.total();
+    let task = |name: &str, period, work, deadline| {
+        let mut spec = PeriodicSpec::new(name, period, work, total);
+        spec.deadline = deadline;
+        let task = PeriodicTask::spawn(spec, setup.clone()).map_err(|e| e.to_string())?;
+        Ok(SubjectRun::Task(task))
+    };
+    match (&scenario.subject, config.tool) {
+        (
+            Subject::Periodic {
+                period,
+                work,
+                deadline,
+            },
+            _,
+        ) => task("subject", *period, *work, *deadline),
+        (Subject::Probe { period }, Tool::Tessera) => {
+            task("probe", *period, Duration::ZERO, *period)
+        }
+        (Subject::Probe { period }, Tool::Cyclictest) => {
+            Ok(SubjectRun::Cyclictest(probe::Cyclictest::prepare(
+                *period,
+                config.subject.fifo,
+                scenario.core,
+                scenario.warmup,
+                scenario.duration,
+            )))
+        }
+        (Subject::Graph { .. }, _) => {
+            start_graph(scenario, config).map(|g| SubjectRun::Graph(Box::new(g)))
+        }
+    }
+}
+
+/// Budget columns of a graph in a reserved cell: the runtime per period it
+/// was given (scaled to the audio period) and the CPU time its threads used.
+struct CellBudget {
+    set_ns: u64,
+}
+
+impl BudgetProbe for CellBudget {
+    fn sample(&mut self, cycle: &CycleRecord) -> Budget {
+        Budget {
+            set_ns: self.set_ns,
+            used_ns: cycle.thread_cpu_ns,
+        }
+    }
+}
+
+fn start_graph(scenario: &Scenario, config: &Configuration) -> Result<GraphRun, String> {
+    let Subject::Graph {
+        frames,
+        rate,
+        workers,
+        deadline,
+        nodes,
+    } = &scenario.subject
+    else {
+        unreachable!("called for graph subjects only")
+    };
+    let stream = StreamConfig::new(*frames, *rate).map_err(|e| e.to_string())?;
+    let period_ns = *frames as u64 * 1_000_000_000 / *rate as u64;
+    let setup = setup_for(&config.subject, scenario.core);
+    let budget_probe = config
+        .subject
+        .cell
+        .as_deref()
+        .and_then(|c| scenario.cell(c)?.request.budget)
+        .map(|b| {
+            Box::new(CellBudget {
+                set_ns: b.runtime_ns * period_ns / b.period_ns,
+            }) as Box<dyn BudgetProbe>
+        });
+    let cycles = (scenario.total().as_nanos() as u64 / period_ns) as usize;
+    let engine_config = EngineConfig {
+        workers: *workers,
+        max_nodes: nodes.len() + 2,
+        profile_cycles: cycles + cycles / 10 + 1000,
+        deadline: *deadline,
+        thread_setup: Some(Arc::new(move |_role| setup.clone()().map_err(Into::into))),
+        budget_probe,
+        ..EngineConfig::default()
+    };
+    let mut graph = Graph::new();
+    graph
+        .add_node("system", Box::new(nodes::Passthrough::new(1)))
+        .map_err(|e| e.to_string())?;
+    let engine = Engine::start(graph, stream, TimerDriver::new(), engine_config)
+        .map_err(|e| e.to_string())?;
+    let mut pending: Vec<(u64, NodeEdit)> = Vec::new();
+    for n in nodes {
+        pending.push((n.start.as_nanos() as u64, NodeEdit::Add(n.clone())));
+        if let Some(stop) = n.stop {
+            pending.push((stop.as_nanos() as u64, NodeEdit::Remove(n.name.clone())));
+        }
+    }
+    pending.sort_by_key(|(at, _)| *at);
+    Ok(GraphRun {
+        engine,
+        pending,
+        previous: Some("system".into()),
+    })
+}
+
+impl GraphRun {
+    /// Applies the edits due by `elapsed_ns`: a node joins the end of the
+    /// chain (like a JACK client connecting to the previous one), or leaves.
+    fn apply_due(&mut self, elapsed_ns: u64) -> Result<(), String> {
+        while self
+            .pending
+            .first()
+            .is_some_and(|(at, _)| *at <= elapsed_ns)
+        {
+            let (_, edit) = self.pending.remove(0);
+            let previous = self.previous.clone();
+            match edit {
+                NodeEdit::Add(node) => {
+                    self.engine
+                        .edit(|g| {
+                            let id =
+                                g.add_node(&node.name, Box::new(nodes::Load::new(node.load)))?;
+                            if let Some(from) = previous.as_deref().and_then(|p| g.node_by_name(p))
+                            {
+                                let out = if previous.as_deref() == Some("system") {
+                                    "out0"
+                                } else {
+                                    "out"
+                                };
+                                g.connect(g.port(from, out)?, g.port(id, "in")?)?;
+                            }
+                            Ok(())
+                        })
+                        .map_err(|e| e.to_string())?;
+                    self.previous = Some(node.name);
+                }
+                NodeEdit::Remove(name) => {
+                    self.engine
+                        .edit(|g| match g.node_by_name(&name) {
+                            Some(id) => g.remove_node(id),
+                            None => Ok(()),
+                        })
+                        .map_err(|e| e.to_string())?;
+                    if self.previous.as_deref() == Some(name.as_str()) {
+                        self.previous = Some("system".into());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn start_load(
+    scenario: &Scenario,
+    load: &Interference,
+    sched: &Sched,
+    live: &mut Live,
+) -> Result<(), String> {
+    let total = scenario.total();
+    let window = Window {
+        start_after: load.start,
+        run_for: Some(load.stop.unwrap_or(total).min(total) - load.start),
+    };
+    let setup = setup_for(sched, scenario.core);
+    let hook = |_| Box::new(setup.clone()) as tessera_workloads::Setup;
+    let name = load.name.as_str();
+    let io_error = |e: std::io::Error| format!("{name}: {e}");
+    match &load.kind {
+        LoadKind::Hog {
+            threads,
+            load: share,
+        } => {
+            let spec = hog::HogSpec {
+                name: name.into(),
+                threads: *threads,
+                load: *share,
+                window,
+            };
+            live.threads
+                .push(hog::spawn(&spec, hook).map_err(io_error)?);
+        }
+        LoadKind::Ep { threads } => live
+            .threads
+            .push(ep::spawn(name, *threads, window, hook).map_err(io_error)?),
+        LoadKind::Stream { threads, mebibytes } => {
+            let spec = stream::StreamSpec {
+                name: name.into(),
+                threads: *threads,
+                mebibytes: *mebibytes,
+                window,
+            };
+            live.threads
+                .push(stream::spawn(&spec, hook).map_err(io_error)?);
+        }
+        LoadKind::Io {
+            threads,
+            block_kib,
+            file_mib,
+            sync_mib,
+        } => {
+            let spec = io::IoSpec {
+                name: name.into(),
+                threads: *threads,
+                dir: std::env::temp_dir(),
+                block_kib: *block_kib,
+                file_mib: *file_mib,
+                sync_mib: *sync_mib,
+                window,
+            };
+            live.threads.push(io::spawn(&spec, hook).map_err(io_error)?);
+        }
+        LoadKind::Periodic { period, work } => {
+            let mut spec = PeriodicSpec::new(name, *period, *work, window.run_for.unwrap_or(total));
+            spec.start_after = load.start;
+            let task = PeriodicTask::spawn(spec, setup).map_err(io_error)?;
+            live.periodic.push((name.into(), task));
+        }
+        LoadKind::RtApp { period, run } => {
+            let task = RtAppTask {
+                name: name.into(),
+                period: *period,
+                run: *run,
+                policy: sched.fifo.map_or(RtAppPolicy::Other, RtAppPolicy::Fifo),
+            };
+            let spec = external::rt_app(name, &[task], window, &std::env::temp_dir())?;
+            let core = scenario.core;
+            let pin = Box::new(move |pid| match core {
+                Some(c) => {
+                    tessera_sys::affinity::set_affinity(pid, &[c]).map_err(|e| e.to_string())
+                }
+                None => Ok(()),
+            });
+            live.external.push(ExternalLoad::spawn(spec, pin)?);
+        }
+        LoadKind::StressNg { args } => {
+            let mut args = args.clone();
+            if let Some(p) = sched.fifo {
+                args.extend([
+                    "--sched".into(),
+                    "fifo".into(),
+                    "--sched-prio".into(),
+                    p.to_string(),
+                ]);
+            }
+            let spec = external::stress_ng(name, &args, window);
+            let cell = sched.cell.as_deref().map(cell_name);
+            let join = Box::new(move |pid| match cell {
+                Some(c) => Session::connect()
+                    .and_then(|mut s| s.attach(&c, pid, None))
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+                None => Ok(()),
+            });
+            live.external.push(ExternalLoad::spawn(spec, join)?);
+        }
+    }
+    Ok(())
+}
+
+/// Waits out the run: applies graph edits when due, refreshes progress.
+fn drive(
+    scenario: &Scenario,
+    live: &mut Live,
+    t0: u64,
+    progress: &mut dyn FnMut(Duration),
+) -> Result<u64, String> {
+    let end = t0 + scenario.total().as_nanos() as u64;
+    let tick = PROGRESS_EVERY.as_nanos() as u64;
+    sleep_until_monotonic_ns(t0);
+    loop {
+        let now = monotonic_ns();
+        let elapsed = now.saturating_sub(t0);
+        if let Some(SubjectRun::Graph(g)) = &mut live.subject {
+            g.apply_due(elapsed)?;
+        }
+        progress(Duration::from_nanos(elapsed));
+        if now >= end {
+            return Ok(t0);
+        }
+        let next_edit = match &live.subject {
+            Some(SubjectRun::Graph(g)) => g.pending.first().map_or(u64::MAX, |(at, _)| t0 + at),
+            _ => u64::MAX,
+        };
+        sleep_until_monotonic_ns((now + tick).min(end).min(next_edit));
+    }
+}
+
+fn latency_histogram(values_ns: impl Iterator<Item = u64>) -> LatencyHistogram {
+    let mut h = LatencyHistogram::new(HISTOGRAM_BOUND_NS);
+    values_ns.for_each(|v| h.record(v));
+    h
+}
+
+fn collect(
+    scenario: &Scenario,
+    config: &Configuration,
+    t0: u64,
+    finished: Finished,
+) -> ConfigurationResult {
+    let mut notes = vec![format!(
+        "subject {}; {}",
+        config.subject.describe(),
+        match config.interference.as_slice() {
+            [] => "no interference".to_string(),
+            list => list
+                .iter()
+                .map(|(n, s)| format!("{n} {}", s.describe()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    )];
+    let mut metrics = Vec::new();
+    let warmup = scenario.warmup.as_nanos() as u64;
+    match finished.subject {
+        Some(SubjectData::Task(stats)) => {
+            let (metric, note) = task_metric(
+                &stats,
+                subject_metric_name(&scenario.subject),
+                Duration::ZERO,
+                scenario.warmup,
+            );
+            metrics.push(metric);
+            notes.push(note);
+        }
+        Some(SubjectData::Graph(profile, panics)) => {
+            let (graph_metrics, note) = graph_metrics(&profile, t0 + warmup, t0);
+            metrics.extend(graph_metrics);
+            notes.push(format!("{note}, {panics} node panics"));
+        }
+        Some(SubjectData::Cyclictest(Ok(h))) => {
+            let period_us = match scenario.subject {
+                Subject::Probe { period } => Some(period.as_secs_f64() * 1e6),
+                _ => None,
+            };
+            notes.push(format!(
+                "cyclictest: {} samples (its own warm-up excluded: it starts after the warm-up)",
+                h.count()
+            ));
+            metrics.push(Metric::latency(probe::METRIC, period_us, h));
+        }
+        Some(SubjectData::Cyclictest(Err(e))) => notes.push(format!("cyclictest failed: {e}")),
+        None => {}
+    }
+    for stats in &finished.periodic {
+        let start = scenario
+            .load(&stats.name)
+            .map_or(Duration::ZERO, |l| l.start);
+        let (metric, note) = task_metric(
+            stats,
+            &format!("{} response time", stats.name),
+            start,
+            scenario.warmup,
+        );
+        metrics.push(metric);
+        metrics.push(slack_metric(stats, start, scenario.warmup));
+        notes.push(note);
+    }
+    notes.extend(finished.notes);
+    ConfigurationResult {
+        name: config.name.clone(),
+        notes,
+        metrics,
+    }
+}
+
+fn subject_metric_name(subject: &Subject) -> &'static str {
+    match subject {
+        Subject::Probe { .. } => probe::METRIC,
+        _ => "response time",
+    }
+}
+
+/// Samples of a periodic task released after the warm-up, with their
+/// release times (s from t0). Job i was released at start + i × period.
+fn measured(stats: &PeriodicStats, start: Duration, warmup: Duration) -> Vec<(f64, f64)> {
+    stats
+        .response_us
+        .iter()
+        .enumerate()
+        .map(|(i, &r)| (start.as_secs_f64() + i as f64 * stats.period_us / 1e6, r))
+        .filter(|(t, _)| *t >= warmup.as_secs_f64())
+        .collect()
+}
+
+fn task_metric(
+    stats: &PeriodicStats,
+    name: &str,
+    start: Duration,
+    warmup: Duration,
+) -> (Metric, String) {
+    let samples = measured(stats, start, warmup);
+    let hist = latency_histogram(samples.iter().map(|(_, r)| (r * 1000.0) as u64));
+    let mut series = Series::with_capacity(name, "us", samples.len());
+    samples.iter().for_each(|&(t, r)| {
+        series.push(t, r);
+    });
+    let note = match &stats.setup_error {
+        Some(e) => format!("{}: setup failed: {e}", stats.name),
+        None => format!(
+            "{}: {} jobs measured, {} late ({} served late by an overrunning job)",
+            stats.name,
+            samples.len(),
+            samples
+                .iter()
+                .filter(|(_, r)| *r > stats.deadline_us)
+                .count(),
+            stats.skipped
+        ),
+    };
+    let metric = Metric {
+        series: vec![series],
+        ..Metric::latency(name, Some(stats.deadline_us), hist)
+    };
+    (metric, note)
+}
+
+/// Slack: deadline − response time of each job (negative: a miss), the
+/// thesis's measure of how well the periodic tasks fared.
+fn slack_metric(stats: &PeriodicStats, start: Duration, warmup: Duration) -> Metric {
+    let name = format!("{} slack", stats.name);
+    let samples = measured(stats, start, warmup);
+    let skip = stats.response_us.len() - samples.len();
+    let slack: Vec<f64> = stats.slack_us().split_off(skip);
+    let mut series = Series::with_capacity("slack", "us", samples.len());
+    samples.iter().zip(&slack).for_each(|(&(t, _), &s)| {
+        series.push(t, s);
+    });
+    Metric {
+        name,
+        unit: "us".into(),
+        deadline: None,
+        summary: Summary::from_samples(&slack, None),
+        histogram: None,
+        series: vec![series],
+    }
+}
+
+/// Driver end, period, node end times and budget of the cycles that
+/// started after `measure_from` (absolute ns); times in s from `t0`.
+fn graph_metrics(profile: &Profile, measure_from: u64, t0: u64) -> (Vec<Metric>, String) {
+    let cycles: Vec<&CycleRecord> = profile
+        .cycles
+        .iter()
+        .filter(|c| c.start_ns >= measure_from)
+        .collect();
+    let t = |c: &CycleRecord| (c.start_ns - t0) as f64 / 1e9;
+    let us = |ns: u64| ns as f64 / 1000.0;
+    let deadline_us = cycles.first().map(|c| us(c.deadline_ns));
+    let mut driver_end = Series::with_capacity("driver end", "us", cycles.len());
+    let mut period = Series::with_capacity("period", "us", cycles.len());
+    let mut set = Series::with_capacity("budget set", "us", cycles.len());
+    let mut used = Series::with_capacity("budget used", "us", cycles.len());
+    for c in &cycles {
+        driver_end.push(t(c), us(c.driver_end_ns));
+        if c.period_ns > 0 {
+            period.push(t(c), us(c.period_ns));
+        }
+        if c.budget_set_ns > 0 {
+            set.push(t(c), us(c.budget_set_ns));
+        }
+        used.push(t(c), us(c.thread_cpu_ns));
+    }
+    let start_of: std::collections::HashMap<u64, &CycleRecord> =
+        cycles.iter().map(|c| (c.cycle, *c)).collect();
+    let mut node_series: Vec<Series> = Vec::new();
+    for n in profile
+        .nodes
+        .iter()
+        .filter(|n| start_of.contains_key(&n.cycle))
+    {
+        let name = n.name.to_string();
+        if name == "system" {
+            continue;
+        }
+        let index = match node_series.iter().position(|s| s.name == name) {
+            Some(i) => i,
+            None => {
+                node_series.push(Series::with_capacity(name, "us", cycles.len()));
+                node_series.len() - 1
+            }
+        };
+        node_series[index].push(t(start_of[&n.cycle]), us(n.finished_ns));
+    }
+    let node_ends: Vec<f64> = node_series.iter().flat_map(|s| s.values()).collect();
+    let xruns = cycles.iter().filter(|c| c.xrun).count();
+    let skipped: u64 = cycles.iter().map(|c| c.skipped_periods).sum();
+    let note = format!(
+        "{} cycles measured, {xruns} xruns, {skipped} periods skipped",
+        cycles.len()
+    );
+    let mut metrics = vec![
+        Metric {
+            series: vec![driver_end],
+            ..Metric::latency(
+                "driver end",
+                deadline_us,
+                latency_histogram(cycles.iter().map(|c| c.driver_end_ns)),
+            )
+        },
+        Metric {
+            series: vec![period],
+            ..Metric::latency(
+                "period",
+                None,
+                latency_histogram(
+                    cycles
+                        .iter()
+                        .filter(|c| c.period_ns > 0)
+                        .map(|c| c.period_ns),
+                ),
+            )
+        },
+    ];
+    if !node_series.is_empty() {
+        metrics.push(Metric {
+            name: "node end".into(),
+            unit: "us".into(),
+            deadline: deadline_us,
+            summary: Summary::from_samples(&node_ends, deadline_us),
+            histogram: None,
+            series: node_series,
+        });
+    }
+    let mut budget = vec![used];
+    if !set.points.is_empty() {
+        budget.insert(0, set);
+    }
+    metrics.push(Metric {
+        name: "budget".into(),
+        unit: "us".into(),
+        deadline: None,
+        summary: Summary::from_samples(
+            &budget.last().map(Series::values).unwrap_or_default(),
+            None,
+        ),
+        histogram: None,
+        series: budget,
+    });
+    (metrics, note)
+}

@@ -1,0 +1,1032 @@
+//! Scenario files: the TOML description of an experiment — cells, the
+//! subject measured (a periodic task, an audio graph, the latency probe),
+//! interference, duration and warm-up, and the named configurations run
+//! back to back. docs/scenarios.md documents every key.
+//!
+//! Owns parsing and validation: a malformed or impossible scenario is
+//! refused here, before anything runs, with the line and the reason. It must
+//! never touch the machine beyond reading facts (online CPUs, installed
+//! programs, the kernel's deadline capacity).
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest, Placement};
+use toml::Spanned;
+
+/// Why a scenario was refused: where, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScenarioError {
+    pub file: String,
+    /// 1-based; 0 when the problem is the file as a whole.
+    pub line: usize,
+    pub reason: String,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            0 => write!(f, "{}: {}", self.file, self.reason),
+            line => write!(f, "{}:{line}: {}", self.file, self.reason),
+        }
+    }
+}
+
+impl std::error::Error for ScenarioError {}
+
+/// How a thread is scheduled in one configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Sched {
+    /// Join this scenario cell (SCHED_DEADLINE for reserved cells).
+    pub cell: Option<String>,
+    /// SCHED_FIFO at this priority (inside the cell's cpuset if any).
+    pub fifo: Option<u32>,
+}
+
+impl Sched {
+    /// "plain", "fifo:80", "cell:audio", or "cell:others, fifo:10".
+    pub fn parse(text: &str) -> Result<Sched, String> {
+        let mut sched = Sched::default();
+        for part in text.split(',').map(str::trim) {
+            match part.split_once(':') {
+                None if part == "plain" => {}
+                Some(("fifo", p)) => {
+                    let p: u32 = p
+                        .trim()
+                        .parse()
+                        .map_err(|_| format!("{p:?} is not a FIFO priority"))?;
+                    if !(1..=99).contains(&p) {
+                        return Err(format!("FIFO priority {p} is outside 1–99"));
+                    }
+                    sched.fifo = Some(p);
+                }
+                Some(("cell", name)) if !name.trim().is_empty() => {
+                    sched.cell = Some(name.trim().to_string())
+                }
+                _ => {
+                    return Err(format!(
+                        "{part:?} is not a scheduling (use plain, fifo:PRIO, cell:NAME or \"cell:NAME, fifo:PRIO\")"
+                    ))
+                }
+            }
+        }
+        Ok(sched)
+    }
+
+    pub fn is_plain(&self) -> bool {
+        self.cell.is_none() && self.fifo.is_none()
+    }
+
+    pub fn describe(&self) -> String {
+        match (&self.cell, self.fifo) {
+            (None, None) => "plain".into(),
+            (None, Some(p)) => format!("fifo:{p}"),
+            (Some(c), None) => format!("cell:{c}"),
+            (Some(c), Some(p)) => format!("cell:{c}, fifo:{p}"),
+        }
+    }
+}
+
+/// A cell the configurations may use; created (with a per-run unique name)
+/// before each configuration that uses it, destroyed after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellSpec {
+    pub name: String,
+    pub request: CellRequest,
+}
+
+/// One node of the graph subject: a load (the thesis's dnl) in the chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphNode {
+    pub name: String,
+    /// Fraction of the period it spins (0.1 = 10 %).
+    pub load: f64,
+    pub start: Duration,
+    pub stop: Option<Duration>,
+}
+
+/// What the scenario measures.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Subject {
+    /// A periodic task: response time of each job.
+    Periodic {
+        period: Duration,
+        work: Duration,
+        deadline: Duration,
+    },
+    /// The audio graph on a timer driver: driver end, period, node ends,
+    /// budget, xruns.
+    Graph {
+        frames: u32,
+        rate: u32,
+        workers: usize,
+        deadline: Option<Duration>,
+        nodes: Vec<GraphNode>,
+    },
+    /// The latency probe: a callback every period; how late each one is.
+    Probe { period: Duration },
+}
+
+/// An interference workload.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LoadKind {
+    Hog {
+        threads: usize,
+        load: f64,
+    },
+    Periodic {
+        period: Duration,
+        work: Duration,
+    },
+    Ep {
+        threads: usize,
+    },
+    Stream {
+        threads: usize,
+        mebibytes: usize,
+    },
+    Io {
+        threads: usize,
+        block_kib: usize,
+        file_mib: usize,
+        sync_mib: usize,
+    },
+    RtApp {
+        period: Duration,
+        run: Duration,
+    },
+    StressNg {
+        args: Vec<String>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interference {
+    pub name: String,
+    pub kind: LoadKind,
+    /// From the start of the run (warm-up included).
+    pub start: Duration,
+    pub stop: Option<Duration>,
+}
+
+/// What measures the subject (the probe can be cross-checked by cyclictest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    Tessera,
+    Cyclictest,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Configuration {
+    pub name: String,
+    pub subject: Sched,
+    /// The interference that runs, with its scheduling, in scenario order.
+    pub interference: Vec<(String, Sched)>,
+    pub tool: Tool,
+}
+
+/// A validated scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    pub file: String,
+    pub name: String,
+    pub description: String,
+    /// Measured time per configuration.
+    pub duration: Duration,
+    /// Time before the measurement starts (loads already run).
+    pub warmup: Duration,
+    /// Core every thread outside a cell is pinned to (None: not pinned).
+    pub core: Option<usize>,
+    pub baseline: Option<String>,
+    pub cells: Vec<CellSpec>,
+    pub subject: Subject,
+    pub interference: Vec<Interference>,
+    pub configurations: Vec<Configuration>,
+}
+
+impl Scenario {
+    /// Warm-up plus duration: how long each configuration runs.
+    pub fn total(&self) -> Duration {
+        self.warmup + self.duration
+    }
+
+    pub fn cell(&self, name: &str) -> Option<&CellSpec> {
+        self.cells.iter().find(|c| c.name == name)
+    }
+
+    pub fn load(&self, name: &str) -> Option<&Interference> {
+        self.interference.iter().find(|i| i.name == name)
+    }
+
+    /// The same scenario with every time (duration, warm-up, starts and
+    /// stops) multiplied by `factor`: the short runs of the experiment suite.
+    /// Periods and budgets keep their values.
+    pub fn scaled(&self, factor: f64) -> Scenario {
+        let f = |d: Duration| d.mul_f64(factor);
+        let mut s = self.clone();
+        s.duration = f(s.duration);
+        s.warmup = f(s.warmup);
+        for i in &mut s.interference {
+            i.start = f(i.start);
+            i.stop = i.stop.map(f);
+        }
+        if let Subject::Graph { nodes, .. } = &mut s.subject {
+            for n in nodes {
+                n.start = f(n.start);
+                n.stop = n.stop.map(f);
+            }
+        }
+        s
+    }
+
+    /// Reads and validates a scenario file.
+    pub fn from_file(path: &Path) -> Result<Scenario, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+            file: path.display().to_string(),
+            line: 0,
+            reason: format!("cannot read: {e}"),
+        })?;
+        Scenario::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates scenario text; `file` names it in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Scenario, ScenarioError> {
+        let at = |span: Option<Range<usize>>, reason: String| ScenarioError {
+            file: file.to_string(),
+            line: span.map_or(0, |s| line_of(text, s.start)),
+            reason,
+        };
+        let raw: RawScenario =
+            toml::from_str(text).map_err(|e| at(e.span(), e.message().trim().to_string()))?;
+        Validator {
+            facts: Facts::detect(),
+        }
+        .scenario(raw, file)
+        .map_err(|(span, reason)| at(Some(span), reason))
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// Parses "400us", "1.333ms", "15s", "2min", "500ns".
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (write e.g. 400us, 1.333ms, 15s)"))?;
+    let scale = match unit.trim() {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "min" => 60.0,
+        "" => return Err(format!("{text:?} needs a unit (ns, us, ms, s or min)")),
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (use ns, us, ms, s or min)"
+            ))
+        }
+    };
+    Ok(Duration::from_secs_f64(value * scale))
+}
+
+/// Machine facts validation needs (a test can fix them).
+#[derive(Debug, Clone)]
+struct Facts {
+    online: Vec<usize>,
+    /// Bandwidth SCHED_DEADLINE may use per CPU.
+    capacity: f64,
+}
+
+impl Facts {
+    fn detect() -> Facts {
+        Facts {
+            online: tessera_sys::kernel::online_cpus().unwrap_or_else(|_| vec![0]),
+            capacity: tessera_sys::kernel::deadline_capacity().per_cpu,
+        }
+    }
+}
+
+type Refusal = (Range<usize>, String);
+
+fn refuse<T>(span: Range<usize>, reason: impl Into<String>) -> Result<T, Refusal> {
+    Err((span, reason.into()))
+}
+
+// The file's shape. Every value a rule checks is `Spanned` so that the
+// refusal can name its line.
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    name: String,
+    #[serde(default)]
+    description: String,
+    duration: Spanned<String>,
+    warmup: Option<Spanned<String>>,
+    core: Option<Spanned<RawCore>>,
+    baseline: Option<Spanned<String>>,
+    #[serde(default)]
+    cell: Vec<Spanned<RawCell>>,
+    subject: Spanned<RawSubject>,
+    #[serde(default)]
+    interference: Vec<Spanned<RawInterference>>,
+    #[serde(default)]
+    configuration: Vec<Spanned<RawConfiguration>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawCore {
+    Index(usize),
+    Named(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCell {
+    name: Spanned<String>,
+    policy: Spanned<String>,
+    cores: Option<Spanned<Vec<usize>>>,
+    count: Option<Spanned<usize>>,
+    runtime: Option<Spanned<String>>,
+    period: Option<Spanned<String>>,
+    deadline: Option<Spanned<String>>,
+    weight: Option<Spanned<u32>>,
+    #[serde(default)]
+    reclaim: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSubject {
+    kind: Spanned<String>,
+    period: Option<Spanned<String>>,
+    work: Option<Spanned<String>>,
+    deadline: Option<Spanned<String>>,
+    frames: Option<Spanned<u32>>,
+    rate: Option<Spanned<u32>>,
+    workers: Option<Spanned<usize>>,
+    #[serde(default)]
+    node: Vec<Spanned<RawNode>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: Spanned<String>,
+    load: Spanned<f64>,
+    start: Option<Spanned<String>>,
+    stop: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawInterference {
+    name: Spanned<String>,
+    kind: Spanned<String>,
+    threads: Option<Spanned<usize>>,
+    load: Option<Spanned<f64>>,
+    period: Option<Spanned<String>>,
+    work: Option<Spanned<String>>,
+    mebibytes: Option<Spanned<usize>>,
+    block_kib: Option<Spanned<usize>>,
+    file_mib: Option<Spanned<usize>>,
+    sync_mib: Option<Spanned<usize>>,
+    args: Option<Spanned<Vec<String>>>,
+    start: Option<Spanned<String>>,
+    stop: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfiguration {
+    name: Spanned<String>,
+    subject: Option<Spanned<String>>,
+    interference: Option<Spanned<BTreeMap<String, Spanned<String>>>>,
+    tool: Option<Spanned<String>>,
+}
+
+struct Validator {
+    facts: Facts,
+}
+
+const MAX_THREADS: usize = 64;
+
+fn duration(value: &Spanned<String>) -> Result<Duration, Refusal> {
+    parse_duration(value.get_ref()).map_err(|e| (value.span(), e))
+}
+
+fn opt_duration(value: &Option<Spanned<String>>) -> Result<Option<Duration>, Refusal> {
+    value.as_ref().map(duration).transpose()
+}
+
+fn required<'a, T>(
+    value: &'a Option<Spanned<T>>,
+    table: &Range<usize>,
+    what: &str,
+) -> Result<&'a Spanned<T>, Refusal> {
+    value
+        .as_ref()
+        .ok_or_else(|| (table.clone(), format!("missing key `{what}`")))
+}
+
+fn threads(value: &Option<Spanned<usize>>) -> Result<usize, Refusal> {
+    match value {
+        None => Ok(1),
+        Some(t) if (1..=MAX_THREADS).contains(t.get_ref()) => Ok(*t.get_ref()),
+        Some(t) => refuse(
+            t.span(),
+            format!("threads must be 1–{MAX_THREADS}, not {}", t.get_ref()),
+        ),
+    }
+}
+
+fn fraction(value: &Spanned<f64>, what: &str) -> Result<f64, Refusal> {
+    let v = *value.get_ref();
+    if v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        refuse(
+            value.span(),
+            format!("{what} must be in (0, 1] (a fraction of a CPU or period), not {v}"),
+        )
+    }
+}
+
+impl Validator {
+    fn scenario(&self, raw: RawScenario, file: &str) -> Result<Scenario, Refusal> {
+        let duration_value = duration(&raw.duration)?;
+        if duration_value.is_zero() {
+            return refuse(raw.duration.span(), "duration must be longer than 0");
+        }
+        let warmup = opt_duration(&raw.warmup)?.unwrap_or(Duration::ZERO);
+        let total = warmup + duration_value;
+        let core = raw.core.as_ref().map(|c| self.core(c)).transpose()?;
+        let cells = self.cells(&raw.cell, core)?;
+        let subject = self.subject(&raw.subject, total)?;
+        let interference = self.interference(&raw.interference, total)?;
+        let mut scenario = Scenario {
+            file: file.to_string(),
+            name: raw.name,
+            description: raw.description,
+            duration: duration_value,
+            warmup,
+            core,
+            baseline: None,
+            cells,
+            subject,
+            interference,
+            configurations: Vec::new(),
+        };
+        if raw.configuration.is_empty() {
+            return refuse(
+                0..0,
+                "no [[configuration]]: name at least one (e.g. name = \"plain\")",
+            );
+        }
+        for c in &raw.configuration {
+            let configuration = self.configuration(c, &scenario)?;
+            if scenario
+                .configurations
+                .iter()
+                .any(|x| x.name == configuration.name)
+            {
+                return refuse(
+                    c.get_ref().name.span(),
+                    format!("configuration {:?} is named twice", configuration.name),
+                );
+            }
+            scenario.configurations.push(configuration);
+        }
+        scenario.baseline = match &raw.baseline {
+            Some(b)
+                if scenario
+                    .configurations
+                    .iter()
+                    .any(|c| &c.name == b.get_ref()) =>
+            {
+                Some(b.get_ref().clone())
+            }
+            Some(b) => {
+                return refuse(
+                    b.span(),
+                    format!("baseline {:?} is not a configuration", b.get_ref()),
+                )
+            }
+            None => scenario.configurations.first().map(|c| c.name.clone()),
+        };
+        Ok(scenario)
+    }
+
+    fn core(&self, core: &Spanned<RawCore>) -> Result<usize, Refusal> {
+        let index = match core.get_ref() {
+            RawCore::Index(i) => *i,
+            RawCore::Named(n) if n == "last" => *self.facts.online.last().unwrap_or(&0),
+            RawCore::Named(n) => {
+                return refuse(
+                    core.span(),
+                    format!("core {n:?}: give a CPU number or \"last\""),
+                )
+            }
+        };
+        if !self.facts.online.contains(&index) {
+            return refuse(
+                core.span(),
+                format!(
+                    "CPU {index} is not online (online: {:?})",
+                    self.facts.online
+                ),
+            );
+        }
+        Ok(index)
+    }
+
+    fn cells(
+        &self,
+        raw: &[Spanned<RawCell>],
+        core: Option<usize>,
+    ) -> Result<Vec<CellSpec>, Refusal> {
+        let mut cells: Vec<CellSpec> = Vec::new();
+        for c in raw {
+            let spec = self.cell(c, core)?;
+            if cells.iter().any(|x| x.name == spec.name) {
+                return refuse(
+                    c.get_ref().name.span(),
+                    format!("cell {:?} is declared twice", spec.name),
+                );
+            }
+            cells.push(spec);
+        }
+        Ok(cells)
+    }
+
+    /// A cell without `cores` or `count` sits on the scenario's `core` when
+    /// one is given, so that it shares that CPU with the pinned threads.
+    fn cell(&self, spanned: &Spanned<RawCell>, core: Option<usize>) -> Result<CellSpec, Refusal> {
+        let (c, table) = (spanned.get_ref(), spanned.span());
+        let policy = CellPolicy::parse(c.policy.get_ref()).ok_or_else(|| {
+            (
+                c.policy.span(),
+                format!(
+                    "unknown policy {:?} (dedicated, time-triggered, event-triggered, best-effort)",
+                    c.policy.get_ref()
+                ),
+            )
+        })?;
+        let cores = match (&c.cores, &c.count) {
+            (Some(list), None) => {
+                if let Some(bad) = list
+                    .get_ref()
+                    .iter()
+                    .find(|i| !self.facts.online.contains(i))
+                {
+                    return refuse(
+                        list.span(),
+                        format!("CPU {bad} is not online (online: {:?})", self.facts.online),
+                    );
+                }
+                CoreRequest::List(list.get_ref().clone())
+            }
+            (None, Some(n)) if *n.get_ref() <= self.facts.online.len() => {
+                CoreRequest::Count(*n.get_ref())
+            }
+            (None, Some(n)) => {
+                return refuse(
+                    n.span(),
+                    format!(
+                        "{} cores asked, the machine has {}",
+                        n.get_ref(),
+                        self.facts.online.len()
+                    ),
+                )
+            }
+            (Some(list), Some(_)) => {
+                return refuse(list.span(), "give `cores` (a list) or `count`, not both")
+            }
+            (None, None) if core.is_some() => CoreRequest::List(core.into_iter().collect()),
+            (None, None) if policy == CellPolicy::BestEffort => CoreRequest::Count(0),
+            (None, None) => CoreRequest::Count(1),
+        };
+        let budget = self.budget(c, policy, &table)?;
+        let weight = match &c.weight {
+            Some(w) if (1..=10_000).contains(w.get_ref()) => *w.get_ref(),
+            Some(w) => {
+                return refuse(
+                    w.span(),
+                    format!("weight must be 1–10000, not {}", w.get_ref()),
+                )
+            }
+            None => 100,
+        };
+        Ok(CellSpec {
+            name: c.name.get_ref().clone(),
+            request: CellRequest {
+                name: c.name.get_ref().clone(),
+                policy,
+                cores,
+                budget,
+                placement: Placement::Partitioned,
+                weight,
+                pinned: false,
+                reclaim: c.reclaim,
+                overrun_signal: false,
+            },
+        })
+    }
+
+    fn budget(
+        &self,
+        c: &RawCell,
+        policy: CellPolicy,
+        table: &Range<usize>,
+    ) -> Result<Option<Budget>, Refusal> {
+        let reserved = matches!(
+            policy,
+            CellPolicy::EventTriggered | CellPolicy::TimeTriggered
+        );
+        if !reserved {
+            if let Some(r) = &c.runtime {
+                return refuse(
+                    r.span(),
+                    format!("a {} cell has no runtime/period", c.policy.get_ref()),
+                );
+            }
+            return Ok(None);
+        }
+        let runtime = duration(required(&c.runtime, table, "runtime")?)?;
+        let period_value = required(&c.period, table, "period")?;
+        let period = duration(period_value)?;
+        let deadline = opt_duration(&c.deadline)?.unwrap_or(match policy {
+            CellPolicy::TimeTriggered => runtime,
+            _ => period,
+        });
+        let (low, high) = tessera_sys::kernel::deadline_period_range();
+        if period < low || period > high {
+            return refuse(
+                period_value.span(),
+                format!("period {period:?} is outside the kernel's range {low:?}–{high:?}"),
+            );
+        }
+        if runtime < Duration::from_nanos(1024) || runtime > deadline || deadline > period {
+            return refuse(table.clone(), format!("need 1024 ns ≤ runtime ≤ deadline ≤ period (runtime {runtime:?}, deadline {deadline:?}, period {period:?})"));
+        }
+        let share = runtime.as_secs_f64() / period.as_secs_f64();
+        if share > self.facts.capacity {
+            return refuse(
+                table.clone(),
+                format!(
+                    "runtime/period = {share:.3} exceeds the {:.2} of a CPU SCHED_DEADLINE may use",
+                    self.facts.capacity
+                ),
+            );
+        }
+        Ok(Some(Budget {
+            runtime_ns: runtime.as_nanos() as u64,
+            deadline_ns: deadline.as_nanos() as u64,
+            period_ns: period.as_nanos() as u64,
+        }))
+    }
+
+    fn subject(&self, spanned: &Spanned<RawSubject>, total: Duration) -> Result<Subject, Refusal> {
+        let (s, table) = (spanned.get_ref(), spanned.span());
+        match s.kind.get_ref().as_str() {
+            "periodic" => {
+                let period_value = required(&s.period, &table, "period")?;
+                let period = duration(period_value)?;
+                let work_value = required(&s.work, &table, "work")?;
+                let work = duration(work_value)?;
+                if work >= period {
+                    return refuse(work_value.span(), format!("work {work:?} must be shorter than the period {period:?}: every job would miss"));
+                }
+                let deadline = opt_duration(&s.deadline)?.unwrap_or(period);
+                Ok(Subject::Periodic {
+                    period,
+                    work,
+                    deadline,
+                })
+            }
+            "probe" => {
+                let period_value = required(&s.period, &table, "period")?;
+                let period = duration(period_value)?;
+                if period < Duration::from_micros(100) {
+                    return refuse(
+                        period_value.span(),
+                        "a probe period under 100 µs measures the timer, not the scheduler",
+                    );
+                }
+                Ok(Subject::Probe { period })
+            }
+            "graph" => self.graph(s, &table, total),
+            other => refuse(
+                s.kind.span(),
+                format!("unknown subject kind {other:?} (periodic, graph, probe)"),
+            ),
+        }
+    }
+
+    fn graph(
+        &self,
+        s: &RawSubject,
+        table: &Range<usize>,
+        total: Duration,
+    ) -> Result<Subject, Refusal> {
+        let frames = required(&s.frames, table, "frames")?;
+        let rate = required(&s.rate, table, "rate")?;
+        tessera_graph::StreamConfig::new(*frames.get_ref(), *rate.get_ref())
+            .map_err(|e| (frames.span().start..rate.span().end, e.to_string()))?;
+        let workers = s.workers.as_ref().map_or(0, |w| *w.get_ref());
+        let mut nodes: Vec<GraphNode> = Vec::new();
+        for n in &s.node {
+            let raw = n.get_ref();
+            let start = opt_duration(&raw.start)?.unwrap_or(Duration::ZERO);
+            let stop = opt_duration(&raw.stop)?;
+            if start >= total {
+                return refuse(
+                    n.span(),
+                    format!("node starts at {start:?}, after the run ends ({total:?})"),
+                );
+            }
+            if stop.is_some_and(|t| t <= start) {
+                return refuse(n.span(), "a node must stop after it starts");
+            }
+            if nodes.iter().any(|x| &x.name == raw.name.get_ref()) {
+                return refuse(
+                    raw.name.span(),
+                    format!("node {:?} is declared twice", raw.name.get_ref()),
+                );
+            }
+            nodes.push(GraphNode {
+                name: raw.name.get_ref().clone(),
+                load: fraction(&raw.load, "load")?,
+                start,
+                stop,
+            });
+        }
+        let sum: f64 = nodes.iter().map(|n| n.load).sum();
+        if sum >= 1.0 {
+            return refuse(
+                table.clone(),
+                format!("the nodes' loads add up to {sum:.2} of the period: no cycle could finish"),
+            );
+        }
+        Ok(Subject::Graph {
+            frames: *frames.get_ref(),
+            rate: *rate.get_ref(),
+            workers,
+            deadline: opt_duration(&s.deadline)?,
+            nodes,
+        })
+    }
+
+    fn interference(
+        &self,
+        raw: &[Spanned<RawInterference>],
+        total: Duration,
+    ) -> Result<Vec<Interference>, Refusal> {
+        let mut loads: Vec<Interference> = Vec::new();
+        for i in raw {
+            let load = self.load(i, total)?;
+            if loads.iter().any(|x| x.name == load.name) {
+                return refuse(
+                    i.get_ref().name.span(),
+                    format!("interference {:?} is declared twice", load.name),
+                );
+            }
+            loads.push(load);
+        }
+        Ok(loads)
+    }
+
+    fn load(
+        &self,
+        spanned: &Spanned<RawInterference>,
+        total: Duration,
+    ) -> Result<Interference, Refusal> {
+        let (i, table) = (spanned.get_ref(), spanned.span());
+        let periodic = |what: &str| -> Result<(Duration, Duration), Refusal> {
+            let period = duration(required(&i.period, &table, "period")?)?;
+            let work_value = required(&i.work, &table, "work")?;
+            let work = duration(work_value)?;
+            if work.is_zero() || work >= period {
+                return refuse(
+                    work_value.span(),
+                    format!("{what} work must be in (0, period)"),
+                );
+            }
+            Ok((period, work))
+        };
+        let external = |program: &str| -> Result<(), Refusal> {
+            if tessera_workloads::external::installed(program) {
+                Ok(())
+            } else {
+                refuse(
+                    i.kind.span(),
+                    format!("{program} is not installed (Debian: apt-get install {program})"),
+                )
+            }
+        };
+        let kind = match i.kind.get_ref().as_str() {
+            "hog" => LoadKind::Hog {
+                threads: threads(&i.threads)?,
+                load: i.load.as_ref().map_or(Ok(1.0), |l| fraction(l, "load"))?,
+            },
+            "periodic" => {
+                let (period, work) = periodic("a periodic task's")?;
+                LoadKind::Periodic { period, work }
+            }
+            "ep" => LoadKind::Ep { threads: threads(&i.threads)? },
+            "stream" => LoadKind::Stream {
+                threads: threads(&i.threads)?,
+                mebibytes: i.mebibytes.as_ref().map_or(64, |m| *m.get_ref()).max(3),
+            },
+            "io" => LoadKind::Io {
+                threads: threads(&i.threads)?,
+                block_kib: i.block_kib.as_ref().map_or(256, |v| *v.get_ref()),
+                file_mib: i.file_mib.as_ref().map_or(64, |v| *v.get_ref()),
+                sync_mib: i.sync_mib.as_ref().map_or(8, |v| *v.get_ref()),
+            },
+            "rt-app" => {
+                external("rt-app")?;
+                let (period, run) = periodic("rt-app's")?;
+                LoadKind::RtApp { period, run }
+            }
+            "stress-ng" => {
+                external("stress-ng")?;
+                let args = required(&i.args, &table, "args")?;
+                LoadKind::StressNg { args: args.get_ref().clone() }
+            }
+            other => return refuse(i.kind.span(), format!("unknown interference kind {other:?} (hog, periodic, ep, stream, io, rt-app, stress-ng)")),
+        };
+        let start = opt_duration(&i.start)?.unwrap_or(Duration::ZERO);
+        let stop = opt_duration(&i.stop)?;
+        if start >= total {
+            return refuse(
+                table,
+                format!("starts at {start:?}, after the run ends ({total:?})"),
+            );
+        }
+        if stop.is_some_and(|t| t <= start) {
+            return refuse(table, "interference must stop after it starts");
+        }
+        Ok(Interference {
+            name: i.name.get_ref().clone(),
+            kind,
+            start,
+            stop,
+        })
+    }
+
+    fn sched(&self, value: &Spanned<String>, scenario: &Scenario) -> Result<Sched, Refusal> {
+        let sched = Sched::parse(value.get_ref()).map_err(|e| (value.span(), e))?;
+        if let Some(cell) = &sched.cell {
+            if scenario.cell(cell).is_none() {
+                return refuse(value.span(), format!("no cell named {cell:?} is declared"));
+            }
+        }
+        Ok(sched)
+    }
+
+    fn configuration(
+        &self,
+        spanned: &Spanned<RawConfiguration>,
+        scenario: &Scenario,
+    ) -> Result<Configuration, Refusal> {
+        let (c, table) = (spanned.get_ref(), spanned.span());
+        let subject = match &c.subject {
+            Some(s) => self.sched(s, scenario)?,
+            None => Sched::default(),
+        };
+        let interference = match &c.interference {
+            None => scenario
+                .interference
+                .iter()
+                .map(|i| (i.name.clone(), Sched::default()))
+                .collect(),
+            Some(map) => {
+                let mut chosen = Vec::new();
+                for i in &scenario.interference {
+                    if let Some(s) = map.get_ref().get(&i.name) {
+                        chosen.push((i.name.clone(), self.sched(s, scenario)?));
+                    }
+                }
+                if let Some((name, s)) = map
+                    .get_ref()
+                    .iter()
+                    .find(|(n, _)| scenario.load(n).is_none())
+                {
+                    return refuse(
+                        s.span(),
+                        format!("no interference named {name:?} is declared"),
+                    );
+                }
+                chosen
+            }
+        };
+        let tool = match c.tool.as_ref().map(|t| (t.get_ref().as_str(), t.span())) {
+            None | Some(("tessera", _)) => Tool::Tessera,
+            Some(("cyclictest", span)) => {
+                if !matches!(scenario.subject, Subject::Probe { .. }) {
+                    return refuse(span, "cyclictest can only stand in for the probe subject");
+                }
+                if !tessera_workloads::external::installed("cyclictest") {
+                    return refuse(
+                        span,
+                        "cyclictest is not installed (Debian: apt-get install rt-tests)",
+                    );
+                }
+                if subject.cell.is_some() {
+                    return refuse(
+                        span,
+                        "cyclictest cannot run in a cell: give it plain or fifo:PRIO",
+                    );
+                }
+                Tool::Cyclictest
+            }
+            Some((other, span)) => {
+                return refuse(
+                    span,
+                    format!("unknown tool {other:?} (tessera, cyclictest)"),
+                )
+            }
+        };
+        let configuration = Configuration {
+            name: c.name.get_ref().clone(),
+            subject,
+            interference,
+            tool,
+        };
+        self.feasible(&configuration, scenario, &table)?;
+        Ok(configuration)
+    }
+
+    /// The checks that need the whole configuration: rt-app schedules
+    /// itself (no cells), the engine needs a reservation slot per thread,
+    /// and the reservations on a core must fit its capacity.
+    fn feasible(
+        &self,
+        c: &Configuration,
+        scenario: &Scenario,
+        table: &Range<usize>,
+    ) -> Result<(), Refusal> {
+        for (name, sched) in &c.interference {
+            let is_rt_app = scenario
+                .load(name)
+                .is_some_and(|l| matches!(l.kind, LoadKind::RtApp { .. }));
+            if is_rt_app && sched.cell.is_some() {
+                return refuse(table.clone(), format!("{name}: rt-app sets its own policy; give it plain or fifo:PRIO (use kind = \"periodic\" for a task in a cell)"));
+            }
+        }
+        if let (Subject::Graph { workers, .. }, Some(cell)) = (&scenario.subject, &c.subject.cell) {
+            let spec = scenario.cell(cell).expect("validated");
+            let slots = match &spec.request.cores {
+                CoreRequest::List(l) => l.len(),
+                CoreRequest::Count(n) => *n,
+            };
+            if spec.request.budget.is_some() && workers + 1 > slots {
+                return refuse(table.clone(), format!("the engine's driver and {workers} worker(s) need {} reservation slots; cell {cell:?} has {slots} core(s) (give it more cores or set workers = {})", workers + 1, slots.saturating_sub(1)));
+            }
+        }
+        let mut per_core: BTreeMap<usize, f64> = BTreeMap::new();
+        let mut used: Vec<&str> = c.subject.cell.iter().map(String::as_str).collect();
+        used.extend(c.interference.iter().filter_map(|(_, s)| s.cell.as_deref()));
+        used.sort_unstable();
+        used.dedup();
+        for name in used {
+            let spec = scenario.cell(name).expect("validated");
+            if let (Some(b), CoreRequest::List(cores)) = (&spec.request.budget, &spec.request.cores)
+            {
+                for core in cores {
+                    *per_core.entry(*core).or_default() += b.runtime_ns as f64 / b.period_ns as f64;
+                }
+            }
+        }
+        if let Some((core, share)) = per_core
+            .iter()
+            .find(|(_, s)| **s > self.facts.capacity + 1e-9)
+        {
+            return refuse(table.clone(), format!("the reservations on CPU {core} add up to {share:.3}, more than the {:.2} SCHED_DEADLINE may use there", self.facts.capacity));
+        }
+        Ok(())
+    }
+}
+
+/// Where a run's files go by default: results/<scenario file stem>-<unix time>.
+pub fn default_out_dir(scenario: &Scenario) -> PathBuf {
+    let stem = Path::new(&scenario.file)
+        .file_stem()
+        .map_or("scenario".into(), |s| s.to_string_lossy().into_owned());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    PathBuf::from(format!("results/{stem}-{now}"))
+}

@@ -1,0 +1,106 @@
+//! The JACK clients of the peer: [`LoadClient`] is tessera's `load` node as
+//! a JACK client (busy for a fraction of the period on the thread's CPU-time
+//! clock, audio `in` copied to `out`), timing itself every cycle;
+//! [`XrunCounter`] counts the server's xrun notifications.
+//!
+//! The process callback must never allocate: samples go into a vector
+//! reserved before activation and stop being recorded when it is full.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tessera_sys::clock;
+
+use crate::record::Sample;
+
+pub struct LoadClient {
+    input: jack::Port<jack::AudioIn>,
+    output: jack::Port<jack::AudioOut>,
+    busy_ns: u64,
+    samples: Vec<Sample>,
+    recording: Arc<AtomicBool>,
+}
+
+impl LoadClient {
+    /// A client busy `busy_s` seconds of CPU time per cycle, recording up to
+    /// `capacity` cycles while `recording` is raised.
+    pub fn new(
+        client: &jack::Client,
+        busy_s: f64,
+        capacity: usize,
+        recording: Arc<AtomicBool>,
+    ) -> Result<LoadClient, jack::Error> {
+        Ok(LoadClient {
+            input: client.register_port("in", jack::AudioIn::default())?,
+            output: client.register_port("out", jack::AudioOut::default())?,
+            busy_ns: (busy_s * 1e9) as u64,
+            samples: Vec::with_capacity(capacity),
+            recording,
+        })
+    }
+
+    pub fn into_samples(self) -> Vec<Sample> {
+        self.samples
+    }
+
+    /// Spins like tessera's `Load` node; returns the CPU time it took.
+    fn work(&mut self, scope: &jack::ProcessScope) -> u64 {
+        let start = clock::thread_cpu_ns();
+        while clock::thread_cpu_ns().saturating_sub(start) < self.busy_ns {
+            std::hint::spin_loop();
+        }
+        self.output
+            .as_mut_slice(scope)
+            .copy_from_slice(self.input.as_slice(scope));
+        clock::thread_cpu_ns().saturating_sub(start)
+    }
+}
+
+impl jack::ProcessHandler for LoadClient {
+    fn process(&mut self, client: &jack::Client, scope: &jack::ProcessScope) -> jack::Control {
+        let awake_ns = clock::monotonic_ns();
+        // JACK's own clock at the same moment: maps its cycle start onto
+        // CLOCK_MONOTONIC whatever clock this libjack reads.
+        let jack_awake_us = client.time();
+        let cpu_ns = self.work(scope);
+        let finished_ns = clock::monotonic_ns();
+        let recording = self.recording.load(Ordering::Acquire);
+        // JACK2 reports the cycle's start as its frame timer's wake-up
+        // estimate, in µs of its own clock.
+        if let (true, Ok(times)) = (recording, scope.cycle_times()) {
+            if self.samples.len() < self.samples.capacity() {
+                self.samples.push(Sample {
+                    cycle_frames: times.current_frames,
+                    cycle_start_us: times.current_usecs,
+                    jack_awake_us,
+                    awake_ns,
+                    finished_ns,
+                    cpu_ns,
+                });
+            }
+        }
+        jack::Control::Continue
+    }
+}
+
+/// Counts xruns; only one client (`counting`) counts, since JACK2 notifies
+/// every client of each xrun.
+pub struct XrunCounter {
+    xruns: Arc<AtomicU64>,
+    counting: bool,
+}
+
+impl XrunCounter {
+    pub fn new(xruns: Arc<AtomicU64>, counting: bool) -> Self {
+        XrunCounter { xruns, counting }
+    }
+}
+
+impl jack::NotificationHandler for XrunCounter {
+    fn xrun(&mut self, _: &jack::Client) -> jack::Control {
+        if self.counting {
+            self.xruns.fetch_add(1, Ordering::Relaxed);
+        }
+        jack::Control::Continue
+    }
+}

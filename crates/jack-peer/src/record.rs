@@ -1,0 +1,197 @@
+//! The peer's topologies and its output file, which `tessera-experiments`
+//! (`peer` module) parses:
+//!
+//! ```text
+//! # tessera-jack-peer 1
+//! # topology chain
+//! # clients load-01 load-02 ...
+//! # xruns 0
+//! # hosting one process, one JACK2 client thread per client
+//! client cycle_frames cycle_start_us jack_awake_us awake_ns finished_ns cpu_ns
+//! 0 123456 987654321 987654322 987654322123 987654388000 66700
+//! ```
+//!
+//! One row per client per recorded cycle, tab-separated (shown with spaces); `client` indexes
+//! the `clients` line (graph order: the chain in order, or source, loads,
+//! sink); `cycle_frames` and `cycle_start_us` come from
+//! `jack_get_cycle_times` (the frame count identifies the cycle across
+//! clients); `jack_awake_us` is JACK's clock (`jack_get_time`) when the
+//! callback woke, which maps `cycle_start_us` onto `CLOCK_MONOTONIC` (JACK2
+//! may read another clock, e.g. `CLOCK_MONOTONIC_RAW`); `awake_ns`/`finished_ns` are `CLOCK_MONOTONIC` around the
+//! process callback's body; `cpu_ns` is the callback's own work on the
+//! thread CPU-time clock. This module owns that format and must stay in step
+//! with its parser.
+
+use std::io::{self, Write};
+
+/// Version written on the first line.
+const FORMAT_VERSION: u32 = 1;
+
+/// How the load clients are connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// system:capture → load-01 → … → load-N → system:playback.
+    Chain,
+    /// system:capture → source → N loads in parallel → sink → system:playback.
+    FanOut,
+}
+
+impl Topology {
+    pub fn parse(text: &str) -> Result<Topology, String> {
+        match text {
+            "chain" => Ok(Topology::Chain),
+            "fan-out" => Ok(Topology::FanOut),
+            other => Err(format!("unknown topology {other:?}: chain or fan-out")),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Topology::Chain => "chain",
+            Topology::FanOut => "fan-out",
+        }
+    }
+
+    /// Client names in graph order.
+    pub fn client_names(self, loads: usize) -> Vec<String> {
+        let load_names = (1..=loads).map(|k| format!("load-{k:02}"));
+        match self {
+            Topology::Chain => load_names.collect(),
+            Topology::FanOut => std::iter::once("source".to_owned())
+                .chain(load_names)
+                .chain(std::iter::once("sink".to_owned()))
+                .collect(),
+        }
+    }
+
+    /// Whether the client at `index` of `clients` is a load (the fan-out's
+    /// source and sink only pass audio on).
+    pub fn is_load(self, index: usize, clients: usize) -> bool {
+        match self {
+            Topology::Chain => true,
+            Topology::FanOut => index != 0 && index + 1 != clients,
+        }
+    }
+
+    /// Port connections (output, input) wiring `names` to the driver's ports.
+    pub fn connections(self, names: &[String]) -> Vec<(String, String)> {
+        let out = |n: &str| format!("{n}:out");
+        let inp = |n: &str| format!("{n}:in");
+        let first = names.first().map(String::as_str).unwrap_or_default();
+        let last = names.last().map(String::as_str).unwrap_or_default();
+        let mut wires = vec![("system:capture_1".to_owned(), inp(first))];
+        match self {
+            Topology::Chain => {
+                wires.extend(names.windows(2).map(|w| (out(&w[0]), inp(&w[1]))));
+            }
+            Topology::FanOut => {
+                for load in &names[1..names.len() - 1] {
+                    wires.push((out(first), inp(load)));
+                    wires.push((out(load), inp(last)));
+                }
+            }
+        }
+        wires.push((out(last), "system:playback_1".to_owned()));
+        wires
+    }
+}
+
+/// One client's timings in one cycle.
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub cycle_frames: u32,
+    pub cycle_start_us: u64,
+    pub jack_awake_us: u64,
+    pub awake_ns: u64,
+    pub finished_ns: u64,
+    pub cpu_ns: u64,
+}
+
+pub struct Header {
+    pub topology: Topology,
+    pub clients: Vec<String>,
+    pub xruns: u64,
+    pub hosting: String,
+}
+
+/// Writes the file; `samples[i]` are client `i`'s rows.
+pub fn write(mut out: impl Write, header: &Header, samples: &[Vec<Sample>]) -> io::Result<()> {
+    writeln!(out, "# tessera-jack-peer {FORMAT_VERSION}")?;
+    writeln!(out, "# topology {}", header.topology.name())?;
+    writeln!(out, "# clients {}", header.clients.join(" "))?;
+    writeln!(out, "# xruns {}", header.xruns)?;
+    writeln!(out, "# hosting {}", header.hosting)?;
+    writeln!(
+        out,
+        "client\tcycle_frames\tcycle_start_us\tjack_awake_us\tawake_ns\tfinished_ns\tcpu_ns"
+    )?;
+    for (client, rows) in samples.iter().enumerate() {
+        for s in rows {
+            writeln!(
+                out,
+                "{client}\t{}\t{}\t{}\t{}\t{}\t{}",
+                s.cycle_frames,
+                s.cycle_start_us,
+                s.jack_awake_us,
+                s.awake_ns,
+                s.finished_ns,
+                s.cpu_ns
+            )?;
+        }
+    }
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fan_out_wires_source_to_every_load_and_every_load_to_the_sink() {
+        let names = Topology::FanOut.client_names(3);
+        assert_eq!(names, ["source", "load-01", "load-02", "load-03", "sink"]);
+        let wires = Topology::FanOut.connections(&names);
+        assert_eq!(wires.len(), 2 + 2 * 3);
+        assert!(wires.contains(&("source:out".into(), "load-02:in".into())));
+        assert!(wires.contains(&("load-03:out".into(), "sink:in".into())));
+        assert!(!Topology::FanOut.is_load(0, 5) && Topology::FanOut.is_load(1, 5));
+    }
+
+    #[test]
+    fn chain_wires_each_load_to_the_next() {
+        let names = Topology::Chain.client_names(3);
+        let wires = Topology::Chain.connections(&names);
+        assert_eq!(
+            wires,
+            [
+                ("system:capture_1".into(), "load-01:in".into()),
+                ("load-01:out".into(), "load-02:in".into()),
+                ("load-02:out".into(), "load-03:in".into()),
+                ("load-03:out".into(), "system:playback_1".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn file_has_a_header_and_one_row_per_sample() {
+        let header = Header {
+            topology: Topology::Chain,
+            clients: vec!["load-01".into()],
+            xruns: 2,
+            hosting: "one process".into(),
+        };
+        let sample = Sample {
+            cycle_frames: 64,
+            cycle_start_us: 1,
+            jack_awake_us: 2,
+            awake_ns: 1_500,
+            finished_ns: 2_000,
+            cpu_ns: 400,
+        };
+        let mut out = Vec::new();
+        write(&mut out, &header, &[vec![sample]]).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("# xruns 2\n"));
+        assert!(text.ends_with("0\t64\t1\t2\t1500\t2000\t400\n"));
+    }
+}

@@ -1,0 +1,103 @@
+//! Test support for tests that change the machine (SCHED_DEADLINE, cpusets):
+//! the root check — a skip is printed, and is a failure under CI=true — one
+//! such test at a time on the machine (a mutex within a test binary, a file
+//! lock across processes), a private broker state directory, and a guard
+//! that resets the machine when the test ends, even when it fails.
+//!
+//! It must never be a dependency of anything but tests.
+
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+use tessera_broker::paths::Paths;
+use tessera_broker::Session;
+
+static MACHINE: Mutex<()> = Mutex::new(());
+
+/// The lock every machine-changing test holds, across processes. (Not the
+/// lock benchmarks are run under with flock(1): a test run inside that would
+/// wait for itself.)
+pub const MACHINE_LOCK: &str = "/tmp/tessera-machine-test.lock";
+
+/// A broker state directory of one test, removed when dropped.
+pub struct ScratchDir {
+    pub paths: Paths,
+}
+
+impl ScratchDir {
+    pub fn new(test: &str) -> ScratchDir {
+        let dir = std::env::temp_dir().join(format!("tessera-test-{}-{test}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the test's state directory");
+        ScratchDir { paths: Paths::at(dir) }
+    }
+
+    /// An embedded broker on this directory.
+    pub fn session(&self) -> Session {
+        Session::embedded(self.paths.clone())
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.paths.dir);
+    }
+}
+
+/// The machine, held by one test; reset when dropped.
+pub struct Machine {
+    pub paths: Paths,
+    _scratch: ScratchDir,
+    _file_lock: File,
+    _lock: MutexGuard<'static, ()>,
+}
+
+impl Machine {
+    /// An embedded broker on this test's state directory.
+    pub fn session(&self) -> Session {
+        Session::embedded(self.paths.clone())
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.paths.dir.clone()
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        if let Err(e) = self.session().reset() {
+            eprintln!("reset after the test failed: {e}");
+        }
+    }
+}
+
+/// The machine, if this test may change it: None (after printing why) when
+/// not root; under CI=true a skip is a failure.
+pub fn privileged(test: &str) -> Option<Machine> {
+    if !tessera_sys::caps::is_root() {
+        let msg = format!("SKIPPED {test}: needs root (SCHED_DEADLINE and cpusets)");
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{msg}, and CI=true requires privileged tests to run");
+        }
+        eprintln!("{msg}");
+        return None;
+    }
+    let lock = MACHINE.lock().unwrap_or_else(|p| p.into_inner());
+    let file = File::create(MACHINE_LOCK).expect("create the machine lock file");
+    tessera_sys::ipc::lock_exclusive(&file).expect("lock the machine");
+    let scratch = ScratchDir::new(test);
+    Some(Machine {
+        paths: scratch.paths.clone(),
+        _scratch: scratch,
+        _file_lock: file,
+        _lock: lock,
+    })
+}
+
+/// The highest-numbered online core (the one experiments partition).
+pub fn last_core() -> usize {
+    *tessera_sys::kernel::online_cpus()
+        .expect("online CPUs")
+        .last()
+        .expect("at least one CPU")
+}

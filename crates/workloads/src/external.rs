@@ -1,0 +1,404 @@
+//! External load generators, when installed: Debian's `rt-app` (periodic
+//! real-time tasks from a JSON description) and `stress-ng` (CPU, memory,
+//! I/O stressors). Each runs as a child process in a process group of its
+//! own, started and stopped on the experiment's timeline; stopping ends the
+//! whole group (SIGTERM, then SIGKILL after [`GRACE`]).
+//!
+//! It must never leave a process behind, and never choose a scheduling
+//! policy itself: rt-app's policy comes from the caller's [`RtAppPolicy`],
+//! and the caller's setup hook gets the child's pid (e.g. to join a cell).
+
+use crate::threads::{Window, POLL};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
+use tessera_sys::proc::Pid;
+use tessera_sys::process_group::signal_group;
+
+/// How long a generator may take to exit after SIGTERM.
+pub const GRACE: Duration = Duration::from_secs(3);
+
+/// The setup of an external process, given its pid once it started.
+pub type ProcessSetup = Box<dyn FnOnce(Pid) -> Result<(), String> + Send>;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExternalSpec {
+    pub name: String,
+    pub program: String,
+    pub args: Vec<String>,
+    pub window: Window,
+}
+
+/// What became of the external generator.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExternalReport {
+    pub name: String,
+    pub command: String,
+    pub ran_s: f64,
+    /// How it ended, e.g. "stopped (signal 15)" or "exit status 0".
+    pub ending: String,
+    pub error: Option<String>,
+}
+
+impl ExternalReport {
+    pub fn describe(&self) -> String {
+        let mut text = format!(
+            "{}: `{}` ran {:.1} s, {}",
+            self.name, self.command, self.ran_s, self.ending
+        );
+        if let Some(e) = &self.error {
+            text.push_str(&format!("; error: {e}"));
+        }
+        text
+    }
+}
+
+/// Whether `program` is on the PATH.
+pub fn installed(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// An external generator waiting for its window.
+pub struct ExternalLoad {
+    stop: Arc<AtomicBool>,
+    start: Option<mpsc::Sender<u64>>,
+    handle: JoinHandle<ExternalReport>,
+}
+
+impl ExternalLoad {
+    /// Prepares the generator; it starts at its window's start after
+    /// [`ExternalLoad::start`]. Refused at once if the program is missing.
+    pub fn spawn(spec: ExternalSpec, setup: ProcessSetup) -> Result<ExternalLoad, String> {
+        if !installed(&spec.program) {
+            return Err(format!(
+                "{} is not installed (Debian: apt-get install {})",
+                spec.program, spec.program
+            ));
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let (start, start_rx) = mpsc::channel::<u64>();
+        let handle = std::thread::Builder::new()
+            .name(format!("ext-{}", spec.name).chars().take(15).collect())
+            .spawn(move || supervise(&spec, setup, start_rx, &flag))
+            .map_err(|e| format!("start a supervisor thread: {e}"))?;
+        Ok(ExternalLoad {
+            stop,
+            start: Some(start),
+            handle,
+        })
+    }
+
+    pub fn start(&self, t0_ns: u64) {
+        if let Some(s) = &self.start {
+            let _ = s.send(t0_ns);
+        }
+    }
+
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Waits until the generator's window ended and its group is gone.
+    pub fn join(mut self) -> ExternalReport {
+        self.start = None;
+        self.handle.join().unwrap_or_else(|_| ExternalReport {
+            name: "?".into(),
+            command: String::new(),
+            ran_s: 0.0,
+            ending: "supervisor panicked".into(),
+            error: Some("the supervisor thread panicked".into()),
+        })
+    }
+}
+
+fn supervise(
+    spec: &ExternalSpec,
+    setup: ProcessSetup,
+    start: mpsc::Receiver<u64>,
+    stop: &AtomicBool,
+) -> ExternalReport {
+    let mut report = ExternalReport {
+        name: spec.name.clone(),
+        command: std::iter::once(spec.program.as_str())
+            .chain(spec.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" "),
+        ran_s: 0.0,
+        ending: "never started".into(),
+        error: None,
+    };
+    let Ok(t0) = start.recv() else {
+        return report;
+    };
+    let begin = t0 + spec.window.start_after.as_nanos() as u64;
+    let end = spec
+        .window
+        .run_for
+        .map_or(u64::MAX, |d| begin + d.as_nanos() as u64);
+    while !stop.load(Ordering::Relaxed) && monotonic_ns() < begin {
+        sleep_until_monotonic_ns(begin.min(monotonic_ns() + POLL.as_nanos() as u64));
+    }
+    if stop.load(Ordering::Relaxed) {
+        return report;
+    }
+    use std::os::unix::process::CommandExt;
+    let mut child = match Command::new(&spec.program)
+        .args(&spec.args)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            report.error = Some(format!("start {}: {e}", spec.program));
+            return report;
+        }
+    };
+    let started = Instant::now();
+    let pid = child.id() as Pid;
+    if let Err(e) = setup(pid) {
+        report.error = Some(format!("setup: {e}"));
+        report.ending = end_group(&mut child, pid);
+        return report;
+    }
+    report.ending = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break format!("{status}"),
+            Ok(None) if stop.load(Ordering::Relaxed) || monotonic_ns() >= end => {
+                break end_group(&mut child, pid)
+            }
+            Ok(None) => std::thread::sleep(POLL),
+            Err(e) => break format!("wait failed: {e}"),
+        }
+    };
+    report.ran_s = started.elapsed().as_secs_f64();
+    report
+}
+
+/// Ends every process of the child's group and reaps the child.
+fn end_group(child: &mut Child, pgid: Pid) -> String {
+    let _ = signal_group(pgid, false);
+    let give_up = Instant::now() + GRACE;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break format!("stopped ({status})"),
+            Ok(None) if Instant::now() < give_up => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = signal_group(pgid, true);
+                break format!("killed after {GRACE:?}: {:?}", child.wait().ok());
+            }
+        }
+    };
+    // Workers that outlived their parent belong to the group still.
+    let _ = signal_group(pgid, true);
+    status
+}
+
+/// How rt-app schedules its threads (it sets the policy itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RtAppPolicy {
+    Other,
+    Fifo(u32),
+}
+
+/// One periodic rt-app thread.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RtAppTask {
+    pub name: String,
+    pub period: Duration,
+    pub run: Duration,
+    pub policy: RtAppPolicy,
+}
+
+/// rt-app's JSON description of `tasks` running for `seconds`.
+pub fn rt_app_config(tasks: &[RtAppTask], seconds: u64, log_dir: &Path) -> String {
+    let tasks: serde_json::Map<String, serde_json::Value> = tasks
+        .iter()
+        .map(|t| {
+            let mut task = serde_json::json!({
+                "instance": 1,
+                "loop": -1,
+                "run": t.run.as_micros() as u64,
+                "timer": { "ref": format!("timer-{}", t.name), "period": t.period.as_micros() as u64 },
+            });
+            let (policy, priority) = match t.policy {
+                RtAppPolicy::Other => ("SCHED_OTHER", 0),
+                RtAppPolicy::Fifo(p) => ("SCHED_FIFO", p),
+            };
+            task["policy"] = policy.into();
+            if priority > 0 {
+                task["priority"] = priority.into();
+            }
+            (t.name.clone(), task)
+        })
+        .collect();
+    serde_json::json!({
+        "tasks": tasks,
+        "global": {
+            "duration": seconds,
+            "calibration": "CPU0",
+            "default_policy": "SCHED_OTHER",
+            "lock_pages": false,
+            "ftrace": "none",
+            "logdir": log_dir.display().to_string(),
+            "log_basename": "tessera-rt-app",
+        }
+    })
+    .to_string()
+}
+
+/// An rt-app generator for `tasks`: writes its JSON into `dir`.
+pub fn rt_app(
+    name: &str,
+    tasks: &[RtAppTask],
+    window: Window,
+    dir: &Path,
+) -> Result<ExternalSpec, String> {
+    let seconds = window.run_for.map_or(3600, |d| d.as_secs().max(1));
+    let path: PathBuf = dir.join(format!("tessera-rt-app-{}-{name}.json", std::process::id()));
+    std::fs::write(&path, rt_app_config(tasks, seconds, dir))
+        .map_err(|e| format!("write {}: {e}", path.display()))?;
+    Ok(ExternalSpec {
+        name: name.into(),
+        program: "rt-app".into(),
+        args: vec![path.display().to_string()],
+        window,
+    })
+}
+
+/// A stress-ng generator with the caller's stressor arguments, e.g.
+/// `["--cpu", "2", "--cpu-load", "50"]`.
+pub fn stress_ng(name: &str, args: &[String], window: Window) -> ExternalSpec {
+    ExternalSpec {
+        name: name.into(),
+        program: "stress-ng".into(),
+        args: args
+            .iter()
+            .cloned()
+            .chain(["--quiet".to_string()])
+            .collect(),
+        window,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(ms: u64) -> Window {
+        Window {
+            start_after: Duration::ZERO,
+            run_for: Some(Duration::from_millis(ms)),
+        }
+    }
+
+    /// No live process of group `pgid` is left (reads every /proc/*/stat;
+    /// a zombie waiting for init to reap it runs nothing).
+    fn group_is_gone(pgid: Pid) -> bool {
+        tessera_sys::proc::all_pids()
+            .unwrap()
+            .into_iter()
+            .all(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                // Fields after the command's closing parenthesis: state ppid pgrp.
+                let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+                let fields: Vec<&str> = rest.split_whitespace().take(3).collect();
+                fields.len() < 3 || fields[0] == "Z" || fields[2] != pgid.to_string()
+            })
+    }
+
+    #[test]
+    fn a_missing_program_is_refused() {
+        let spec = ExternalSpec {
+            name: "x".into(),
+            program: "no-such-generator-tessera".into(),
+            args: vec![],
+            window: window(10),
+        };
+        let err = ExternalLoad::spawn(spec, Box::new(|_| Ok(())))
+            .err()
+            .unwrap();
+        assert!(err.contains("not installed"), "{err}");
+    }
+
+    #[test]
+    fn a_generator_is_stopped_with_its_whole_group() {
+        // `sh` forks a child that would outlive a plain kill of the parent.
+        let spec = ExternalSpec {
+            name: "sh".into(),
+            program: "sh".into(),
+            args: vec!["-c".into(), "sleep 30 & sleep 30; wait".into()],
+            window: window(300),
+        };
+        let (tx, rx) = mpsc::channel();
+        let load = ExternalLoad::spawn(
+            spec,
+            Box::new(move |pid| {
+                let _ = tx.send(pid);
+                Ok(())
+            }),
+        )
+        .unwrap();
+        load.start(monotonic_ns());
+        let report = load.join();
+        let pgid = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(
+            report.ending.starts_with("stopped"),
+            "{}",
+            report.describe()
+        );
+        assert!(report.ran_s >= 0.25, "{}", report.describe());
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(group_is_gone(pgid), "a process of group {pgid} survived");
+    }
+
+    #[test]
+    fn stress_ng_loads_a_cpu_and_stops() {
+        if !installed("stress-ng") {
+            eprintln!("SKIPPED stress_ng_loads_a_cpu_and_stops: stress-ng not installed");
+            return;
+        }
+        let spec = stress_ng("cpu", &["--cpu".into(), "1".into()], window(1000));
+        let (tx, rx) = mpsc::channel();
+        let load = ExternalLoad::spawn(
+            spec,
+            Box::new(move |pid| {
+                let _ = tx.send(pid);
+                Ok(())
+            }),
+        )
+        .unwrap();
+        load.start(monotonic_ns());
+        let report = load.join();
+        let pgid = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(report.error.is_none(), "{}", report.describe());
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(group_is_gone(pgid), "a stress-ng process survived");
+    }
+
+    #[test]
+    fn rt_app_config_names_policy_period_and_run() {
+        let tasks = [RtAppTask {
+            name: "t1".into(),
+            period: Duration::from_millis(10),
+            run: Duration::from_millis(3),
+            policy: RtAppPolicy::Fifo(10),
+        }];
+        let json: serde_json::Value =
+            serde_json::from_str(&rt_app_config(&tasks, 30, Path::new("/tmp"))).unwrap();
+        let t1 = &json["tasks"]["t1"];
+        assert_eq!(t1["run"], 3000);
+        assert_eq!(t1["timer"]["period"], 10000);
+        assert_eq!(t1["policy"], "SCHED_FIFO");
+        assert_eq!(t1["priority"], 10);
+        assert_eq!(json["global"]["duration"], 30);
+    }
+}
