@@ -10,6 +10,7 @@ packages=(
   jackd2 libjack-jackd2-dev    # the JACK2 peer benchmark
   rt-tests                     # cyclictest, to compare wake-up latency with
   stress-ng rt-app             # third-party interference, to cross-check ours
+  faust                        # the seed's DSP compiler, for the synthesizer benchmark
 )
 
 missing=()

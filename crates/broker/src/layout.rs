@@ -231,7 +231,8 @@ impl Layout {
 /// process, as v2 moves threads only inside threaded subtrees), skipping
 /// those that cannot move (per-CPU kernel threads) or that exited meanwhile.
 fn move_all(from: &Group, to: &Group) -> Result<()> {
-    let (ids, add): (Result<Vec<i32>>, fn(&Group, i32) -> Result<()>) = match from.version {
+    type Add = fn(&Group, i32) -> Result<()>;
+    let (ids, add): (Result<Vec<i32>>, Add) = match from.version {
         Version::V1 => (from.threads(), Group::add_thread),
         Version::V2 => (from.processes(), Group::add_process),
     };

@@ -136,24 +136,40 @@ mod tests {
         match line.request {
             Request::CreateCell { request, bind } => {
                 assert!(bind);
-                assert_eq!(request, tessera_policy::CellRequest::event_triggered("synth", 400_000, 1_333_000));
+                assert_eq!(
+                    request,
+                    tessera_policy::CellRequest::event_triggered("synth", 400_000, 1_333_000)
+                );
             }
             other => panic!("{other:?}"),
         }
         let minimal = r#"{"v":1,"op":"create-cell","request":{"name":"d","policy":"dedicated","cores":{"list":[2,3]},"budget":null}}"#;
         assert!(serde_json::from_str::<RequestLine>(minimal).is_ok());
         for op in ["hello", "status", "list-cells", "reset"] {
-            let line: RequestLine = serde_json::from_str(&format!(r#"{{"v":1,"id":1,"op":"{op}"}}"#)).unwrap();
+            let line: RequestLine =
+                serde_json::from_str(&format!(r#"{{"v":1,"id":1,"op":"{op}"}}"#)).unwrap();
             assert_eq!(serde_json::to_value(&line).unwrap()["op"], op);
         }
-        let attach: RequestLine = serde_json::from_str(r#"{"v":1,"id":2,"op":"attach","cell":"synth","pid":42}"#).unwrap();
-        assert_eq!(attach.request, Request::Attach { cell: "synth".into(), pid: 42, tid: None });
+        let attach: RequestLine =
+            serde_json::from_str(r#"{"v":1,"id":2,"op":"attach","cell":"synth","pid":42}"#)
+                .unwrap();
+        assert_eq!(
+            attach.request,
+            Request::Attach {
+                cell: "synth".into(),
+                pid: 42,
+                tid: None
+            }
+        );
     }
 
     #[test]
     fn unknown_operations_and_missing_fields_are_refused() {
         assert!(serde_json::from_str::<RequestLine>(r#"{"v":1,"op":"launch-missiles"}"#).is_err());
         assert!(serde_json::from_str::<RequestLine>(r#"{"v":1,"op":"destroy-cell"}"#).is_err());
-        assert!(serde_json::from_str::<RequestLine>(r#"{"op":"status"}"#).is_err(), "the version is required");
+        assert!(
+            serde_json::from_str::<RequestLine>(r#"{"op":"status"}"#).is_err(),
+            "the version is required"
+        );
     }
 }

@@ -132,7 +132,11 @@ impl Session {
         match self {
             Session::Daemon { socket, .. } => {
                 let stream = UnixStream::connect(socket).map_err(|e| {
-                    BrokerError::new("busy", format!("connect to {}: {e}", socket.display()), "is the daemon still running?")
+                    BrokerError::new(
+                        "busy",
+                        format!("connect to {}: {e}", socket.display()),
+                        "is the daemon still running?",
+                    )
                 })?;
                 Self::over(socket.clone(), stream)
             }

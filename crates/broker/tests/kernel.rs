@@ -219,17 +219,34 @@ fn a_cell_takes_one_thread_per_reservation() {
 
 #[test]
 fn each_policy_places_its_thread_as_documented() {
-    let Some(m) = privileged("policies") else { return };
+    let Some(m) = privileged("policies") else {
+        return;
+    };
     let mut s = m.session();
     let join = |cell: &'static str| {
         let paths = m.paths.clone();
-        Parked::spawn(move || tessera_broker::Session::embedded(paths).join_current_thread(cell).unwrap())
+        Parked::spawn(move || {
+            tessera_broker::Session::embedded(paths)
+                .join_current_thread(cell)
+                .unwrap()
+        })
     };
     // Time-triggered: a window, deadline = runtime, on a partitioned core.
-    s.create_cell(tessera_policy::CellRequest::time_triggered("window", 2_000_000, 10_000_000), true).unwrap();
+    s.create_cell(
+        tessera_policy::CellRequest::time_triggered("window", 2_000_000, 10_000_000),
+        true,
+    )
+    .unwrap();
     let tt = join("window");
     match sched::get_policy(tt.tid).unwrap() {
-        Policy::Deadline(p) => assert_eq!((p.runtime, p.deadline, p.period), (Duration::from_millis(2), Duration::from_millis(2), Duration::from_millis(10))),
+        Policy::Deadline(p) => assert_eq!(
+            (p.runtime, p.deadline, p.period),
+            (
+                Duration::from_millis(2),
+                Duration::from_millis(2),
+                Duration::from_millis(10)
+            )
+        ),
         other => panic!("expected SCHED_DEADLINE, got {other}"),
     }
     // Global: a reservation spanning the shared cores.
@@ -237,17 +254,35 @@ fn each_policy_places_its_thread_as_documented() {
     global.placement = tessera_policy::Placement::Global;
     s.create_cell(global, true).unwrap();
     let g = join("global");
-    assert!(matches!(sched::get_policy(g.tid).unwrap(), Policy::Deadline(_)));
-    let shared = s.status().unwrap().cores.iter().filter(|c| c.mode == tessera_policy::CoreMode::Shared).map(|c| c.core).collect::<Vec<_>>();
+    assert!(matches!(
+        sched::get_policy(g.tid).unwrap(),
+        Policy::Deadline(_)
+    ));
+    let shared = s
+        .status()
+        .unwrap()
+        .cores
+        .iter()
+        .filter(|c| c.mode == tessera_policy::CoreMode::Shared)
+        .map(|c| c.core)
+        .collect::<Vec<_>>();
     assert_eq!(tessera_sys::affinity::get_affinity(g.tid).unwrap(), shared);
     // Best-effort with a weight: a cpu-controller group with that weight.
-    s.create_cell(tessera_policy::CellRequest::best_effort("batch", 20), true).unwrap();
+    s.create_cell(tessera_policy::CellRequest::best_effort("batch", 20), true)
+        .unwrap();
     let be = join("batch");
     let cpu = tessera_sys::proc::cgroup_of(be.tid, Some("cpu")).unwrap();
     assert!(cpu.ends_with("/batch"), "{cpu}");
     let shares = std::fs::read_to_string(format!("/sys/fs/cgroup/cpu{cpu}/cpu.shares")).unwrap();
-    assert_eq!(shares.trim(), "204", "weight 20 of 100 is 20 % of 1024 shares");
-    assert_eq!(sched::get_policy(be.tid).unwrap(), Policy::Other { nice: 0 });
+    assert_eq!(
+        shares.trim(),
+        "204",
+        "weight 20 of 100 is 20 % of 1024 shares"
+    );
+    assert_eq!(
+        sched::get_policy(be.tid).unwrap(),
+        Policy::Other { nice: 0 }
+    );
     for t in [tt, g, be] {
         t.finish();
     }
@@ -255,7 +290,9 @@ fn each_policy_places_its_thread_as_documented() {
 
 #[test]
 fn the_kernels_own_refusal_names_requested_and_held_bandwidth() {
-    let Some(_m) = privileged("ebusy") else { return };
+    let Some(_m) = privileged("ebusy") else {
+        return;
+    };
     let cpus = tessera_sys::kernel::online_cpus().unwrap().len() as u32;
     let heavy = Policy::Deadline(sched::DeadlineParams {
         runtime: Duration::from_micros(950),
@@ -265,14 +302,23 @@ fn the_kernels_own_refusal_names_requested_and_held_bandwidth() {
     });
     // One more 0.95 than the machine's CPUs can hold (0.90 each).
     let threads: Vec<Parked> = (0..=cpus).map(|_| Parked::spawn(|| ())).collect();
-    let results: Vec<_> = threads.iter().map(|t| sched::set_policy(t.tid, &heavy)).collect();
+    let results: Vec<_> = threads
+        .iter()
+        .map(|t| sched::set_policy(t.tid, &heavy))
+        .collect();
     for t in &threads {
         let _ = sched::set_policy(t.tid, &Policy::Other { nice: 0 });
     }
-    let refused = results.iter().find_map(|r| r.as_ref().err()).expect("the kernel refused the last one");
+    let refused = results
+        .iter()
+        .find_map(|r| r.as_ref().err())
+        .expect("the kernel refused the last one");
     assert_eq!(refused.kind, tessera_sys::ErrorKind::Busy);
     let text = refused.to_string();
-    assert!(text.contains("refused bandwidth 0.950") && text.contains("SCHED_DEADLINE thread(s) hold"), "{text}");
+    assert!(
+        text.contains("refused bandwidth 0.950") && text.contains("SCHED_DEADLINE thread(s) hold"),
+        "{text}"
+    );
     for t in threads {
         t.finish();
     }

@@ -1,6 +1,5 @@
 //! The command line's shape: subcommands, flags, help text with examples.
 
-use crate::duration::parse_ns;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use tessera_broker::BrokerError;
@@ -64,7 +63,9 @@ pub enum Command {
         tessera run scenarios/probe.toml --check")]
     Run(crate::experiment::RunArgs),
     /// Write the report (Markdown, PNG and SVG plots) of a results.json.
-    #[command(after_help = "Example:\n  tessera report results/thesis/results.json --out results/thesis-report")]
+    #[command(
+        after_help = "Example:\n  tessera report results/thesis/results.json --out results/thesis-report"
+    )]
     Report(crate::experiment::ReportArgs),
     /// Run one interference workload by itself.
     #[command(after_help = "Examples:\n  \
@@ -214,6 +215,13 @@ pub struct CreateArgs {
     pub json: bool,
 }
 
+/// A duration as people write them for audio ("400us", "1.333ms", "2s");
+/// `example` shows the flag in the fix.
+pub fn time(text: &str, example: &str) -> Result<std::time::Duration, BrokerError> {
+    tessera_experiments::scenario::parse_duration(text)
+        .map_err(|e| invalid(e, &format!("e.g. {example}")))
+}
+
 fn invalid(message: String, fix: &str) -> BrokerError {
     BrokerError::new("invalid", message, fix)
 }
@@ -238,9 +246,8 @@ impl CreateArgs {
         };
         let ns = |s: &Option<String>| {
             s.as_deref()
-                .map(parse_ns)
+                .map(|t| time(t, "--runtime 400us").map(|d| d.as_nanos() as u64))
                 .transpose()
-                .map_err(|e| invalid(e, "e.g. --runtime 400us"))
         };
         let (runtime, period, deadline) =
             (ns(&self.runtime)?, ns(&self.period)?, ns(&self.deadline)?);

@@ -4,7 +4,6 @@
 
 mod args;
 mod bench;
-mod duration;
 mod experiment;
 mod show;
 mod synth;
@@ -51,7 +50,9 @@ fn run(cli: Cli) -> Result<ExitCode, BrokerError> {
         Command::Report(a) => experiment::report(a),
         Command::Load { command } => experiment::load(command),
         Command::Probe(a) => experiment::probe(a),
-        Command::Trace { command: args::TraceCommand::Window(a) } => trace::window(a),
+        Command::Trace {
+            command: args::TraceCommand::Window(a),
+        } => trace::window(a),
         Command::Bench { command } => bench::run(command),
         Command::Synth { command } => synth::run(command),
     }
@@ -162,10 +163,7 @@ fn demo(opts: args::DemoArgs) -> Result<ExitCode, BrokerError> {
     let options = tessera_experiments::isolation::Options {
         seconds: opts.seconds,
         core: opts.core,
-        task_budget: std::time::Duration::from_nanos(
-            duration::parse_ns(&opts.task_budget)
-                .map_err(|e| BrokerError::new("invalid", e, "e.g. --task-budget 500us"))?,
-        ),
+        task_budget: args::time(&opts.task_budget, "--task-budget 500us")?,
         out_dir,
         configurations: tessera_experiments::isolation::Configuration::available(privileged),
     };

@@ -1,14 +1,15 @@
 //! `tessera trace window`: where a time-triggered cell's thread runs within
 //! its period, as a text timeline, a summary, or JSON.
 
-use crate::duration::parse_ns;
 use clap::Args;
 use std::process::ExitCode;
 use std::time::Duration;
 use tessera_broker::{BrokerError, Session};
 
 #[derive(Args)]
-#[command(after_help = "Examples:\n  tessera trace window\n  tessera trace window --runtime 2ms --period 10ms --seconds 2 --core 1 --json\n  tessera trace window --cooperative")]
+#[command(
+    after_help = "Examples:\n  tessera trace window\n  tessera trace window --runtime 2ms --period 10ms --seconds 2 --core 1 --json\n  tessera trace window --cooperative"
+)]
 pub struct WindowArgs {
     /// The window: runtime at the start of every period.
     #[arg(long, default_value = "2ms")]
@@ -31,19 +32,27 @@ pub struct WindowArgs {
     pub json: bool,
 }
 
-fn duration(text: &str) -> Result<Duration, BrokerError> {
-    parse_ns(text).map(Duration::from_nanos).map_err(|e| BrokerError::new("invalid", e, "e.g. --runtime 2ms"))
-}
-
 pub fn window(args: WindowArgs) -> Result<ExitCode, BrokerError> {
     let mut session = Session::connect()?;
-    let (runtime, period) = (duration(&args.runtime)?, duration(&args.period)?);
+    let (runtime, period) = (
+        crate::args::time(&args.runtime, "--runtime 2ms")?,
+        crate::args::time(&args.period, "--period 10ms")?,
+    );
     let seconds = Duration::from_secs_f64(args.seconds.clamp(0.05, 600.0));
     eprintln!(
         "tracing a thread that spins inside a time-triggered cell ({} every {}) for {:.1} s…",
-        args.runtime, args.period, seconds.as_secs_f64()
+        args.runtime,
+        args.period,
+        seconds.as_secs_f64()
     );
-    let trace = tessera_experiments::windows::trace(&mut session, runtime, period, args.core, seconds, args.cooperative)?;
+    let trace = tessera_experiments::windows::trace(
+        &mut session,
+        runtime,
+        period,
+        args.core,
+        seconds,
+        args.cooperative,
+    )?;
     if args.json {
         println!("{}", serde_json::to_string(&trace).unwrap_or_default());
         return Ok(ExitCode::SUCCESS);
@@ -51,7 +60,10 @@ pub fn window(args: WindowArgs) -> Result<ExitCode, BrokerError> {
     if let Some(banner) = session.status()?.banner {
         println!("!! {banner}\n");
     }
-    println!("core {:?}; each row is one period, `#` = the thread ran, `|` = end of the window\n", trace.core);
+    println!(
+        "core {:?}; each row is one period, `#` = the thread ran, `|` = end of the window\n",
+        trace.core
+    );
     print!("{}", trace.timeline(args.periods, 50));
     println!(
         "\nCPU share {:.3} (reserved {:.3}); {:.1} % of run time inside the windows; most run in one period {:.2} ms (window {:.2} ms); {} run intervals over {:.2} s",

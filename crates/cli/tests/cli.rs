@@ -310,7 +310,17 @@ fn exec_runs_a_program_inside_the_cell_and_returns_its_status() {
 }
 
 fn create_synth(m: &Machine) {
-    m.ok(&["cell", "create", "synth", "--policy", "event-triggered", "--runtime", "400us", "--period", "1333us"]);
+    m.ok(&[
+        "cell",
+        "create",
+        "synth",
+        "--policy",
+        "event-triggered",
+        "--runtime",
+        "400us",
+        "--period",
+        "1333us",
+    ]);
 }
 
 fn cpuset_tree() -> (Vec<String>, String) {

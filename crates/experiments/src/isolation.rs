@@ -10,14 +10,15 @@
 //! - `cells for all`: the hogs in cells of their own too (2.5 ms every 10 ms:
 //!   with the task's 0.375 they fill 0.875 of the core's 0.90);
 //! - `cell, no hogs`: the task in its cell alone, the machine's own floor.
+//!
 //! Without CAP_SYS_NICE only `plain` (SCHED_OTHER for all) runs, labelled.
 
+use crate::cells::{setup_thread, Cells};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_broker::{BrokerError, Session};
 use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults};
-use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest, Placement};
-use crate::cells::{setup_thread, Cells};
+use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest};
 use tessera_workloads::{PeriodicSpec, PeriodicStats, PeriodicTask};
 
 pub const PERIOD: Duration = Duration::from_micros(1333);
@@ -95,17 +96,8 @@ fn cell(
     core: usize,
     budget: Option<(Duration, Duration)>,
 ) -> CellRequest {
-    CellRequest {
-        name: name.into(),
-        policy,
-        cores: CoreRequest::List(vec![core]),
-        budget: budget.map(|(q, p)| Budget::new(q.as_nanos() as u64, p.as_nanos() as u64)),
-        placement: Placement::Partitioned,
-        weight: 100,
-        pinned: false,
-        reclaim: false,
-        overrun_signal: false,
-    }
+    let budget = budget.map(|(q, p)| Budget::new(q.as_nanos() as u64, p.as_nanos() as u64));
+    CellRequest::new(name, policy, CoreRequest::List(vec![core]), budget)
 }
 
 /// A thread's setup: join a cell (through its own session) and/or set a

@@ -7,8 +7,8 @@
 
 pub mod cells;
 pub mod isolation;
+pub mod peer;
 pub mod probe;
 pub mod runner;
 pub mod scenario;
-pub mod peer;
 pub mod windows;

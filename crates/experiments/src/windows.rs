@@ -98,7 +98,9 @@ pub fn trace(
     let result = run_spinner(session, &name, runtime_ns, period_ns, duration, cooperative);
     let _ = session.destroy_cell(&name);
     let (intervals, elapsed_ns) = result?;
-    Ok(summarise(runtime_ns, period_ns, placed_on, intervals, elapsed_ns))
+    Ok(summarise(
+        runtime_ns, period_ns, placed_on, intervals, elapsed_ns,
+    ))
 }
 
 /// Starts the spinning thread, which joins `cell` itself, and returns its run intervals and the time it ran for.
@@ -126,14 +128,23 @@ fn run_spinner(
             Ok((intervals, elapsed))
         })
         .map_err(|e| BrokerError::new("kernel", format!("start the tracing thread: {e}"), ""))?;
-    spinner
-        .join()
-        .unwrap_or_else(|_| Err(BrokerError::new("internal", "the tracing thread panicked", "")))
+    spinner.join().unwrap_or_else(|_| {
+        Err(BrokerError::new(
+            "internal",
+            "the tracing thread panicked",
+            "",
+        ))
+    })
 }
 
 /// Spins until `length` after `origin`, recording run intervals; with a
 /// `window` (runtime, period), gives up the processor at each window's end.
-fn spin(origin: u64, length: u64, window: Option<(u64, u64)>, intervals: &mut Vec<(u64, u64)>) -> u64 {
+fn spin(
+    origin: u64,
+    length: u64,
+    window: Option<(u64, u64)>,
+    intervals: &mut Vec<(u64, u64)>,
+) -> u64 {
     let mut start = monotonic_ns();
     let mut last = start;
     loop {
@@ -162,7 +173,13 @@ fn push(intervals: &mut Vec<(u64, u64)>, start: u64, end: u64) {
     }
 }
 
-fn summarise(runtime_ns: u64, period_ns: u64, core: Option<usize>, intervals: Vec<(u64, u64)>, elapsed_ns: u64) -> WindowTrace {
+fn summarise(
+    runtime_ns: u64,
+    period_ns: u64,
+    core: Option<usize>,
+    intervals: Vec<(u64, u64)>,
+    elapsed_ns: u64,
+) -> WindowTrace {
     let mut run_ns = 0;
     let mut outside_ns = 0;
     let mut per_period = vec![0u64; (elapsed_ns / period_ns + 1) as usize];
@@ -202,7 +219,17 @@ mod tests {
     fn time_outside_windows_is_counted_per_period() {
         // Windows of 2 ms every 10 ms; runs: inside, straddling the window's
         // end by 1 ms, and entirely outside (4 ms).
-        let t = summarise(2_000_000, 10_000_000, Some(1), vec![(0, 2_000_000), (10_500_000, 13_000_000), (25_000_000, 29_000_000)], 30_000_000);
+        let t = summarise(
+            2_000_000,
+            10_000_000,
+            Some(1),
+            vec![
+                (0, 2_000_000),
+                (10_500_000, 13_000_000),
+                (25_000_000, 29_000_000),
+            ],
+            30_000_000,
+        );
         assert_eq!(t.run_ns, 2_000_000 + 2_500_000 + 4_000_000);
         assert_eq!(t.outside_ns, 1_000_000 + 4_000_000);
         assert_eq!(t.longest_period_run_ns, 4_000_000);

@@ -24,7 +24,10 @@ fn a_two_configuration_scenario_produces_json_and_report() {
     assert!(ticks >= 2, "progress was reported");
     let results = RunResults::load(&dir.join("report/results.json")).unwrap();
     assert_eq!(results.configurations.len(), 2);
-    assert_eq!(results.configurations[1].name, outcome.results.configurations[1].name);
+    assert_eq!(
+        results.configurations[1].name,
+        outcome.results.configurations[1].name
+    );
     let plain = &results.configurations[0];
     let metric = plain.metric("response time").expect("plain always runs");
     let hist = metric.histogram.as_ref().unwrap();

@@ -131,7 +131,7 @@ impl fmt::Display for Budget {
 
 /// Nanoseconds as microseconds for messages ("466 µs").
 pub fn fmt_us(ns: u64) -> String {
-    if ns % 1000 == 0 {
+    if ns.is_multiple_of(1000) {
         format!("{} µs", ns / 1000)
     } else {
         format!("{:.1} µs", ns as f64 / 1000.0)
@@ -202,7 +202,12 @@ fn bad(field: &'static str, problem: impl Into<String>, fix: impl Into<String>) 
 impl CellRequest {
     /// A cell with the defaults: partitioned, weight 100, not pinned, no
     /// reclaiming, no overrun signal.
-    pub fn new(name: impl Into<String>, policy: CellPolicy, cores: CoreRequest, budget: Option<Budget>) -> CellRequest {
+    pub fn new(
+        name: impl Into<String>,
+        policy: CellPolicy,
+        cores: CoreRequest,
+        budget: Option<Budget>,
+    ) -> CellRequest {
         CellRequest {
             name: name.into(),
             policy,
@@ -217,8 +222,17 @@ impl CellRequest {
     }
 
     /// One reservation of `runtime` every `period` (deadline = period).
-    pub fn event_triggered(name: impl Into<String>, runtime_ns: u64, period_ns: u64) -> CellRequest {
-        Self::new(name, CellPolicy::EventTriggered, CoreRequest::Count(1), Some(Budget::new(runtime_ns, period_ns)))
+    pub fn event_triggered(
+        name: impl Into<String>,
+        runtime_ns: u64,
+        period_ns: u64,
+    ) -> CellRequest {
+        Self::new(
+            name,
+            CellPolicy::EventTriggered,
+            CoreRequest::Count(1),
+            Some(Budget::new(runtime_ns, period_ns)),
+        )
     }
 
     /// A window of `window` at the start of every `period`.
@@ -228,7 +242,12 @@ impl CellRequest {
             deadline_ns: window_ns,
             period_ns,
         };
-        Self::new(name, CellPolicy::TimeTriggered, CoreRequest::Count(1), Some(budget))
+        Self::new(
+            name,
+            CellPolicy::TimeTriggered,
+            CoreRequest::Count(1),
+            Some(budget),
+        )
     }
 
     pub fn dedicated(name: impl Into<String>, cores: CoreRequest) -> CellRequest {

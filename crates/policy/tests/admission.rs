@@ -17,7 +17,13 @@ fn machine(cores: usize, capacity: f64) -> Machine {
     }
 }
 
-fn request(name: &str, policy: CellPolicy, cores: CoreRequest, budget: Option<Budget>, placement: Placement) -> CellRequest {
+fn request(
+    name: &str,
+    policy: CellPolicy,
+    cores: CoreRequest,
+    budget: Option<Budget>,
+    placement: Placement,
+) -> CellRequest {
     CellRequest {
         placement,
         ..CellRequest::new(name, policy, cores, budget)

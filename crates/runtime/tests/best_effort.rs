@@ -5,8 +5,8 @@
 mod common;
 
 use common::*;
-use tessera_testkit::ScratchDir;
 use std::time::Duration;
+use tessera_testkit::ScratchDir;
 
 use tessera_runtime::{CellJoin, Guarantee, NoNotifications, Periodic, Runtime, RuntimeConfig};
 

@@ -6,8 +6,8 @@
 mod common;
 
 use common::*;
-use tessera_testkit::{privileged, Machine};
 use std::time::{Duration, Instant};
+use tessera_testkit::{privileged, Machine};
 
 use tessera_runtime::{
     CellJoin, Event, Guarantee, NoNotifications, Periodic, Runtime, RuntimeConfig,

@@ -143,29 +143,6 @@ pub fn owner_uid(pid: Pid) -> Result<u32> {
         })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_own_process() {
-        let me = current_pid();
-        assert!(threads_of(me).unwrap().contains(&current_tid()));
-        assert_eq!(process_of(current_tid()).unwrap(), me);
-        let started = start_time(me).unwrap();
-        assert!(is_same_process(me, started));
-        assert!(!is_same_process(me, started + 1));
-        assert!(!is_kernel_thread(me));
-    }
-
-    #[test]
-    fn unknown_thread_is_not_found() {
-        let err = threads_of(i32::MAX).unwrap_err();
-        assert_eq!(err.kind, ErrorKind::NotFound);
-        assert!(err.to_string().contains("check the PID"));
-    }
-}
-
 /// The path of a thread's group in a cgroup v1 controller ("/" for the root),
 /// or in the v2 hierarchy when `controller` is None.
 pub fn cgroup_of(tid: Tid, controller: Option<&str>) -> Result<String> {
@@ -191,4 +168,27 @@ pub fn cgroup_of(tid: Tid, controller: Option<&str>) -> Result<String> {
                 "",
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_process() {
+        let me = current_pid();
+        assert!(threads_of(me).unwrap().contains(&current_tid()));
+        assert_eq!(process_of(current_tid()).unwrap(), me);
+        let started = start_time(me).unwrap();
+        assert!(is_same_process(me, started));
+        assert!(!is_same_process(me, started + 1));
+        assert!(!is_kernel_thread(me));
+    }
+
+    #[test]
+    fn unknown_thread_is_not_found() {
+        let err = threads_of(i32::MAX).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::NotFound);
+        assert!(err.to_string().contains("check the PID"));
+    }
 }

@@ -29,7 +29,9 @@ impl ScratchDir {
         let dir = std::env::temp_dir().join(format!("tessera-test-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the test's state directory");
-        ScratchDir { paths: Paths::at(dir) }
+        ScratchDir {
+            paths: Paths::at(dir),
+        }
     }
 
     /// An embedded broker on this directory.

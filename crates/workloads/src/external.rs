@@ -315,6 +315,22 @@ mod tests {
             })
     }
 
+    /// Runs `spec` to its end; returns its report and process group.
+    fn run(spec: ExternalSpec) -> (ExternalReport, i32) {
+        let (tx, rx) = mpsc::channel();
+        let load = ExternalLoad::spawn(
+            spec,
+            Box::new(move |pid| {
+                let _ = tx.send(pid);
+                Ok(())
+            }),
+        )
+        .unwrap();
+        load.start(monotonic_ns());
+        let report = load.join();
+        (report, rx.recv_timeout(Duration::from_secs(5)).unwrap())
+    }
+
     #[test]
     fn a_missing_program_is_refused() {
         let spec = ExternalSpec {
@@ -338,18 +354,7 @@ mod tests {
             args: vec!["-c".into(), "sleep 30 & sleep 30; wait".into()],
             window: window(300),
         };
-        let (tx, rx) = mpsc::channel();
-        let load = ExternalLoad::spawn(
-            spec,
-            Box::new(move |pid| {
-                let _ = tx.send(pid);
-                Ok(())
-            }),
-        )
-        .unwrap();
-        load.start(monotonic_ns());
-        let report = load.join();
-        let pgid = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let (report, pgid) = run(spec);
         assert!(
             report.ending.starts_with("stopped"),
             "{}",
@@ -367,18 +372,7 @@ mod tests {
             return;
         }
         let spec = stress_ng("cpu", &["--cpu".into(), "1".into()], window(1000));
-        let (tx, rx) = mpsc::channel();
-        let load = ExternalLoad::spawn(
-            spec,
-            Box::new(move |pid| {
-                let _ = tx.send(pid);
-                Ok(())
-            }),
-        )
-        .unwrap();
-        load.start(monotonic_ns());
-        let report = load.join();
-        let pgid = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+        let (report, pgid) = run(spec);
         assert!(report.error.is_none(), "{}", report.describe());
         std::thread::sleep(Duration::from_millis(100));
         assert!(group_is_gone(pgid), "a stress-ng process survived");

@@ -48,7 +48,12 @@ pub fn wait_until(done: impl Fn() -> bool) -> bool {
 }
 
 /// A one-core event-triggered cell with `runtime_us` every `period_us`.
-pub fn bandwidth_cell(name: &str, runtime_us: u64, period_us: u64, overrun_signal: bool) -> CellRequest {
+pub fn bandwidth_cell(
+    name: &str,
+    runtime_us: u64,
+    period_us: u64,
+    overrun_signal: bool,
+) -> CellRequest {
     CellRequest {
         overrun_signal,
         ..CellRequest::event_triggered(name, runtime_us * 1000, period_us * 1000)
