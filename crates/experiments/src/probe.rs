@@ -298,6 +298,7 @@ pub fn report_section(results: &RunResults, dir: &Path) -> Result<String, String
         let files = plot::exceedance(
             &stem,
             &format!("{METRIC}, CPU load {load}"),
+            METRIC,
             &curves,
             deadline,
         )

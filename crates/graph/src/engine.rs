@@ -233,6 +233,7 @@ impl Engine {
             budget: config.budget_probe,
             cycle: 0,
             previous_start_ns: None,
+            previous_xrun: false,
             used_slots: 0,
             load: None,
         };
@@ -425,6 +426,15 @@ impl Drop for Engine {
     }
 }
 
+/// A cycle is an xrun if it ended after its scheduled start plus its
+/// deadline — a driver woken late (its thread preempted) loses audio as
+/// surely as a slow node — or if periods were lost since a previous cycle
+/// that was on time (after a late cycle they are that xrun's, not a second).
+fn is_xrun(start: &CycleStart, driver_end_ns: u64, deadline_ns: u64, previous_xrun: bool) -> bool {
+    start.wakeup_latency_ns + driver_end_ns > deadline_ns
+        || (start.skipped_periods > 0 && !previous_xrun)
+}
+
 fn deadline_ns(deadline: Option<Duration>) -> u64 {
     deadline.map_or(0, |d| d.as_nanos().max(1) as u64)
 }
@@ -572,6 +582,9 @@ struct DriverLoop {
     budget: Option<Box<dyn BudgetProbe>>,
     cycle: u64,
     previous_start_ns: Option<u64>,
+    /// Whether the previous cycle was an xrun (its overrun explains the
+    /// periods this one skipped: one xrun, not two).
+    previous_xrun: bool,
     /// Ready-queue slots the last cycle filled.
     used_slots: usize,
     /// Smoothed DSP load (fraction), `None` before the first cycle.
@@ -695,6 +708,8 @@ impl DriverLoop {
             set => set,
         };
         let driver_end = end_ns.saturating_sub(start.start_ns);
+        let finished = start.wakeup_latency_ns + driver_end;
+        let xrun = is_xrun(&start, driver_end, deadline, self.previous_xrun);
         // SAFETY: the cycle ended: timings are final and nobody writes them.
         let timings = || {
             graph
@@ -717,7 +732,7 @@ impl DriverLoop {
             deadline_ns: deadline,
             driver_end_ns: driver_end,
             dsp_load,
-            xrun: driver_end > deadline,
+            xrun,
             skipped_periods: start.skipped_periods,
             wakeup_latency_ns: start.wakeup_latency_ns,
             thread_cpu_ns: clock::thread_cpu_ns().saturating_sub(cpu_start_ns) + worker_cpu,
@@ -742,7 +757,7 @@ impl DriverLoop {
                 cycle,
                 start_ns,
                 deadline,
-                driver_end,
+                finished,
                 graph.critical_path,
                 timings().map(|(node, t)| (node.id, node.name, t)),
             );
@@ -758,7 +773,43 @@ impl DriverLoop {
             .cpu_load
             .store(percent.to_bits(), Ordering::Relaxed);
         self.previous_start_ns = Some(start_ns);
+        self.previous_xrun = record.xrun;
         self.cycle += 1;
         self.shared.stats.cycles.fetch_add(1, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(wakeup_latency_ns: u64, skipped_periods: u64) -> CycleStart {
+        CycleStart {
+            start_ns: 0,
+            skipped_periods,
+            wakeup_latency_ns,
+        }
+    }
+
+    #[test]
+    fn a_late_wake_up_counts_against_the_deadline() {
+        assert!(!is_xrun(&start(100, 0), 800, 1000, false));
+        assert!(
+            is_xrun(&start(300, 0), 800, 1000, false),
+            "woken 300 late, 800 of work: 100 over"
+        );
+        assert!(is_xrun(&start(0, 0), 1001, 1000, false));
+    }
+
+    #[test]
+    fn lost_periods_are_one_xrun_not_two() {
+        assert!(
+            is_xrun(&start(0, 2), 100, 1000, false),
+            "periods lost after an on-time cycle"
+        );
+        assert!(
+            !is_xrun(&start(0, 2), 100, 1000, true),
+            "already counted as the late cycle's"
+        );
     }
 }

@@ -22,7 +22,7 @@
 //! | `deadline_ns` | the cycle's deadline, relative to its start |
 //! | `driver_end_ns` | cycle start → last node finished (JACK2's "driver end"; pw-top's BUSY is its per-node counterpart) |
 //! | `dsp_load` | `driver_end_ns / nominal_period_ns` (busy / period, like jack_cpu_load before smoothing) |
-//! | `xrun` | 1 if `driver_end_ns > deadline_ns` |
+//! | `xrun` | 1 if the cycle ended after its scheduled start plus `deadline_ns` (`wakeup_latency_ns + driver_end_ns > deadline_ns`), or periods were lost since a previous cycle that was on time |
 //! | `skipped_periods` | periods the timer driver skipped to realign after a late cycle |
 //! | `wakeup_latency_ns` | driver wake-up latency: start minus the scheduled wake-up (timer driver; 0 otherwise), cyclictest's latency |
 //! | `thread_cpu_ns` | CPU time (`CLOCK_THREAD_CPUTIME_ID`) the engine's threads consumed for this cycle: the driver's whole cycle plus the node runs on workers |

@@ -72,9 +72,10 @@ pub struct Labelled<'a, T> {
 /// Response-time histograms, one panel per configuration on a shared µs
 /// axis, each captioned with count, mean, p99, max and missed deadlines,
 /// with the deadline as a dashed red line. Writes `<stem>.png` and `<stem>.svg`.
-pub fn response_time_histograms(
+pub fn latency_histograms(
     stem: &Path,
     title: &str,
+    quantity: &str,
     configurations: &[Labelled<LatencyHistogram>],
     deadline_us: Option<f64>,
 ) -> Result<PlotFiles, PlotError> {
@@ -82,6 +83,7 @@ pub fn response_time_histograms(
         stem,
         &HistogramFigure {
             title,
+            quantity,
             configurations,
             deadline_us,
         },
@@ -93,6 +95,7 @@ pub fn response_time_histograms(
 pub fn exceedance(
     stem: &Path,
     title: &str,
+    quantity: &str,
     configurations: &[Labelled<LatencyHistogram>],
     deadline_us: Option<f64>,
 ) -> Result<PlotFiles, PlotError> {
@@ -100,6 +103,7 @@ pub fn exceedance(
         stem,
         &ExceedanceFigure {
             title,
+            quantity,
             configurations,
             deadline_us,
         },
@@ -321,6 +325,8 @@ fn axis_value(v: &f64) -> String {
 
 struct HistogramFigure<'a> {
     title: &'a str,
+    /// What the x axis measures ("response time"), in µs.
+    quantity: &'a str,
     configurations: &'a [Labelled<'a, LatencyHistogram>],
     deadline_us: Option<f64>,
 }
@@ -363,7 +369,7 @@ impl HistogramFigure<'_> {
             .build_cartesian_2d(grid.range(), 0.0..y_max)?;
         chart
             .configure_mesh()
-            .x_desc("response time (µs)")
+            .x_desc(format!("{} (µs)", self.quantity))
             .y_desc("count")
             .y_labels(6)
             .label_style(text(14))
@@ -452,6 +458,8 @@ impl Figure for HistogramFigure<'_> {
 
 struct ExceedanceFigure<'a> {
     title: &'a str,
+    /// What the x axis measures ("response time"), in µs.
+    quantity: &'a str,
     configurations: &'a [Labelled<'a, LatencyHistogram>],
     deadline_us: Option<f64>,
 }
@@ -519,7 +527,7 @@ impl Figure for ExceedanceFigure<'_> {
             .build_cartesian_2d(x_range.clone(), (floor..1.5).log_scale())?;
         chart
             .configure_mesh()
-            .x_desc("response time x (µs)")
+            .x_desc(format!("{} x (µs)", self.quantity))
             .y_desc("fraction of samples exceeding x")
             .label_style(text(14))
             .axis_desc_style(text(15))
@@ -707,9 +715,10 @@ mod tests {
         ];
         let deadline = Some(1405.9);
         assert_sane(
-            &response_time_histograms(
+            &latency_histograms(
                 &dir.join("histogram"),
                 "Response time",
+                "response time",
                 &configurations,
                 deadline,
             )
@@ -719,6 +728,7 @@ mod tests {
             &exceedance(
                 &dir.join("exceedance"),
                 "Response time tail",
+                "response time",
                 &configurations,
                 deadline,
             )
@@ -759,8 +769,15 @@ mod tests {
             label: "nothing",
             data: &empty,
         }];
-        response_time_histograms(&dir.join("h"), "empty", &configurations, None).unwrap();
-        exceedance(&dir.join("e"), "empty", &[], Some(1.0)).unwrap();
+        latency_histograms(
+            &dir.join("h"),
+            "empty",
+            "response time",
+            &configurations,
+            None,
+        )
+        .unwrap();
+        exceedance(&dir.join("e"), "empty", "response time", &[], Some(1.0)).unwrap();
         time_series(&dir.join("s"), "empty", "value", &[]).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }

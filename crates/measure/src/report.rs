@@ -228,9 +228,10 @@ fn latency_plots(
     Ok(vec![
         MetricPlot {
             description: format!("{metric} histograms"),
-            files: plot::response_time_histograms(
+            files: plot::latency_histograms(
                 &plot_stem(out_dir, metric, "histogram"),
                 title,
+                metric,
                 &histograms,
                 deadline_us,
             )?,
@@ -240,6 +241,7 @@ fn latency_plots(
             files: plot::exceedance(
                 &plot_stem(out_dir, metric, "exceedance"),
                 title,
+                metric,
                 &histograms,
                 deadline_us,
             )?,
