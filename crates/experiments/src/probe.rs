@@ -167,7 +167,12 @@ impl Cyclictest {
     }
 }
 
-/// The arguments of a cyclictest run like the probe's.
+/// The arguments of a cyclictest run like the probe's. `--laptop`: by
+/// default cyclictest holds a 0 µs CPU wake-up latency target
+/// (/dev/cpu_dma_latency) while it runs, so idle CPUs poll instead of
+/// halting — on a VM that saves an exit and entry per wake-up, tens of µs.
+/// The probe runs without it, so cyclictest must too, or the comparison
+/// measures the power-management setting rather than the scheduler.
 pub fn cyclictest_args(
     period: Duration,
     priority: Option<u32>,
@@ -177,6 +182,7 @@ pub fn cyclictest_args(
 ) -> Vec<String> {
     let mut args = vec![
         "-q".to_string(),
+        "--laptop".into(),
         "-m".into(),
         "-t".into(),
         "1".into(),
@@ -378,8 +384,9 @@ fn agreement(rows: &[(&str, &str, &LatencyHistogram)], loads: &[&str]) -> String
     }
     if disagree {
         text.push_str(
-            "\nWhere they differ: the two run one after the other, not at once, so each sees \
-             its own share of the host's preemptions of the virtual CPU (the tail moves by \
+            "\nWhere they differ: both run without a CPU wake-up latency target (cyclictest \
+             with `--laptop`), so power management treats them alike; but they run one after \
+             the other, not at once, so each sees its own share of the host's preemptions of the virtual CPU (the tail moves by \
              milliseconds between runs on a VM); cyclictest counts whole microseconds (its \
              histogram truncates), which at a p99 of a few µs is itself a 20 % step; and the \
              probe measures from the nominal release on an absolute grid to the moment its \
@@ -421,7 +428,7 @@ mod tests {
             Duration::from_secs(10),
             10_000,
         );
-        for a in ["-i5000", "-p80", "-D10", "-a1", "-h10000", "-m"] {
+        for a in ["-i5000", "-p80", "-D10", "-a1", "-h10000", "-m", "--laptop"] {
             assert!(args.iter().any(|x| x == a), "{a} missing from {args:?}");
         }
     }

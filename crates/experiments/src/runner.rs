@@ -66,6 +66,11 @@ pub fn run(
     results.warmup_s = scenario.warmup.as_secs_f64();
     results.baseline = scenario.baseline.clone();
     let privileged = tessera_broker::Mode::detect() == tessera_broker::Mode::Guaranteed;
+    // Real-time threads must not page-fault (as cyclictest's -m): lock the
+    // process's memory for the run; without the right, say so in the report.
+    let unlocked = tessera_sys::mem::lock_all_memory()
+        .err()
+        .map(|e| format!("memory not locked: {e}"));
     let count = scenario.configurations.len();
     for (index, config) in scenario.configurations.iter().enumerate() {
         let mut report = |elapsed| {
@@ -87,7 +92,13 @@ pub fn run(
                 Err(e) => not_run(config, e),
             }
         };
-        results.configurations.push(result);
+        results.configurations.push(ConfigurationResult {
+            notes: result.notes.into_iter().chain(unlocked.clone()).collect(),
+            ..result
+        });
+    }
+    if unlocked.is_none() {
+        let _ = tessera_sys::mem::unlock_all_memory();
     }
     write(&results, out_dir)?;
     Ok(Outcome {
