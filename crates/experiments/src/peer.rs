@@ -497,10 +497,7 @@ impl JackServer {
 impl Drop for JackServer {
     fn drop(&mut self) {
         // SIGTERM first: jackd removes its shared memory and socket on exit.
-        let pid = self.child.id() as i32;
-        // SAFETY: kill(2) on the PID of our own child, which we have not
-        // reaped yet, so the PID cannot have been reused.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let _ = tessera_sys::process::terminate(self.child.id() as i32);
         let give_up = std::time::Instant::now() + JACKD_EXIT_WAIT;
         while std::time::Instant::now() < give_up {
             if let Ok(Some(_)) = self.child.try_wait() {

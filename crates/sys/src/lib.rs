@@ -1,7 +1,8 @@
 //! The kernel layer: the only crate in tessera that makes `unsafe` system calls.
 //!
 //! It owns thin, typed wrappers over scheduling (sched_setattr/getattr), CPU
-//! affinity, cgroup cpusets (v1 and v2), memory locking, clocks, futexes and the
+//! affinity, cgroup cpusets (v1 and v2), memory locking, clocks, futexes,
+//! epoll/timerfd/eventfd, signals, process control, peer credentials and the
 //! /proc readers. Every failure is an [`Error`] that names the cause and the fix.
 //! It must never hold policy: what to ask for is decided above this layer.
 
@@ -12,13 +13,13 @@ pub mod clock;
 pub mod error;
 pub mod event;
 pub mod futex;
+pub mod ipc;
 pub mod kernel;
 pub mod mem;
 pub mod nudge;
 pub mod proc;
-pub mod process_group;
+pub mod process;
 pub mod sched;
 pub mod signal;
 
 pub use error::{Error, ErrorKind, Result};
-pub mod ipc;

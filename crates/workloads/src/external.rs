@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 use tessera_sys::proc::Pid;
-use tessera_sys::process_group::signal_group;
+use tessera_sys::process::signal_group;
 
 /// How long a generator may take to exit after SIGTERM.
 pub const GRACE: Duration = Duration::from_secs(3);
