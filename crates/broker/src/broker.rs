@@ -302,23 +302,10 @@ impl Broker {
         if req.policy != CellPolicy::BestEffort || req.weight == placement::DEFAULT_WEIGHT {
             return Ok(());
         }
+        if let Some(parent) = self.enf.weight_parent() {
+            parent.create(&["cpu"])?;
+        }
         if let Some(g) = self.enf.weight_group(&req.name) {
-            if let Some(parent) = g.path.parent() {
-                let parent = tessera_sys::cgroup::Group {
-                    version: g.version,
-                    path: parent.to_path_buf(),
-                };
-                if parent.path
-                    != self
-                        .enf
-                        .cpu
-                        .as_ref()
-                        .map(|c| c.mount.clone())
-                        .unwrap_or_default()
-                {
-                    parent.create(&["cpu"])?;
-                }
-            }
             g.create(&["cpu"])?;
             g.set_weight(req.weight)?;
         }
@@ -328,12 +315,10 @@ impl Broker {
     fn remove_weight_group(&self, name: &str) {
         if let Some(g) = self.enf.weight_group(name) {
             let _ = g.remove();
-            if let Some(parent) = g.path.parent() {
-                // The shared parent goes with the last best-effort cell.
-                let _ = std::fs::remove_dir(parent)
-                    .ok()
-                    .filter(|_| parent.ends_with("tessera"));
-            }
+        }
+        // The shared parent goes with the last weight group.
+        if let Some(parent) = self.enf.weight_parent().filter(|p| p.children().is_empty()) {
+            let _ = parent.remove();
         }
     }
 

@@ -46,10 +46,17 @@ impl Enforcement {
     /// The cpu-controller group of a best-effort cell.
     pub fn weight_group(&self, cell: &str) -> Option<Group> {
         let cpu = self.cpu.as_ref()?;
-        Some(match cpu.version {
-            Version::V1 => cpu.root().child("tessera").child(cell),
-            Version::V2 => cpu.root().child(&format!("tessera-weight-{cell}")),
+        Some(match self.weight_parent() {
+            Some(parent) => parent.child(cell),
+            None => cpu.root().child(&format!("tessera-weight-{cell}")),
         })
+    }
+
+    /// The group holding the weight groups (v1 `tessera/`; v2 keeps them at
+    /// the top level, where the cpu controller is enabled).
+    pub fn weight_parent(&self) -> Option<Group> {
+        let cpu = self.cpu.as_ref()?;
+        (cpu.version == Version::V1).then(|| cpu.root().child("tessera"))
     }
 }
 
