@@ -626,22 +626,15 @@ impl Broker {
             layout.teardown(&mut self.state.snapshot)?;
         }
         if let Some(cpu) = &self.enf.cpu {
-            for g in cpu
-                .root()
-                .children()
-                .into_iter()
-                .filter(|g| g.name() == "tessera" || g.name().starts_with("tessera-"))
-            {
-                for child in g.children() {
-                    for tid in child.threads().unwrap_or_default() {
-                        let _ = cpu.root().add_thread(tid);
-                    }
-                    let _ = child.remove();
+            let root = cpu.root();
+            let ours = |g: &tessera_sys::cgroup::Group| {
+                g.name() == "tessera" || g.name().starts_with("tessera-")
+            };
+            for g in root.children().into_iter().filter(ours) {
+                for group in g.children().iter().chain(std::iter::once(&g)) {
+                    let _ = crate::layout::move_all(group, &root);
+                    let _ = group.remove();
                 }
-                for tid in g.threads().unwrap_or_default() {
-                    let _ = cpu.root().add_thread(tid);
-                }
-                let _ = g.remove();
             }
         }
         self.state = State::new(Ledger::new(self.facts.machine.clone()));

@@ -230,7 +230,7 @@ impl Layout {
 /// Moves every task of `from` into `to` (v1: each thread; v2: each
 /// process, as v2 moves threads only inside threaded subtrees), skipping
 /// those that cannot move (per-CPU kernel threads) or that exited meanwhile.
-fn move_all(from: &Group, to: &Group) -> Result<()> {
+pub(crate) fn move_all(from: &Group, to: &Group) -> Result<()> {
     type Add = fn(&Group, i32) -> Result<()>;
     let (ids, add): (Result<Vec<i32>>, Add) = match from.version {
         Version::V1 => (from.threads(), Group::add_thread),
