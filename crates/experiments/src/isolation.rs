@@ -17,7 +17,7 @@ use crate::cells::{setup_thread, Cells};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_broker::{BrokerError, Session};
-use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults};
+use tessera_measure::{ConfigurationResult, RunResults};
 use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest};
 use tessera_workloads::{PeriodicSpec, PeriodicStats, PeriodicTask};
 
@@ -206,14 +206,6 @@ pub fn run_configuration(
     }
 }
 
-fn metric(stats: &PeriodicStats) -> Metric {
-    let mut hist = LatencyHistogram::new(10_000_000_000);
-    for &us in &stats.response_us {
-        hist.record((us * 1000.0) as u64);
-    }
-    Metric::latency(METRIC, Some(stats.deadline_us), hist)
-}
-
 /// Runs every configuration, writes results.json and the report.
 pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Outcome, BrokerError> {
     let cores = tessera_sys::kernel::online_cpus()?;
@@ -249,7 +241,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Outcome, Br
                     100.0 * stats.misses() as f64 / stats.released().max(1) as f64,
                     stats.skipped
                 )],
-                metrics: vec![metric(&stats)],
+                metrics: vec![crate::runner::task_metric(&stats, METRIC, Duration::ZERO, Duration::ZERO).0],
             },
             Err(e) => ConfigurationResult {
                 name: config.name().to_string(),
