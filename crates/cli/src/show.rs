@@ -77,17 +77,31 @@ pub fn cells(list: &Vec<CellInfo>) -> String {
     if list.is_empty() {
         return "no cells\n".into();
     }
+    // Columns as wide as their widest entry, so long budgets stay aligned.
+    let allocations: Vec<String> = list.iter().map(allocation).collect();
+    let name_w = list
+        .iter()
+        .map(|c| c.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(4);
+    let alloc_w = allocations
+        .iter()
+        .map(|a| a.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(10);
     let mut out = format!(
-        "{:<16} {:<16} {:<32} {:>9} {:>7}  owner\n",
+        "{:<name_w$}  {:<15}  {:<alloc_w$}  {:>9}  {:>7}  owner\n",
         "cell", "policy", "allocation", "bandwidth", "threads"
     );
-    for c in list {
+    for (c, alloc) in list.iter().zip(&allocations) {
         let _ = writeln!(
             out,
-            "{:<16} {:<16} {:<32} {:>9} {:>7}  uid {}{}",
+            "{:<name_w$}  {:<15}  {:<alloc_w$}  {:>9}  {:>7}  uid {}{}",
             c.name,
             c.grant.request.policy.name(),
-            allocation(c),
+            alloc,
             c.bandwidth.to_string(),
             c.members.len(),
             c.owner_uid,
