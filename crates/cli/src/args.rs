@@ -99,6 +99,11 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::synth::SynthCommand,
     },
+    /// The LAN music application (seed 000 §3): SLABS emulator and Migrator Synthesizer over UDP.
+    Music {
+        #[command(subcommand)]
+        command: crate::music::MusicCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -222,8 +227,24 @@ pub fn time(text: &str, example: &str) -> Result<std::time::Duration, BrokerErro
         .map_err(|e| invalid(e, &format!("e.g. {example}")))
 }
 
-fn invalid(message: String, fix: &str) -> BrokerError {
+/// A bad argument: what is wrong and an example of a good one.
+pub fn invalid(message: impl Into<String>, fix: &str) -> BrokerError {
     BrokerError::new("invalid", message, fix)
+}
+
+/// SLABS pads as people list them: "0-31", "0,3,8-11" (pads 0–31).
+pub fn pads(list: &str) -> Result<Vec<usize>, BrokerError> {
+    let bad = || {
+        invalid(
+            format!("pads {list:?}"),
+            "e.g. --pads 0-31 or --pads 0,3,8-11 (pads 0..31)",
+        )
+    };
+    let pads = tessera_sys::kernel::parse_cpu_list(list).map_err(|_| bad())?;
+    if pads.is_empty() || pads.iter().any(|&p| p >= tessera_synth::PADS) {
+        return Err(bad());
+    }
+    Ok(pads)
 }
 
 impl CreateArgs {
@@ -267,7 +288,7 @@ impl CreateArgs {
             (None, None) => None,
             _ => {
                 return Err(invalid(
-                    "give both --runtime and --period".into(),
+                    "give both --runtime and --period",
                     "e.g. --runtime 400us --period 1333us",
                 ))
             }

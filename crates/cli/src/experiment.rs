@@ -3,6 +3,7 @@
 //! `probe` (the timer-callback latency probe with cyclictest). Thin: the
 //! work is in tessera-experiments and tessera-workloads.
 
+use crate::args::invalid;
 use clap::{Args, Subcommand};
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -115,10 +116,6 @@ pub struct LoadCommon {
     pub duration: String,
     #[arg(long)]
     pub json: bool,
-}
-
-fn invalid(message: impl Into<String>, fix: &str) -> BrokerError {
-    BrokerError::new("invalid", message, fix)
 }
 
 fn progress_line(p: &Progress) {

@@ -5,6 +5,7 @@
 mod args;
 mod bench;
 mod experiment;
+mod music;
 mod show;
 mod synth;
 mod trace;
@@ -55,6 +56,7 @@ fn run(cli: Cli) -> Result<ExitCode, BrokerError> {
         } => trace::window(a),
         Command::Bench { command } => bench::run(command),
         Command::Synth { command } => synth::run(command),
+        Command::Music { command } => music::run(command),
     }
 }
 
@@ -67,7 +69,7 @@ fn cell(command: CellCommand) -> Result<ExitCode, BrokerError> {
             let info = session.create_cell(request, false)?;
             show::print(json, &info, show::created)
         }
-        CellCommand::List { json } => show::print(json, &session.list()?, show::cells),
+        CellCommand::List { json } => show::print(json, &session.list()?, |l| show::cells(l)),
         CellCommand::Show { name, json } => show::print(json, &session.show(&name)?, show::cell),
         CellCommand::Destroy { name } => {
             session.destroy_cell(&name)?;

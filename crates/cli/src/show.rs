@@ -73,7 +73,7 @@ pub fn status(s: &StatusReport) -> String {
     out
 }
 
-pub fn cells(list: &Vec<CellInfo>) -> String {
+pub fn cells(list: &[CellInfo]) -> String {
     if list.is_empty() {
         return "no cells\n".into();
     }
@@ -136,7 +136,7 @@ fn allocation(c: &CellInfo) -> String {
 }
 
 pub fn cell(c: &CellInfo) -> String {
-    let mut out = cells(&vec![c.clone()]);
+    let mut out = cells(std::slice::from_ref(c));
     if let Some(free) = c.free_slots {
         let _ = writeln!(
             out,

@@ -2,6 +2,7 @@
 //! benchmark its DSP against the deadline and against Faust. Thin: the sound
 //! lives in `tessera_synth`; this file parses, times and prints.
 
+use crate::args::invalid;
 use clap::{Args, Subcommand};
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -107,10 +108,6 @@ pub fn run(command: SynthCommand) -> Result<ExitCode, BrokerError> {
     }
 }
 
-fn invalid(message: impl Into<String>, fix: &str) -> BrokerError {
-    BrokerError::new("invalid", message, fix)
-}
-
 fn render(args: RenderArgs) -> Result<ExitCode, BrokerError> {
     let format = match args.format.as_str() {
         "f32" => SampleFormat::Float32,
@@ -139,7 +136,7 @@ fn render(args: RenderArgs) -> Result<ExitCode, BrokerError> {
                 y: args.y,
                 pressure: args.pressure,
             };
-            Gesture::fixed(parse_pads(&args.pads)?, input)
+            Gesture::fixed(crate::args::pads(&args.pads)?, input)
         }
     };
     let mut synth = Synth::new(args.shape.config())
@@ -167,27 +164,6 @@ fn render(args: RenderArgs) -> Result<ExitCode, BrokerError> {
     }
     println!("object-blocks processed: {}", summary.objects_processed);
     Ok(ExitCode::SUCCESS)
-}
-
-/// Parses `0-31` or `0,3,8-11` into pad numbers.
-fn parse_pads(list: &str) -> Result<Vec<usize>, BrokerError> {
-    let bad = || {
-        invalid(
-            format!("pads {list:?}"),
-            "e.g. --pads 0-31 or --pads 0,3,8-11 (pads 0..31)",
-        )
-    };
-    let mut pads = Vec::new();
-    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (first, last) = part.split_once('-').unwrap_or((part, part));
-        let first: usize = first.trim().parse().map_err(|_| bad())?;
-        let last: usize = last.trim().parse().map_err(|_| bad())?;
-        if first > last || last >= PADS {
-            return Err(bad());
-        }
-        pads.extend(first..=last);
-    }
-    Ok(pads)
 }
 
 /// One timed row: total time and TSC ticks over `work` oscillator-samples.

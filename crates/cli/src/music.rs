@@ -1,0 +1,179 @@
+//! `tessera music`: the LAN music application of seed 000 §3 — run the
+//! Migrator Synthesizer on the packet driver against the SLABS emulator and
+//! report Δt and tf − t0, or run the emulator alone against an application
+//! elsewhere. Thin: everything lives in `tessera_music`; this file parses
+//! and prints.
+
+use crate::args::invalid;
+use clap::{Args, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use tessera_broker::BrokerError;
+use tessera_measure::Summary;
+use tessera_music::emulator::{self, EmulatorConfig, EmulatorReport};
+use tessera_music::{app::DEADLINE, Options, EMULATOR_METRIC, RESPONSE_METRIC};
+use tessera_synth::Gesture;
+
+#[derive(Subcommand)]
+pub enum MusicCommand {
+    /// Run the application and the SLABS emulator on loopback; Δt (t2 − t1), tf − t0, misses, pacing.
+    #[command(after_help = "Examples:\n  \
+        sudo tessera music run --seconds 20\n  \
+        tessera music run --seconds 5 --pads 0-7 --pressure 0.5 --json\n  \
+        tessera music run --gesture take1.txt --out results/music")]
+    Run(RunArgs),
+    /// Run the SLABS emulator alone against an application listening at ADDR.
+    #[command(after_help = "Example:\n  tessera music emulate --to 10.213.0.1:47213 --seconds 10")]
+    Emulate(EmulateArgs),
+}
+
+/// What the emulated SLABS plays.
+#[derive(Args)]
+pub struct InputArgs {
+    /// Pads held down: a list of pads and ranges, e.g. 0-31 or 0,3,8-11.
+    #[arg(long, default_value = "0-31")]
+    pub pads: String,
+    #[arg(long, default_value_t = 0.8)]
+    pub pressure: f32,
+    /// Finger x on the held pads.
+    #[arg(long, default_value_t = 0.3)]
+    pub x: f32,
+    /// Finger y on the held pads.
+    #[arg(long, default_value_t = 0.1)]
+    pub y: f32,
+    /// Play this gesture file (`time pad x y pressure` lines) instead of held pads.
+    #[arg(long)]
+    pub gesture: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[arg(long, default_value_t = 20.0)]
+    pub seconds: f64,
+    #[command(flatten)]
+    pub input: InputArgs,
+    /// Seconds at the start that are not measured.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Do not ask for a cell even when privileged.
+    #[arg(long)]
+    pub no_cell: bool,
+    /// Report directory (default results/music-<unix time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct EmulateArgs {
+    /// The application's packet socket.
+    #[arg(long)]
+    pub to: SocketAddr,
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    #[command(flatten)]
+    pub input: InputArgs,
+}
+
+pub fn run(command: MusicCommand) -> Result<ExitCode, BrokerError> {
+    match command {
+        MusicCommand::Run(args) => run_app(args),
+        MusicCommand::Emulate(args) => emulate(args),
+    }
+}
+
+fn seconds(value: f64, flag: &str) -> Result<Duration, BrokerError> {
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| invalid(format!("{flag} {value}"), "give a number of seconds ≥ 0"))
+}
+
+fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
+    let out = args.out.unwrap_or_else(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        PathBuf::from(format!("results/music-{now}"))
+    });
+    let mut options = Options::new(args.seconds, gesture(&args.input)?);
+    options.warmup = seconds(args.warmup, "--warmup")?;
+    options.cell = !args.no_cell;
+    options.out_dir = Some(out.clone());
+    seconds(args.seconds, "--seconds")?;
+    if !args.json {
+        eprintln!(
+            "tessera music: SLABS emulator → Migrator Synthesizer on loopback, {:.0} s",
+            args.seconds
+        );
+    }
+    let outcome = tessera_music::run(&options)
+        .map_err(|e| BrokerError::new("experiment", e.to_string(), ""))?;
+    if args.json {
+        let json = serde_json::to_string_pretty(&outcome.results).unwrap_or_default();
+        println!("{json}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for metric in [RESPONSE_METRIC, EMULATOR_METRIC] {
+        println!(
+            "\n{metric}\n{}",
+            tessera_measure::summary_table(&outcome.results, metric)
+        );
+    }
+    for configuration in &outcome.results.configurations {
+        for note in &configuration.notes {
+            println!("- {note}");
+        }
+    }
+    println!("\nreport: {}/README.md", out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn emulate(args: EmulateArgs) -> Result<ExitCode, BrokerError> {
+    let duration = seconds(args.seconds, "--seconds")?;
+    let config = EmulatorConfig::new(args.to, duration, gesture(&args.input)?);
+    let report =
+        emulator::run(&config).map_err(|e| BrokerError::new("experiment", e.to_string(), ""))?;
+    print_emulator(&report);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_emulator(report: &EmulatorReport) {
+    let deadline_us = DEADLINE.as_nanos() as f64 / 1000.0;
+    let s = Summary::from_histogram(&report.response, Some(deadline_us));
+    println!(
+        "{} packages sent, {} answered, {} unexpected answers",
+        report.packages_sent, report.answered, report.unexpected
+    );
+    println!(
+        "tf − t0 (µs): count {} min {:.1} mean {:.1} max {:.1} stdev {:.1} p50 {:.1} p99 {:.1} p99.9 {:.1} misses {}",
+        s.count, s.min, s.mean, s.max, s.stdev, s.p50, s.p99, s.p999, s.misses.unwrap_or(0)
+    );
+    println!(
+        "pacing: {:.1} packets/s (nominal {:.1}), send lateness p50 {:.1} µs, p99 {:.1} µs, \
+         schedule slipped by {} packages",
+        report.achieved_packet_rate(),
+        emulator::nominal_packet_rate(),
+        report.send_lateness.quantile(0.5) as f64 / 1000.0,
+        report.send_lateness.quantile(0.99) as f64 / 1000.0,
+        report.slipped_packages
+    );
+}
+
+/// The held pads of the arguments, or their gesture file.
+fn gesture(input: &InputArgs) -> Result<Gesture, BrokerError> {
+    if let Some(path) = &input.gesture {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            invalid(
+                format!("{}: {e}", path.display()),
+                "give a readable gesture file",
+            )
+        })?;
+        return Gesture::parse(&text)
+            .map_err(|e| invalid(e.to_string(), "lines are `time pad x y pressure`"));
+    }
+    let pads = crate::args::pads(&input.pads)?;
+    Ok(emulator::held_pads(pads, input.x, input.y, input.pressure))
+}
