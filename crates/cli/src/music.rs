@@ -14,7 +14,6 @@ use tessera_broker::BrokerError;
 use tessera_measure::Summary;
 use tessera_music::emulator::{self, EmulatorConfig, EmulatorReport};
 use tessera_music::{app::DEADLINE, Options, EMULATOR_METRIC, RESPONSE_METRIC};
-use tessera_synth::Gesture;
 
 #[derive(Subcommand)]
 pub enum MusicCommand {
@@ -29,31 +28,12 @@ pub enum MusicCommand {
     Emulate(EmulateArgs),
 }
 
-/// What the emulated SLABS plays.
-#[derive(Args)]
-pub struct InputArgs {
-    /// Pads held down: a list of pads and ranges, e.g. 0-31 or 0,3,8-11.
-    #[arg(long, default_value = "0-31")]
-    pub pads: String,
-    #[arg(long, default_value_t = 0.8)]
-    pub pressure: f32,
-    /// Finger x on the held pads.
-    #[arg(long, default_value_t = 0.3)]
-    pub x: f32,
-    /// Finger y on the held pads.
-    #[arg(long, default_value_t = 0.1)]
-    pub y: f32,
-    /// Play this gesture file (`time pad x y pressure` lines) instead of held pads.
-    #[arg(long)]
-    pub gesture: Option<PathBuf>,
-}
-
 #[derive(Args)]
 pub struct RunArgs {
     #[arg(long, default_value_t = 20.0)]
     pub seconds: f64,
     #[command(flatten)]
-    pub input: InputArgs,
+    pub input: crate::synth::InputArgs,
     /// Seconds at the start that are not measured.
     #[arg(long, default_value_t = 1.0)]
     pub warmup: f64,
@@ -75,7 +55,7 @@ pub struct EmulateArgs {
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
     #[command(flatten)]
-    pub input: InputArgs,
+    pub input: crate::synth::InputArgs,
 }
 
 pub fn run(command: MusicCommand) -> Result<ExitCode, BrokerError> {
@@ -98,7 +78,7 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
             .unwrap_or(0);
         PathBuf::from(format!("results/music-{now}"))
     });
-    let mut options = Options::new(args.seconds, gesture(&args.input)?);
+    let mut options = Options::new(args.seconds, crate::synth::gesture(&args.input)?);
     options.warmup = seconds(args.warmup, "--warmup")?;
     options.cell = !args.no_cell;
     options.out_dir = Some(out.clone());
@@ -133,7 +113,7 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
 
 fn emulate(args: EmulateArgs) -> Result<ExitCode, BrokerError> {
     let duration = seconds(args.seconds, "--seconds")?;
-    let config = EmulatorConfig::new(args.to, duration, gesture(&args.input)?);
+    let config = EmulatorConfig::new(args.to, duration, crate::synth::gesture(&args.input)?);
     let report =
         emulator::run(&config).map_err(|e| BrokerError::new("experiment", e.to_string(), ""))?;
     print_emulator(&report);
@@ -160,20 +140,4 @@ fn print_emulator(report: &EmulatorReport) {
         report.send_lateness.quantile(0.99) as f64 / 1000.0,
         report.slipped_packages
     );
-}
-
-/// The held pads of the arguments, or their gesture file.
-fn gesture(input: &InputArgs) -> Result<Gesture, BrokerError> {
-    if let Some(path) = &input.gesture {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            invalid(
-                format!("{}: {e}", path.display()),
-                "give a readable gesture file",
-            )
-        })?;
-        return Gesture::parse(&text)
-            .map_err(|e| invalid(e.to_string(), "lines are `time pad x y pressure`"));
-    }
-    let pads = crate::args::pads(&input.pads)?;
-    Ok(emulator::held_pads(pads, input.x, input.y, input.pressure))
 }

@@ -62,10 +62,9 @@ impl ShapeArgs {
     }
 }
 
+/// What the SLABS plays: pads held down, or a gesture file.
 #[derive(Args)]
-pub struct RenderArgs {
-    #[arg(long, default_value_t = 10.0)]
-    pub seconds: f64,
+pub struct InputArgs {
     /// Pads held down: a list of pads and ranges, e.g. 0-31 or 0,3,8-11.
     #[arg(long, default_value = "0-31")]
     pub pads: String,
@@ -77,9 +76,37 @@ pub struct RenderArgs {
     /// Finger y on the held pads: which of the pad's 4 tables.
     #[arg(long, default_value_t = 0.1)]
     pub y: f32,
-    /// Play this gesture file instead of held pads.
+    /// Play this gesture file (`time pad x y pressure` lines) instead of held pads.
     #[arg(long)]
     pub gesture: Option<PathBuf>,
+}
+
+/// The held pads of the arguments, or their gesture file.
+pub fn gesture(input: &InputArgs) -> Result<Gesture, BrokerError> {
+    if let Some(path) = &input.gesture {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            invalid(
+                format!("{}: {e}", path.display()),
+                "give a readable gesture file",
+            )
+        })?;
+        return Gesture::parse(&text)
+            .map_err(|e| invalid(e.to_string(), "lines are `time pad x y pressure`"));
+    }
+    let held = PadInput {
+        x: input.x,
+        y: input.y,
+        pressure: input.pressure,
+    };
+    Ok(Gesture::fixed(crate::args::pads(&input.pads)?, held))
+}
+
+#[derive(Args)]
+pub struct RenderArgs {
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    #[command(flatten)]
+    pub input: InputArgs,
     #[arg(long, default_value = "synth.wav")]
     pub out: PathBuf,
     /// Sample format: f32 or i16.
@@ -119,26 +146,7 @@ fn render(args: RenderArgs) -> Result<ExitCode, BrokerError> {
             ))
         }
     };
-    let gesture = match &args.gesture {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                invalid(
-                    format!("{}: {e}", path.display()),
-                    "give a readable gesture file",
-                )
-            })?;
-            Gesture::parse(&text)
-                .map_err(|e| invalid(e.to_string(), "lines are `time pad x y pressure`"))?
-        }
-        None => {
-            let input = PadInput {
-                x: args.x,
-                y: args.y,
-                pressure: args.pressure,
-            };
-            Gesture::fixed(crate::args::pads(&args.pads)?, input)
-        }
-    };
+    let gesture = gesture(&args.input)?;
     let mut synth = Synth::new(args.shape.config())
         .map_err(|e| invalid(e.to_string(), "see tessera synth render --help"))?;
     let mut player = GesturePlayer::new(gesture);
