@@ -538,6 +538,7 @@ fn packet_driver_answers_every_package_on_loopback() {
         packet_size: PACKET,
         output_size: 8,
         reply_to: None,
+        index_at: None,
     };
     let driver = PacketDriver::bind("127.0.0.1:0", packet_config).unwrap();
     let address = driver.local_addr().unwrap();

@@ -155,6 +155,7 @@ impl App {
                 packet_size: INPUT_PACKET_SIZE,
                 output_size: OUTPUT_PACKET_SIZE,
                 reply_to: None,
+                index_at: Some(crate::protocol::INDEX_OFFSET),
             },
         )?;
         let addr = driver.local_addr()?;

@@ -31,6 +31,9 @@ use tessera_synth::{OutputBlock, PadInput, BLOCK, CHANNELS, PADS};
 
 /// Packets that form one package.
 pub const PACKETS_PER_PACKAGE: usize = 16;
+/// Byte offset of an input packet's index in its package (the packet
+/// driver keeps in step with the sender by it).
+pub const INDEX_OFFSET: usize = 4;
 /// Temporal frames in one input packet.
 pub const FRAMES_PER_PACKET: usize = 2;
 /// The SLABS's sample rate, Hz.
@@ -134,7 +137,7 @@ pub fn encode_input(
 /// Reads and checks an input packet's header.
 pub fn decode_input_header(buf: &[u8]) -> Result<InputHeader, ProtocolError> {
     check_size(buf, INPUT_PACKET_SIZE)?;
-    let (index, frames) = (read_u16(buf, 4), read_u16(buf, 6));
+    let (index, frames) = (read_u16(buf, INDEX_OFFSET), read_u16(buf, 6));
     if frames as usize != FRAMES_PER_PACKET {
         return Err(ProtocolError::Shape {
             frames,

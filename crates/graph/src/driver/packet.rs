@@ -3,7 +3,12 @@
 //!
 //! A package is `packets_per_package` datagrams of exactly `packet_size`
 //! bytes (the music application uses 16); its start t1 is the arrival of its
-//! first packet. Nodes read the package with
+//! first packet. With `index_at`, each packet carries its index in the
+//! package (a little-endian u16 at that byte offset) and the driver keeps in
+//! step with the sender: a package missing a packet is dropped whole (and
+//! counted), and the next package starts at the next packet of index 0 — one
+//! lost datagram never shifts every later package. Without it, packages are
+//! counted off by arrival. Nodes read the package with
 //! [`crate::ProcessContext::package`]; the node designated with
 //! [`crate::Graph::set_packet_writer`] fills the output packet
 //! ([`crate::ProcessContext::packet_out`]), which is sent to `reply_to` or
@@ -37,6 +42,9 @@ pub struct PacketConfig {
     pub output_size: usize,
     /// Where output packets go; `None`: back to the sender.
     pub reply_to: Option<SocketAddr>,
+    /// Byte offset of each packet's index in its package (u16, little
+    /// endian); `None`: packages are counted off by arrival.
+    pub index_at: Option<usize>,
 }
 
 /// Cycles driven by packages arriving on a UDP socket.
@@ -51,6 +59,8 @@ pub struct PacketDriver {
     first_arrival_ns: u64,
     sender: Option<SocketAddr>,
     dropped: u64,
+    /// Packages dropped whole because a packet of theirs never came.
+    incomplete: u64,
 }
 
 impl PacketDriver {
@@ -68,6 +78,14 @@ impl PacketDriver {
                 "packets_per_package and packet_size must be at least 1",
             ));
         }
+        if config
+            .index_at
+            .is_some_and(|at| at + 2 > config.packet_size)
+        {
+            return Err(DriverError::Config(
+                "index_at must leave 2 bytes inside the packet",
+            ));
+        }
         socket
             .set_read_timeout(Some(RECEIVE_POLL))
             .map_err(DriverError::io(
@@ -81,6 +99,7 @@ impl PacketDriver {
             first_arrival_ns: 0,
             sender: None,
             dropped: 0,
+            incomplete: 0,
         })
     }
 
@@ -90,9 +109,37 @@ impl PacketDriver {
             .map_err(DriverError::io("reading the packet socket's address"))
     }
 
-    /// Datagrams dropped for having the wrong size.
+    /// Datagrams dropped for having the wrong size, or (with `index_at`) an
+    /// index out of step.
     pub fn dropped_packets(&self) -> u64 {
         self.dropped
+    }
+
+    /// Packages dropped whole because one of their packets never arrived
+    /// (with `index_at` only).
+    pub fn incomplete_packages(&self) -> u64 {
+        self.incomplete
+    }
+
+    /// Whether the packet in `scratch` may take the next place; realigns on
+    /// a packet of index 0 when the current package lost one.
+    fn in_step(&mut self) -> bool {
+        let Some(at) = self.config.index_at else {
+            return true;
+        };
+        let index = u16::from_le_bytes([self.scratch[at], self.scratch[at + 1]]) as usize;
+        if index == self.received {
+            return true;
+        }
+        if self.received > 0 {
+            self.incomplete += 1;
+        }
+        self.received = 0;
+        if index == 0 {
+            return true;
+        }
+        self.dropped += 1;
+        false
     }
 
     /// Receives one datagram into its place in `package`; `Ok(false)` when
@@ -117,6 +164,9 @@ impl PacketDriver {
         };
         if len != self.config.packet_size {
             self.dropped += 1;
+            return Ok(true);
+        }
+        if !self.in_step() {
             return Ok(true);
         }
         if self.received == 0 {
@@ -167,5 +217,63 @@ impl Driver for PacketDriver {
             .send_to(output, destination)
             .map_err(DriverError::io("sending the output packet"))?;
         Ok(Some(clock::monotonic_ns()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: usize = 4;
+    const SIZE: usize = 8;
+
+    fn packet(index: u16, tag: u8) -> [u8; SIZE] {
+        let mut p = [tag; SIZE];
+        p[..2].copy_from_slice(&index.to_le_bytes());
+        p
+    }
+
+    #[test]
+    fn a_lost_packet_drops_its_package_and_the_next_one_is_whole() {
+        let config = PacketConfig {
+            packets_per_package: K,
+            packet_size: SIZE,
+            output_size: 1,
+            reply_to: None,
+            index_at: Some(0),
+        };
+        let mut driver = PacketDriver::bind("127.0.0.1:0", config).unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = driver.local_addr().unwrap();
+        // Package 1 loses its packet 2; a stray packet 3 follows; package 2 is whole.
+        let sent = [
+            (0, 1),
+            (1, 1),
+            (3, 1),
+            (3, 9),
+            (0, 2),
+            (1, 2),
+            (2, 2),
+            (3, 2),
+        ];
+        for (index, tag) in sent {
+            sender.send_to(&packet(index, tag), to).unwrap();
+        }
+        let mut package = vec![0u8; K * SIZE];
+        let stop = AtomicBool::new(false);
+        assert!(driver.wait_cycle(0, &mut package, &stop).unwrap().is_some());
+        for i in 0..K {
+            assert_eq!(
+                &package[i * SIZE..(i + 1) * SIZE],
+                &packet(i as u16, 2),
+                "packet {i}"
+            );
+        }
+        assert_eq!(driver.incomplete_packages(), 1);
+        assert_eq!(
+            driver.dropped_packets(),
+            2,
+            "package 1's packet 3 and the stray one"
+        );
     }
 }
