@@ -8,7 +8,8 @@
 //! threads: each node runs when all its predecessors finished (activation
 //! counters), independent branches in parallel. A [`Driver`] starts the
 //! cycles: [`TimerDriver`] (periodic, absolute-time wake-ups),
-//! [`PacketDriver`] (a complete UDP input package), [`FreewheelDriver`]
+//! [`PacketDriver`] (a complete UDP input package), [`LinkDriver`] (a
+//! package handed over by a network service in another cell), [`FreewheelDriver`]
 //! (back to back). Graph edits made on the control thread ([`Engine::edit`])
 //! are compiled there and switched in between cycles.
 //!
@@ -48,7 +49,8 @@ mod switch;
 mod xrun;
 
 pub use driver::{
-    CycleStart, Driver, DriverError, FreewheelDriver, PacketConfig, PacketDriver, TimerDriver,
+    package_link, CycleStart, Driver, DriverError, FreewheelDriver, LinkConfig, LinkDriver,
+    LinkService, PackageAssembler, PacketConfig, PacketDriver, TimerDriver,
 };
 pub use engine::{
     Engine, EngineConfig, EngineError, RunReport, SetupError, ThreadRole, ThreadSetup,

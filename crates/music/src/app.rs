@@ -1,106 +1,90 @@
-//! The music application (seed 000 Fig. 5) on tessera's graph engine: a
-//! [`PacketDriver`] assembles the SLABS's 16 packets into a package, and one
-//! node, [`MigratorNode`], reads the pads' latest frame from it, runs the
-//! Migrator Synthesizer for the package's 32 frames and writes the output
-//! packet. The engine records Δt = t2 − t1 per cycle (t1: first packet of
-//! the package received, t2: output packet written).
+//! The music application (seed 000 Fig. 5) on tessera's cells: the network
+//! service (its own cell) receives the SLABS's 16 packets of a package and
+//! hands the package over a link to the synth cell, whose communication
+//! thread (the engine's driver) starts a cycle of the Migrator graph — 32
+//! object nodes run by whichever of the cell's threads is free, then the
+//! mixer — and hands the output packet back; the network service writes it
+//! and records Δt = t2 − t1 (t1: first packet of the package received, t2:
+//! output packet written), one line per package to the console service
+//! (its own cell), which writes the package log. OSC controls reach the
+//! nodes through [`crate::control`].
 //!
-//! This module owns the graph and the engine's configuration. The node must
-//! never allocate, lock or block: it runs on the engine's real-time thread,
-//! which joins the application's cell when one is given.
+//! This module owns the wiring and the application's report. It must never
+//! decide scheduling: each role's threads run the caller's hook first
+//! (join a cell, set a FIFO priority, or nothing).
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tessera_graph::{
-    Engine, EngineConfig, EngineError, Graph, GraphError, Node, PacketConfig, PacketDriver,
-    PortSpec, ProcessContext, StreamConfig,
+    package_link, Engine, EngineConfig, EngineError, Graph, GraphError, LinkConfig, PacketConfig,
+    StreamConfig,
 };
 use tessera_measure::LatencyHistogram;
-use tessera_runtime::CellJoin;
-use tessera_synth::{
-    ConfigError, OutputBlock, PadInput, Synth, SynthConfig, BLOCK, CHANNELS, PADS,
-};
+use tessera_services::console::{Console, ConsoleBuilder, ConsoleReport};
+use tessera_services::network::{NetworkConfig, NetworkError, NetworkReport, NetworkService};
+use tessera_synth::{ConfigError, Synth, SynthConfig};
 
+use crate::control::{control_rings, ControlListener, ControlReport};
+use crate::nodes::{MixerNode, ObjectNode};
 use crate::protocol::{
-    self, FRAMES_PER_PACKAGE, FRAMES_PER_PACKET, INPUT_PACKET_SIZE, OUTPUT_PACKET_SIZE,
-    PACKETS_PER_PACKAGE, SAMPLE_RATE,
+    FRAMES_PER_PACKAGE, INPUT_PACKET_SIZE, OUTPUT_PACKET_SIZE, PACKETS_PER_PACKAGE, SAMPLE_RATE,
 };
 
 /// The response-time deadline: (64 − 2) samples at 44.1 kHz (seed 000 §3.2).
 pub const DEADLINE: Duration = Duration::from_nanos(1_405_896);
 /// Largest Δt the histogram keeps apart (1 s).
 const HISTOGRAM_MAX_NS: u64 = 1_000_000_000;
+/// Packages the network service may be ahead of the synth cell (186 ms:
+/// a stalled vCPU delays packages instead of losing them).
+const LINK_DEPTH: usize = 256;
+/// The network socket's receive buffer: about 0.4 s of SLABS packets, so a
+/// stalled vCPU queues packets instead of losing them.
+const RECEIVE_BUFFER: usize = 4 << 20;
+/// Lines the console holds between two of its polls (10 ms ≈ 14 packages).
+const CONSOLE_RING: usize = 4096;
 
-/// Reads packages, plays the synthesizer, writes output packets.
-pub struct MigratorNode {
-    synth: Synth,
-    pads: [PadInput; PADS],
-    block: OutputBlock,
-    /// Packages with a malformed packet: answered with the previous pads.
-    malformed: Arc<AtomicU64>,
+/// A role's thread-start hook: join a cell, set a priority, lock memory.
+pub type ThreadHook = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// How each role's threads are set up; `None`: they run as they start.
+#[derive(Clone, Default)]
+pub struct Roles {
+    /// The synth cell: the communication thread and the object workers.
+    pub synth: Option<ThreadHook>,
+    pub network: Option<ThreadHook>,
+    pub console: Option<ThreadHook>,
 }
 
-impl MigratorNode {
-    pub fn new(synth: Synth, malformed: Arc<AtomicU64>) -> MigratorNode {
-        MigratorNode {
-            synth,
-            pads: [PadInput::default(); PADS],
-            block: [[0.0; CHANNELS]; BLOCK],
-            malformed,
-        }
-    }
-
-    /// Takes the pads from the package's newest packet (highest index), its
-    /// last frame, and returns that packet's package number. `None` when a
-    /// packet is malformed: the pads keep their previous state.
-    fn read_package(&mut self, package: &[u8]) -> Option<u32> {
-        let mut newest: Option<(u16, u32, &[u8])> = None;
-        for packet in package.chunks_exact(INPUT_PACKET_SIZE) {
-            let header = protocol::decode_input_header(packet).ok()?;
-            if newest.is_none_or(|(index, _, _)| header.index >= index) {
-                newest = Some((header.index, header.package, packet));
-            }
-        }
-        let (_, number, packet) = newest?;
-        protocol::decode_input_frame(packet, FRAMES_PER_PACKET - 1, &mut self.pads);
-        Some(number)
-    }
-}
-
-impl Node for MigratorNode {
-    fn ports(&self) -> Vec<PortSpec> {
-        Vec::new()
-    }
-
-    fn process(&mut self, ctx: &mut ProcessContext<'_>) {
-        let number = self.read_package(ctx.package());
-        if number.is_none() {
-            self.malformed.fetch_add(1, Ordering::Relaxed);
-        }
-        self.synth.process(&self.pads, &mut self.block);
-        if let Some(out) = ctx.packet_out() {
-            // The buffer is the driver's output packet, sized for the format.
-            let _ = protocol::encode_output(number.unwrap_or(u32::MAX), &self.block, out);
-        }
+fn service_setup(hook: &Option<ThreadHook>) -> tessera_services::Setup {
+    match hook.clone() {
+        Some(hook) => Box::new(move || hook()),
+        None => Box::new(|| Ok(())),
     }
 }
 
 /// How the application runs.
 #[derive(Clone)]
 pub struct AppConfig {
-    /// The packet socket, e.g. 127.0.0.1:0.
+    /// The network service's socket, e.g. 127.0.0.1:0.
     pub bind: SocketAddr,
+    /// Where OSC controls are taken; `None`: no OSC.
+    pub osc: Option<SocketAddr>,
     pub synth: SynthConfig,
-    /// Cycles whose Δt is not kept (warm-up).
+    /// Packages whose Δt is not kept (warm-up).
     pub warmup_packages: u64,
-    /// Packages the run is expected to last: sizes the profile ring, so
-    /// every Δt is kept.
+    /// Packages the run is expected to last: sizes the profile and the
+    /// timing log, so every Δt is kept.
     pub expected_packages: usize,
-    /// The cell the engine's thread joins; `None`: runs where it is.
-    pub cell: Option<CellJoin>,
+    /// Threads of the synth cell beside the communication thread.
+    pub workers: usize,
+    pub roles: Roles,
+    /// Where the console writes the package log (`t1_ns,t2_ns,dt_ns`);
+    /// `None`: the lines are counted, not kept.
+    pub package_log: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -109,10 +93,16 @@ pub enum AppError {
     Synth(#[from] ConfigError),
     #[error("the graph: {0}")]
     Graph(#[from] GraphError),
-    #[error("the engine: {0}")]
+    #[error("the synth cell's engine: {0}")]
     Engine(#[from] EngineError),
-    #[error("the packet driver: {0}")]
+    #[error("the package link: {0}")]
     Driver(#[from] tessera_graph::DriverError),
+    #[error(transparent)]
+    Network(#[from] NetworkError),
+    #[error("the console service: {0}")]
+    Console(String),
+    #[error("the OSC socket: {0}")]
+    Osc(std::io::Error),
 }
 
 /// What the application measured.
@@ -123,62 +113,98 @@ pub struct AppReport {
     pub xruns: u64,
     pub node_panics: u64,
     pub malformed_packages: u64,
-    /// Δt = t2 − t1 of every cycle after the warm-up.
+    /// Δt = t2 − t1 of every package after the warm-up, at the network.
     pub response: LatencyHistogram,
-    /// CPU time the engine's thread used per cycle, from the package's
-    /// completion to the output sent (synthesizer, send).
+    /// CPU time the communication thread used per cycle.
     pub cycle_cpu: LatencyHistogram,
+    /// The network service's counters (its timings moved into `response`).
+    pub network: NetworkReport,
+    pub console: ConsoleReport,
+    pub control: Option<ControlReport>,
 }
 
 /// The running application.
 pub struct App {
+    network: NetworkService,
     engine: Engine,
-    addr: SocketAddr,
+    console: Console,
+    osc: Option<ControlListener>,
     warmup_packages: u64,
     malformed: Arc<AtomicU64>,
 }
 
 impl App {
-    /// Binds the packet socket and starts the engine (its thread joins the
-    /// cell first, when one is given).
+    /// Starts the console, the synth cell's engine and the network service,
+    /// each role's threads running its hook first.
     pub fn start(config: AppConfig) -> Result<App, AppError> {
-        let synth = Synth::new(config.synth)?;
+        let synth = Synth::new(config.synth.clone())?;
+        let objects = synth.config().objects;
+        let (router, rings) = control_rings(objects);
         let malformed = Arc::new(AtomicU64::new(0));
-        let mut graph = Graph::new();
-        let node = MigratorNode::new(synth, Arc::clone(&malformed));
-        let id = graph.add_node("migrator", Box::new(node))?;
-        graph.set_packet_writer(Some(id))?;
-        let driver = PacketDriver::bind(
-            config.bind,
-            PacketConfig {
-                packets_per_package: PACKETS_PER_PACKAGE,
-                packet_size: INPUT_PACKET_SIZE,
-                output_size: OUTPUT_PACKET_SIZE,
-                reply_to: None,
-                index_at: Some(crate::protocol::INDEX_OFFSET),
-            },
-        )?;
-        let addr = driver.local_addr()?;
+        let graph = migrator_graph(synth, rings, Arc::clone(&malformed))?;
+        let (service_end, driver) = package_link(LinkConfig {
+            package_size: PACKETS_PER_PACKAGE * INPUT_PACKET_SIZE,
+            output_size: OUTPUT_PACKET_SIZE,
+            depth: LINK_DEPTH,
+        })?;
+        let mut console = ConsoleBuilder::new(CONSOLE_RING);
+        let mut log = console.writer();
+        log.line(format_args!("t1_ns,t2_ns,dt_ns"));
+        let sink: Box<dyn std::io::Write + Send> = match &config.package_log {
+            Some(path) => Box::new(
+                std::fs::File::create(path)
+                    .map_err(|e| AppError::Console(format!("{}: {e}", path.display())))?,
+            ),
+            None => Box::new(std::io::sink()),
+        };
+        let console = console
+            .start(sink, service_setup(&config.roles.console))
+            .map_err(|e| AppError::Console(e.to_string()))?;
         let stream = StreamConfig::new(FRAMES_PER_PACKAGE as u32, SAMPLE_RATE)
             .expect("32 frames at 44.1 kHz is a valid stream");
-        let setup = config.cell.map(|cell| {
-            let hook = cell.hook();
+        let thread_setup = config.roles.synth.clone().map(|hook| {
             Arc::new(move |_| hook().map_err(Into::into)) as tessera_graph::ThreadSetup
         });
-        let engine_config = EngineConfig {
-            // One node: the driver thread runs it, as the seed's single
-            // synthesizer thread would; no worker to wake.
-            workers: 0,
-            max_nodes: 2,
-            profile_cycles: config.expected_packages + config.expected_packages / 10 + 1000,
-            deadline: Some(DEADLINE),
-            thread_setup: setup,
-            ..EngineConfig::default()
-        };
-        let engine = Engine::start(graph, stream, driver, engine_config)?;
+        let engine = Engine::start(
+            graph,
+            stream,
+            driver,
+            EngineConfig {
+                workers: config.workers,
+                max_nodes: objects + 1,
+                profile_cycles: config.expected_packages + config.expected_packages / 10 + 1000,
+                deadline: Some(DEADLINE),
+                thread_setup,
+                ..EngineConfig::default()
+            },
+        )?;
+        let network = NetworkService::start(
+            NetworkConfig {
+                bind: config.bind,
+                packet: PacketConfig {
+                    packets_per_package: PACKETS_PER_PACKAGE,
+                    packet_size: INPUT_PACKET_SIZE,
+                    output_size: OUTPUT_PACKET_SIZE,
+                    reply_to: None,
+                    index_at: Some(crate::protocol::INDEX_OFFSET),
+                },
+                receive_buffer: RECEIVE_BUFFER,
+                expected_packages: config.expected_packages + config.expected_packages / 10 + 1000,
+            },
+            service_end,
+            service_setup(&config.roles.network),
+            Some(log),
+        )?;
+        let osc = config
+            .osc
+            .map(|addr| ControlListener::start(addr, router))
+            .transpose()
+            .map_err(AppError::Osc)?;
         Ok(App {
+            network,
             engine,
-            addr,
+            console,
+            osc,
             warmup_packages: config.warmup_packages,
             malformed,
         })
@@ -186,7 +212,12 @@ impl App {
 
     /// Where the emulator sends its packets.
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.network.local_addr()
+    }
+
+    /// Where OSC controls go, when taken.
+    pub fn osc_addr(&self) -> Option<SocketAddr> {
+        self.osc.as_ref().map(ControlListener::local_addr)
     }
 
     /// Packages answered so far.
@@ -194,10 +225,18 @@ impl App {
         self.engine.cycles()
     }
 
-    /// Stops the engine and summarises its profile.
+    /// Stops feeding, then the engine, the console and OSC; summarises.
     pub fn stop(self) -> Result<AppReport, AppError> {
+        let network = self.network.stop();
         let run = self.engine.stop()?;
+        let console = self.console.stop().map_err(AppError::Console)?;
+        let control = self.osc.map(ControlListener::stop);
+        let mut network = network?;
         let mut response = LatencyHistogram::new(HISTOGRAM_MAX_NS);
+        for timing in network.timings.iter().skip(self.warmup_packages as usize) {
+            response.record(timing.response_ns());
+        }
+        network.timings = Vec::new();
         let mut cycle_cpu = LatencyHistogram::new(HISTOGRAM_MAX_NS);
         for cycle in run
             .profile
@@ -205,9 +244,6 @@ impl App {
             .iter()
             .filter(|c| c.cycle >= self.warmup_packages)
         {
-            if let Some(dt) = cycle.response_ns {
-                response.record(dt);
-            }
             cycle_cpu.record(cycle.thread_cpu_ns);
         }
         Ok(AppReport {
@@ -217,6 +253,38 @@ impl App {
             malformed_packages: self.malformed.load(Ordering::Relaxed),
             response,
             cycle_cpu,
+            network,
+            console,
+            control,
         })
     }
+}
+
+/// The Migrator graph: one object node per pad into the mixer node, which
+/// writes the output packet.
+pub fn migrator_graph(
+    synth: Synth,
+    rings: crate::control::ControlRings,
+    malformed: Arc<AtomicU64>,
+) -> Result<Graph, GraphError> {
+    let objects = synth.config().objects;
+    let (voices, mixer) = synth.into_parts();
+    let mut graph = Graph::new();
+    let mixer_id = graph.add_node(
+        "mixer",
+        Box::new(MixerNode::new(mixer, objects, Some(rings.mixer), malformed)),
+    )?;
+    for (voice, controls) in voices.into_iter().zip(rings.pads) {
+        let pad = voice.pad();
+        let id = graph.add_node(
+            &format!("object{pad}"),
+            Box::new(ObjectNode::new(voice, Some(controls))),
+        )?;
+        graph.connect(
+            graph.port(id, "out")?,
+            graph.port(mixer_id, &MixerNode::input(pad))?,
+        )?;
+    }
+    graph.set_packet_writer(Some(mixer_id))?;
+    Ok(graph)
 }

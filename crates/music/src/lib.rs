@@ -5,15 +5,20 @@
 //! - [`protocol`]: the packet format (16 input packets of 2 frames per
 //!   package, one output packet of 32 frames × 8 channels back);
 //! - [`emulator`]: the SLABS — paced sender, tf − t0 per package;
-//! - [`app`]: the Migrator Synthesizer on the graph engine's packet driver,
-//!   Δt = t2 − t1 per package, in an event-triggered cell when privileged;
-//! - [`run`]: both in one process on loopback, results and a report.
+//! - [`nodes`]: the Migrator Synthesizer as a graph (32 object nodes, the
+//!   mixer), [`control`]: OSC routed to the nodes;
+//! - [`app`]: Fig. 5 — the network service, the synth cell's engine and the
+//!   console, each role on its own threads; Δt = t2 − t1 per package;
+//! - [`run`]: the application in its three cells (network, synth, console:
+//!   the seed's Group 1) and the emulator, in one process on loopback.
 //!
 //! This crate owns the application and its measurement. It must never
 //! decide what a cell gets beyond asking for one: the broker admits it.
 
 pub mod app;
+pub mod control;
 pub mod emulator;
+pub mod nodes;
 pub mod protocol;
 
 use std::path::PathBuf;
@@ -22,11 +27,13 @@ use std::time::Duration;
 use tessera_broker::paths::Paths;
 use tessera_broker::{BrokerError, Mode, Session};
 use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults, Summary};
-use tessera_policy::CellRequest;
+use std::sync::Arc;
+use tessera_policy::{CellRequest, CoreRequest, Placement};
+use tessera_services::network::NetworkReport;
 use tessera_runtime::CellJoin;
 use tessera_synth::{Gesture, GesturePlayer, OutputBlock, Synth, SynthConfig, BLOCK, CHANNELS};
 
-use app::{App, AppConfig, AppError, AppReport, DEADLINE};
+use app::{App, AppConfig, AppError, AppReport, Roles, ThreadHook, DEADLINE};
 use emulator::{EmulatorConfig, EmulatorError, EmulatorReport};
 
 /// Metric names in the results.
@@ -35,12 +42,18 @@ pub const EMULATOR_METRIC: &str = "tf − t0";
 pub const LATENESS_METRIC: &str = "send lateness (jitter)";
 pub const RATE_METRIC: &str = "achieved packet rate";
 
-/// The cell's budget: this multiple of the measured p99 block time …
+/// The synth cell's budget: this multiple of the measured p99 block time …
 const BUDGET_FACTOR: u64 = 2;
-/// … plus this for the 16 receives, the send and the engine's own work …
-const BUDGET_OVERHEAD_NS: u64 = 150_000;
+/// … plus this for the link, the engine's own work and the host's noise …
+const BUDGET_OVERHEAD_NS: u64 = 100_000;
 /// … but at most this share of the package period, in percent.
-const BUDGET_CAP_PERCENT: u64 = 80;
+const BUDGET_CAP_PERCENT: u64 = 60;
+/// The network cell's budget per package: 16 receives, the hand-over, one
+/// send (about 60 µs measured on a 2-vCPU KVM guest), with room to catch up.
+const NETWORK_BUDGET_NS: u64 = 150_000;
+/// The console cell: a small global reservation; it only drains a ring.
+const CONSOLE_BUDGET_NS: u64 = 500_000;
+const CONSOLE_PERIOD_NS: u64 = 10_000_000;
 /// Blocks timed to size the budget (after as many untimed ones).
 const TIMED_BLOCKS: usize = 300;
 
@@ -52,8 +65,12 @@ pub struct Options {
     pub synth: SynthConfig,
     /// Packages at the start that are not measured (the seed's 1 s).
     pub warmup: Duration,
-    /// Run the engine in an event-triggered cell when privileged.
+    /// Run each role in its cell when privileged.
     pub cell: bool,
+    /// Threads of the synth cell beside the communication thread.
+    pub workers: usize,
+    /// Where OSC controls are taken; `None`: no OSC.
+    pub osc: Option<std::net::SocketAddr>,
     /// The broker's state directory (embedded); `None`: the daemon or the
     /// default embedded broker.
     pub broker: Option<Paths>,
@@ -71,6 +88,8 @@ impl Options {
             synth: SynthConfig::default(),
             warmup: Duration::from_secs(1),
             cell: true,
+            workers: 0,
+            osc: None,
             broker: None,
             out_dir: None,
         }
@@ -109,10 +128,13 @@ pub struct Outcome {
 /// `options.seconds`, and returns (and writes, given `out_dir`) the results.
 pub fn run(options: &Options) -> Result<Outcome, MusicError> {
     let mut notes = Vec::new();
-    let cell = match options.cell && Mode::detect() == Mode::Guaranteed {
-        true => Some(AppCell::create(options, &mut notes)?),
+    let cells = match options.cell && Mode::detect() == Mode::Guaranteed {
+        true => Some(GroupOne::create(options, &mut notes)?),
         false => {
-            notes.push("no cell: the engine's thread runs best-effort (SCHED_OTHER)".into());
+            notes.push(
+                "no cells: every thread runs best-effort (SCHED_OTHER); nothing is guaranteed"
+                    .into(),
+            );
             None
         }
     };
@@ -123,12 +145,19 @@ pub fn run(options: &Options) -> Result<Outcome, MusicError> {
         options.gesture.clone(),
     );
     emulator_config.warmup_packages = options.warmup_packages();
+    if let Some(dir) = &options.out_dir {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| MusicError::Report(format!("{}: {e}", dir.display())))?;
+    }
     let app = App::start(AppConfig {
         bind: "127.0.0.1:0".parse().expect("a socket address"),
+        osc: options.osc,
         synth: options.synth.clone(),
         warmup_packages: options.warmup_packages(),
         expected_packages: emulator_config.packages() as usize,
-        cell: cell.as_ref().map(|c| c.join.clone()),
+        workers: options.workers,
+        roles: cells.as_ref().map(GroupOne::roles).unwrap_or_default(),
+        package_log: options.out_dir.as_ref().map(|d| d.join("packages.csv")),
     })?;
     emulator_config.to = app.local_addr();
     let emulator = std::thread::Builder::new()
@@ -138,7 +167,7 @@ pub fn run(options: &Options) -> Result<Outcome, MusicError> {
         .join()
         .map_err(|_| MusicError::Panicked)??;
     let app = app.stop()?;
-    drop(cell);
+    drop(cells);
     let results = results(options, &app, &emulator, &notes);
     if let Some(dir) = &options.out_dir {
         write(&results, dir)?;
@@ -174,6 +203,7 @@ fn results(
         app.xruns,
         app.malformed_packages
     ));
+    configuration_notes.push(network_note(&app.network));
     configuration_notes.push(format!(
         "pacing: {rate:.1} packets/s (nominal {:.1}), send lateness p50 {:.1} µs, p99 {:.1} µs, \
          schedule slipped by {} packages",
@@ -212,65 +242,132 @@ fn write(results: &RunResults, dir: &std::path::Path) -> Result<(), MusicError> 
     Ok(())
 }
 
-/// The application's event-triggered cell, destroyed when dropped.
-struct AppCell {
-    session: Session,
-    name: String,
-    join: CellJoin,
+/// What the network service lost, and where.
+pub fn network_note(n: &NetworkReport) -> String {
+    format!(
+        "network: {} datagrams, {} packages handed over, {} answered; lost: {} datagrams \
+         (wrong size or out of step), {} incomplete packages, {} packages the synth cell had \
+         no room for, {} answers, {} send errors; receive buffer {} KiB",
+        n.datagrams,
+        n.packages,
+        n.answered,
+        n.dropped_packets,
+        n.incomplete_packages,
+        n.packages_lost,
+        n.outputs_lost,
+        n.send_errors,
+        n.receive_buffer / 1024
+    )
 }
 
-impl AppCell {
-    /// Sizes the budget from the synthesizer's measured block time and asks
-    /// the broker for one reservation per package period.
-    fn create(options: &Options, notes: &mut Vec<String>) -> Result<AppCell, MusicError> {
-        let name = format!("music-{}", std::process::id());
+/// The seed's Group 1 cells (Table 1: music application, network service,
+/// console service), destroyed when dropped.
+struct GroupOne {
+    session: Session,
+    joins: [CellJoin; 3],
+}
+
+impl GroupOne {
+    /// Sizes the synth cell's budget from the synthesizer's measured block
+    /// time and asks the broker for the three cells: synth and network
+    /// event-triggered per package period, partitioned; the console a small
+    /// global reservation.
+    fn create(options: &Options, notes: &mut Vec<String>) -> Result<GroupOne, MusicError> {
+        let id = std::process::id();
         let period_ns = protocol::package_period_ns();
         let block_p99 = block_time_p99(&options.synth, &options.gesture)?;
         let wanted = BUDGET_FACTOR * block_p99 + BUDGET_OVERHEAD_NS;
         let budget = wanted.min(period_ns * BUDGET_CAP_PERCENT / 100);
+        let slots = options.workers + 1;
         notes.push(format!(
-            "event-triggered cell {name:?} with reclaiming: budget {:.0} µs every {:.1} µs \
-             ({BUDGET_FACTOR} × p99 block time {:.0} µs + {} µs for receives and send{})",
+            "synth cell: event-triggered with reclaiming, {slots} reservation(s) of {:.0} µs every \
+             {:.1} µs ({BUDGET_FACTOR} × p99 block time {:.0} µs + {} µs{}); network cell: {} µs \
+             every {:.1} µs; console cell: {} µs every {} ms, global",
             budget as f64 / 1000.0,
             period_ns as f64 / 1000.0,
             block_p99 as f64 / 1000.0,
             BUDGET_OVERHEAD_NS / 1000,
             if budget < wanted {
-                ", capped at 80 % of the period"
+                ", capped at 60 % of the period"
             } else {
                 ""
-            }
+            },
+            NETWORK_BUDGET_NS / 1000,
+            period_ns as f64 / 1000.0,
+            CONSOLE_BUDGET_NS / 1000,
+            CONSOLE_PERIOD_NS / 1_000_000,
         ));
-        let (mut session, join) = match &options.broker {
-            Some(paths) => (
-                Session::embedded(paths.clone()),
-                CellJoin::embedded(&name, paths.clone()),
-            ),
-            None => (Session::connect()?, CellJoin::connect(&name)),
+        // Reclaiming (GRUB) lets a cycle that outgrows its budget use the
+        // core's idle time instead of being throttled while packets wait.
+        let requests = [
+            CellRequest {
+                reclaim: true,
+                cores: CoreRequest::Count(slots),
+                ..CellRequest::event_triggered(format!("music-synth-{id}"), budget, period_ns)
+            },
+            CellRequest {
+                reclaim: true,
+                ..CellRequest::event_triggered(
+                    format!("music-net-{id}"),
+                    NETWORK_BUDGET_NS,
+                    period_ns,
+                )
+            },
+            CellRequest {
+                placement: Placement::Global,
+                ..CellRequest::event_triggered(
+                    format!("music-console-{id}"),
+                    CONSOLE_BUDGET_NS,
+                    CONSOLE_PERIOD_NS,
+                )
+            },
+        ];
+        let join = |name: &str| match &options.broker {
+            Some(paths) => CellJoin::embedded(name, paths.clone()),
+            None => CellJoin::connect(name),
         };
-        // Reclaiming (GRUB) lets a cycle that outgrows the measured budget
-        // use the core's idle time instead of being throttled while packets
-        // pile up in the socket.
-        let request = CellRequest {
-            reclaim: true,
-            ..CellRequest::event_triggered(&name, budget, period_ns)
+        let mut session = match &options.broker {
+            Some(paths) => Session::embedded(paths.clone()),
+            None => Session::connect()?,
         };
-        session.create_cell(request, true)?;
-        Ok(AppCell {
-            session,
-            name,
-            join,
-        })
+        let joins = requests.clone().map(|r| join(&r.name));
+        let mut created = Vec::new();
+        for request in requests {
+            let name = request.name.clone();
+            if let Err(e) = session.create_cell(request, true) {
+                destroy_all(&mut session, &created);
+                return Err(e.into());
+            }
+            created.push(name);
+        }
+        Ok(GroupOne { session, joins })
+    }
+
+    fn roles(&self) -> Roles {
+        let hook = |join: &CellJoin| Some(Arc::new(join.hook()) as ThreadHook);
+        Roles {
+            synth: hook(&self.joins[0]),
+            network: hook(&self.joins[1]),
+            console: hook(&self.joins[2]),
+        }
     }
 }
 
-impl Drop for AppCell {
+impl Drop for GroupOne {
     fn drop(&mut self) {
-        // A thread that just left can hold the cell for an instant.
-        if self.session.destroy_cell(&self.name).is_err() {
+        let names: Vec<String> = self.joins.iter().map(|j| j.cell().to_string()).collect();
+        destroy_all(&mut self.session, &names);
+    }
+}
+
+/// Destroys `names`, retrying once: a thread that just left can hold its
+/// cell for an instant.
+fn destroy_all(session: &mut Session, names: &[String]) {
+    for name in names {
+        if session.destroy_cell(name).is_err() {
             std::thread::sleep(Duration::from_millis(200));
-            if let Err(e) = self.session.destroy_cell(&self.name) {
-                eprintln!("tessera music: cell {:?} not destroyed: {e}", self.name);
+            if let Err(e) = session.destroy_cell(name) {
+                eprintln!("tessera music: cell {name:?} not destroyed: {e}");
             }
         }
     }

@@ -155,17 +155,35 @@ pub fn decode_input_header(buf: &[u8]) -> Result<InputHeader, ProtocolError> {
     })
 }
 
+/// Reads pad `pad` of `frame` (0 or 1) of a checked input packet.
+pub fn decode_input_pad(buf: &[u8], frame: usize, pad: usize) -> PadInput {
+    let at = HEADER_SIZE + frame * FRAME_SIZE + pad * VALUES_PER_PAD * 4;
+    PadInput {
+        x: read_f32(buf, at),
+        y: read_f32(buf, at + 4),
+        pressure: read_f32(buf, at + 8),
+    }
+}
+
 /// Reads every pad of `frame` (0 or 1) of a checked input packet into `pads`.
 pub fn decode_input_frame(buf: &[u8], frame: usize, pads: &mut [PadInput; PADS]) {
-    let start = HEADER_SIZE + frame * FRAME_SIZE;
     for (p, pad) in pads.iter_mut().enumerate() {
-        let at = start + p * VALUES_PER_PAD * 4;
-        *pad = PadInput {
-            x: read_f32(buf, at),
-            y: read_f32(buf, at + 4),
-            pressure: read_f32(buf, at + 8),
-        };
+        *pad = decode_input_pad(buf, frame, p);
     }
+}
+
+/// The package's newest packet (highest index) and the package's number:
+/// what the synthesizer plays (its last frame is the pads' latest state).
+/// `None` when a packet of the package is malformed.
+pub fn newest_packet(package: &[u8]) -> Option<(u32, &[u8])> {
+    let mut newest: Option<(InputHeader, &[u8])> = None;
+    for packet in package.chunks_exact(INPUT_PACKET_SIZE) {
+        let header = decode_input_header(packet).ok()?;
+        if newest.is_none_or(|(h, _)| header.index >= h.index) {
+            newest = Some((header, packet));
+        }
+    }
+    newest.map(|(h, packet)| (h.package, packet))
 }
 
 /// Writes the output packet answering `package`. `buf` must be

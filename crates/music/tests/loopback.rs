@@ -20,8 +20,11 @@ fn every_package_is_answered_and_measured_once() {
     assert_eq!(emulator.packets_sent, packages * 16);
     assert_eq!(emulator.send_errors, 0);
     let context = format!(
-        "{:?}; {} cycles, {} malformed, slipped {}",
-        outcome.notes, app.cycles, app.malformed_packages, emulator.slipped_packages
+        "{:?}; {}; cycle CPU p50 {} µs; {} cycles, {} malformed, slipped {}",
+        outcome.notes,
+        tessera_music::network_note(&app.network),
+        app.cycle_cpu.quantile(0.5) / 1000,
+        app.cycles, app.malformed_packages, emulator.slipped_packages
     );
     assert_eq!(
         emulator.answered, packages,

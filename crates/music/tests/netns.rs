@@ -17,7 +17,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use tessera_broker::paths::Paths;
-use tessera_music::app::{App, AppConfig};
+use std::sync::Arc;
+use tessera_music::app::{App, AppConfig, Roles, ThreadHook};
 use tessera_music::emulator::{self, held_pads, EmulatorConfig};
 use tessera_music::protocol;
 use tessera_policy::CellRequest;
@@ -28,11 +29,12 @@ const ROLE: &str = "TESSERA_MUSIC_ROLE";
 /// The cell the application side joins, and its broker's state directory.
 const CELL: &str = "TESSERA_MUSIC_CELL";
 const BROKER_DIR: &str = "TESSERA_MUSIC_BROKER_DIR";
-/// The application's reservation: ample for the light synthesizer of an
-/// unoptimised build. Without it, that build stalls for more than the three
-/// packages a default socket buffer holds, on two cores shared with a
-/// spinning sender.
-const BUDGET_NS: u64 = 400_000;
+/// The synth cell's reservation: ample for the light synthesizer of a
+/// test build. Without one, a best-effort thread on two cores shared with a
+/// spinning sender can stall for longer than the link holds.
+const BUDGET_NS: u64 = 250_000;
+/// The network cell's reservation: 16 receives and one send per package.
+const NETWORK_BUDGET_NS: u64 = 200_000;
 const APP_ADDR: &str = "10.213.0.1:47213";
 const SECONDS: f64 = 1.0;
 /// Longest any child may take before the test kills it.
@@ -162,17 +164,27 @@ fn packages() -> u64 {
 /// The application side: answers the emulator's packages until it has
 /// answered them all, they stopped coming, or the patience ran out.
 fn app_side() {
+    let cell = std::env::var(CELL).expect("the cell's name");
+    let paths = Paths::at(std::path::PathBuf::from(
+        std::env::var_os(BROKER_DIR).expect("the broker's directory"),
+    ));
+    let hook = |name: String| {
+        let join = CellJoin::embedded(name, paths.clone());
+        Some(Arc::new(join.hook()) as ThreadHook)
+    };
     let app = App::start(AppConfig {
         bind: APP_ADDR.parse().unwrap(),
+        osc: None,
         synth: light_synth(),
         warmup_packages: 0,
         expected_packages: packages() as usize,
-        cell: Some(CellJoin::embedded(
-            std::env::var(CELL).expect("the cell's name"),
-            Paths::at(std::path::PathBuf::from(
-                std::env::var_os(BROKER_DIR).expect("the broker's directory"),
-            )),
-        )),
+        workers: 0,
+        roles: Roles {
+            synth: hook(cell.clone()),
+            network: hook(format!("{cell}-net")),
+            console: None,
+        },
+        package_log: None,
     })
     .expect("start the application");
     println!("READY");
@@ -245,6 +257,16 @@ fn emulator_and_application_across_two_namespaces() {
         ..CellRequest::event_triggered(&cell, BUDGET_NS, protocol::package_period_ns())
     };
     machine.session().create_cell(request, false).unwrap();
+    // The network service gets a cell of its own, as in the seed's Fig. 5.
+    let network = CellRequest {
+        reclaim: true,
+        ..CellRequest::event_triggered(
+            format!("{cell}-net"),
+            NETWORK_BUDGET_NS,
+            protocol::package_period_ns(),
+        )
+    };
+    machine.session().create_cell(network, false).unwrap();
     let namespaces = Namespaces::create();
     let dir = machine.dir();
     let env = [(CELL, cell.as_str()), (BROKER_DIR, dir.to_str().unwrap())];

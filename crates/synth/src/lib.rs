@@ -34,7 +34,8 @@ pub mod wav;
 pub use gesture::{Gesture, GestureError, GesturePlayer};
 pub use osc::{Control, OscError};
 pub use oscillator::Kernel;
-pub use synth::{ConfigError, PadInput, Synth, SynthConfig};
+pub use mixer::Mixer;
+pub use synth::{ConfigError, PadInput, PadVoice, Synth, SynthConfig};
 pub use table::{PitchTable, TABLES_PER_PAD};
 
 /// Pads on a SLABS, and so Migrator objects at most.

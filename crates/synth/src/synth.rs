@@ -19,7 +19,7 @@ use crate::mixer::Mixer;
 use crate::object::{Object, ObjectParams};
 use crate::osc::Control;
 use crate::oscillator::Kernel;
-use crate::voice::Voices;
+use crate::voice::{is_active, Voices};
 use crate::{OutputBlock, BLOCK, PADS};
 use serde::{Deserialize, Serialize};
 
@@ -127,11 +127,94 @@ impl SynthConfig {
     }
 }
 
+/// One pad's object with everything it needs to render on its own: the
+/// unit a parallel runtime hands to whichever worker is free (seed 000 §3.2:
+/// the objects are dynamically assigned to the cell's hardware threads).
+/// [`Synth`] is these 32 units, voice activation and the mixer.
+#[derive(Clone, Debug)]
+pub struct PadVoice {
+    pad: usize,
+    object: Object,
+    params: ObjectParams,
+    kernel: Kernel,
+}
+
+impl PadVoice {
+    /// Renders one block of the pad if its object is active (pressed, or
+    /// still fading) and returns true; leaves `out` alone and returns false
+    /// otherwise. Real-time safe.
+    pub fn render(&mut self, input: PadInput, out: &mut [f32; BLOCK]) -> bool {
+        if !is_active(input.pressure, self.object.gain()) {
+            return false;
+        }
+        self.object.render(
+            input.x,
+            input.y,
+            input.pressure,
+            &self.params,
+            self.kernel,
+            out,
+        );
+        true
+    }
+
+    /// Applies what of `control` concerns this pad (its tables, migration,
+    /// width; the gain is the mixer's). Real-time safe.
+    pub fn apply(&mut self, control: &Control) {
+        match *control {
+            Control::Gain(_) => {}
+            Control::Table {
+                pad,
+                table,
+                ref weights,
+                bins,
+            } if usize::from(pad) == self.pad => {
+                // The parser already refused bad weights; a table that
+                // fails here is left as it was.
+                let _ = self
+                    .object
+                    .table_mut(usize::from(table))
+                    .set_weights(&weights[..usize::from(bins)]);
+            }
+            Control::Range {
+                pad,
+                table,
+                base_hz,
+                octaves,
+            } if usize::from(pad) == self.pad => {
+                let _ = self
+                    .object
+                    .table_mut(usize::from(table))
+                    .set_range(base_hz, octaves);
+            }
+            Control::Table { .. } | Control::Range { .. } => {}
+            Control::Migration { seconds } => {
+                let p = &self.params;
+                self.params = ObjectParams::new(
+                    p.sample_rate,
+                    f64::from(seconds),
+                    f64::from(p.glide_blocks) * BLOCK as f64 / p.sample_rate,
+                    p.max_sigma_cents,
+                );
+            }
+            Control::Width { max_cents } => self.params.max_sigma_cents = max_cents,
+        }
+    }
+
+    /// The pad this voice plays.
+    pub fn pad(&self) -> usize {
+        self.pad
+    }
+
+    pub fn object(&self) -> &Object {
+        &self.object
+    }
+}
+
 /// The Migrator Synthesizer.
 pub struct Synth {
     config: SynthConfig,
-    params: ObjectParams,
-    objects: Vec<Object>,
+    pads: Vec<PadVoice>,
     voices: Voices,
     mixer: Mixer,
     kernel: Kernel,
@@ -153,20 +236,22 @@ impl Synth {
             f64::from(config.glide_seconds),
             config.max_sigma_cents,
         );
-        let objects = (0..config.objects)
-            .map(|pad| {
-                Object::new(
+        let pads = (0..config.objects)
+            .map(|pad| PadVoice {
+                pad,
+                object: Object::new(
                     pad,
                     config.oscillators_per_object,
                     config.ballast(),
                     config.seed,
-                )
+                ),
+                params: params.clone(),
+                kernel,
             })
             .collect();
         Ok(Synth {
             config,
-            params,
-            objects,
+            pads,
             voices: Voices::default(),
             mixer: Mixer::default(),
             kernel,
@@ -174,27 +259,25 @@ impl Synth {
         })
     }
 
+    /// The pads' voices and the mixer, for a runtime that renders the
+    /// objects in parallel and mixes them itself (in pad order, with
+    /// [`Mixer::add`] for each voice that rendered, then [`Mixer::finish`]:
+    /// the same output as [`Synth::process`], bit for bit).
+    pub fn into_parts(self) -> (Vec<PadVoice>, Mixer) {
+        (self.pads, self.mixer)
+    }
+
     /// Renders one block from the pads' state. Real-time safe.
     pub fn process(&mut self, pads: &[PadInput; PADS], out: &mut OutputBlock) {
         for frame in out.iter_mut() {
             *frame = [0.0; crate::CHANNELS];
         }
-        let active = self.voices.select(pads, &self.objects);
-        if active.is_empty() {
-            return;
-        }
-        for &index in active {
+        let gains = self.pads.iter().map(|v| v.object.gain());
+        // The mixer runs even when every pad is silent, so the master gain
+        // keeps moving in time like the parallel graph's mixer node.
+        for &index in self.voices.select(pads, gains) {
             let index = usize::from(index);
-            let pad = pads[index];
-            let object = &mut self.objects[index];
-            object.render(
-                pad.x,
-                pad.y,
-                pad.pressure,
-                &self.params,
-                self.kernel,
-                &mut self.block,
-            );
+            self.pads[index].render(pads[index], &mut self.block);
             self.mixer.add(index, &self.block, out);
         }
         self.mixer.finish(out);
@@ -206,41 +289,7 @@ impl Synth {
     pub fn apply(&mut self, control: &Control) {
         match *control {
             Control::Gain(gain) => self.mixer.set_gain(gain),
-            Control::Table {
-                pad,
-                table,
-                ref weights,
-                bins,
-            } => {
-                if let Some(object) = self.objects.get_mut(usize::from(pad)) {
-                    // The parser already refused bad weights; a table that
-                    // fails here is left as it was.
-                    let _ = object
-                        .table_mut(usize::from(table))
-                        .set_weights(&weights[..usize::from(bins)]);
-                }
-            }
-            Control::Range {
-                pad,
-                table,
-                base_hz,
-                octaves,
-            } => {
-                if let Some(object) = self.objects.get_mut(usize::from(pad)) {
-                    let _ = object
-                        .table_mut(usize::from(table))
-                        .set_range(base_hz, octaves);
-                }
-            }
-            Control::Migration { seconds } => {
-                self.params = ObjectParams::new(
-                    self.params.sample_rate,
-                    f64::from(seconds),
-                    f64::from(self.params.glide_blocks) * BLOCK as f64 / self.params.sample_rate,
-                    self.params.max_sigma_cents,
-                );
-            }
-            Control::Width { max_cents } => self.params.max_sigma_cents = max_cents,
+            _ => self.pads.iter_mut().for_each(|v| v.apply(control)),
         }
     }
 
@@ -256,12 +305,12 @@ impl Synth {
 
     /// Object `pad`, to inspect (tests read its frequencies).
     pub fn object(&self, pad: usize) -> &Object {
-        &self.objects[pad]
+        &self.pads[pad].object
     }
 
     /// Object `pad`, to set up before playing (e.g. its tables).
     pub fn object_mut(&mut self, pad: usize) -> &mut Object {
-        &mut self.objects[pad]
+        &mut self.pads[pad].object
     }
 
     /// The objects the last block processed.
@@ -282,6 +331,6 @@ impl Synth {
     /// Oscillator-samples one block costs with all objects active, padding
     /// and ballast included: the denominator of "cycles per oscillator-sample".
     pub fn full_load_oscillator_samples(&self) -> usize {
-        self.objects.iter().map(Object::cost).sum::<usize>() * BLOCK
+        self.pads.iter().map(|v| v.object.cost()).sum::<usize>() * BLOCK
     }
 }

@@ -8,7 +8,7 @@
 //! Owns the per-block list of active objects and a count of objects processed;
 //! never allocates.
 
-use crate::object::{target_gain, Object};
+use crate::object::target_gain;
 use crate::synth::PadInput;
 use crate::PADS;
 
@@ -32,10 +32,15 @@ impl Default for Voices {
 
 impl Voices {
     /// Chooses the objects to process this block, in pad order.
-    pub fn select(&mut self, pads: &[PadInput; PADS], objects: &[Object]) -> &[u8] {
+    /// `gains`: each object's smoothed level ([`crate::object::Object::gain`]).
+    pub fn select(
+        &mut self,
+        pads: &[PadInput; PADS],
+        gains: impl Iterator<Item = f32>,
+    ) -> &[u8] {
         self.count = 0;
-        for (index, (pad, object)) in pads.iter().zip(objects).enumerate() {
-            if is_active(pad.pressure, object.gain()) {
+        for (index, (pad, gain)) in pads.iter().zip(gains).enumerate() {
+            if is_active(pad.pressure, gain) {
                 self.active[self.count] = index as u8;
                 self.count += 1;
             }

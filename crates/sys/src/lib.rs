@@ -16,6 +16,7 @@ pub mod futex;
 pub mod ipc;
 pub mod kernel;
 pub mod mem;
+pub mod net;
 pub mod nudge;
 pub mod proc;
 pub mod process;

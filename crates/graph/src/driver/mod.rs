@@ -11,11 +11,13 @@ use std::io;
 use std::sync::atomic::AtomicBool;
 
 pub mod freewheel;
+pub mod link;
 pub mod packet;
 pub mod timer;
 
 pub use freewheel::FreewheelDriver;
-pub use packet::{PacketConfig, PacketDriver};
+pub use link::{package_link, LinkConfig, LinkDriver, LinkService};
+pub use packet::{PackageAssembler, PacketConfig, PacketDriver};
 pub use timer::TimerDriver;
 
 /// The start of a cycle, as a driver saw it.

@@ -47,32 +47,25 @@ pub struct PacketConfig {
     pub index_at: Option<usize>,
 }
 
-/// Cycles driven by packages arriving on a UDP socket.
-#[derive(Debug)]
-pub struct PacketDriver {
-    socket: UdpSocket,
-    config: PacketConfig,
-    /// One datagram plus one byte, to detect oversized datagrams.
-    scratch: Box<[u8]>,
+/// Puts datagrams together into packages: the assembly both the packet
+/// driver and the network service (`tessera-services`) do. Pure: no socket,
+/// no clock, no allocation.
+#[derive(Debug, Clone)]
+pub struct PackageAssembler {
+    packets_per_package: usize,
+    packet_size: usize,
+    index_at: Option<usize>,
     /// Packets of the current package received so far.
     received: usize,
     first_arrival_ns: u64,
-    sender: Option<SocketAddr>,
     dropped: u64,
-    /// Packages dropped whole because a packet of theirs never came.
     incomplete: u64,
 }
 
-impl PacketDriver {
-    /// Binds a UDP socket at `addr` (e.g. `"127.0.0.1:0"`).
-    pub fn bind(addr: impl ToSocketAddrs, config: PacketConfig) -> Result<Self, DriverError> {
-        let socket =
-            UdpSocket::bind(addr).map_err(DriverError::io("binding the packet driver's socket"))?;
-        Self::from_socket(socket, config)
-    }
-
-    /// Uses an already bound socket.
-    pub fn from_socket(socket: UdpSocket, config: PacketConfig) -> Result<Self, DriverError> {
+impl PackageAssembler {
+    /// Checks the shape: at least one packet of at least one byte, and the
+    /// index inside the packet.
+    pub fn new(config: &PacketConfig) -> Result<PackageAssembler, DriverError> {
         if config.packets_per_package == 0 || config.packet_size == 0 {
             return Err(DriverError::Config(
                 "packets_per_package and packet_size must be at least 1",
@@ -86,27 +79,44 @@ impl PacketDriver {
                 "index_at must leave 2 bytes inside the packet",
             ));
         }
-        socket
-            .set_read_timeout(Some(RECEIVE_POLL))
-            .map_err(DriverError::io(
-                "setting the packet socket's receive timeout",
-            ))?;
-        Ok(PacketDriver {
-            socket,
-            config,
-            scratch: vec![0; config.packet_size + 1].into_boxed_slice(),
+        Ok(PackageAssembler {
+            packets_per_package: config.packets_per_package,
+            packet_size: config.packet_size,
+            index_at: config.index_at,
             received: 0,
             first_arrival_ns: 0,
-            sender: None,
             dropped: 0,
             incomplete: 0,
         })
     }
 
-    pub fn local_addr(&self) -> Result<SocketAddr, DriverError> {
-        self.socket
-            .local_addr()
-            .map_err(DriverError::io("reading the packet socket's address"))
+    /// Bytes of a whole package.
+    pub fn package_size(&self) -> usize {
+        self.packets_per_package * self.packet_size
+    }
+
+    /// Takes one datagram that arrived at `arrival_ns` into its place in
+    /// `package`; returns the package's start (its first packet's arrival)
+    /// when this datagram completed it.
+    pub fn accept(&mut self, datagram: &[u8], arrival_ns: u64, package: &mut [u8]) -> Option<u64> {
+        if datagram.len() != self.packet_size {
+            self.dropped += 1;
+            return None;
+        }
+        if !self.in_step(datagram) {
+            return None;
+        }
+        if self.received == 0 {
+            self.first_arrival_ns = arrival_ns;
+        }
+        let size = self.packet_size;
+        package[self.received * size..(self.received + 1) * size].copy_from_slice(datagram);
+        self.received += 1;
+        if self.received < self.packets_per_package {
+            return None;
+        }
+        self.received = 0;
+        Some(self.first_arrival_ns)
     }
 
     /// Datagrams dropped for having the wrong size, or (with `index_at`) an
@@ -121,13 +131,13 @@ impl PacketDriver {
         self.incomplete
     }
 
-    /// Whether the packet in `scratch` may take the next place; realigns on
-    /// a packet of index 0 when the current package lost one.
-    fn in_step(&mut self) -> bool {
-        let Some(at) = self.config.index_at else {
+    /// Whether `datagram` may take the next place; realigns on a packet of
+    /// index 0 when the current package lost one.
+    fn in_step(&mut self, datagram: &[u8]) -> bool {
+        let Some(at) = self.index_at else {
             return true;
         };
-        let index = u16::from_le_bytes([self.scratch[at], self.scratch[at + 1]]) as usize;
+        let index = u16::from_le_bytes([datagram[at], datagram[at + 1]]) as usize;
         if index == self.received {
             return true;
         }
@@ -141,10 +151,65 @@ impl PacketDriver {
         self.dropped += 1;
         false
     }
+}
 
-    /// Receives one datagram into its place in `package`; `Ok(false)` when
-    /// the receive timed out.
-    fn receive_packet(&mut self, package: &mut [u8]) -> Result<bool, DriverError> {
+/// Cycles driven by packages arriving on a UDP socket.
+#[derive(Debug)]
+pub struct PacketDriver {
+    socket: UdpSocket,
+    config: PacketConfig,
+    assembler: PackageAssembler,
+    /// One datagram plus one byte, to detect oversized datagrams.
+    scratch: Box<[u8]>,
+    sender: Option<SocketAddr>,
+}
+
+impl PacketDriver {
+    /// Binds a UDP socket at `addr` (e.g. `"127.0.0.1:0"`).
+    pub fn bind(addr: impl ToSocketAddrs, config: PacketConfig) -> Result<Self, DriverError> {
+        let socket =
+            UdpSocket::bind(addr).map_err(DriverError::io("binding the packet driver's socket"))?;
+        Self::from_socket(socket, config)
+    }
+
+    /// Uses an already bound socket.
+    pub fn from_socket(socket: UdpSocket, config: PacketConfig) -> Result<Self, DriverError> {
+        let assembler = PackageAssembler::new(&config)?;
+        socket
+            .set_read_timeout(Some(RECEIVE_POLL))
+            .map_err(DriverError::io(
+                "setting the packet socket's receive timeout",
+            ))?;
+        Ok(PacketDriver {
+            socket,
+            config,
+            assembler,
+            scratch: vec![0; config.packet_size + 1].into_boxed_slice(),
+            sender: None,
+        })
+    }
+
+    pub fn local_addr(&self) -> Result<SocketAddr, DriverError> {
+        self.socket
+            .local_addr()
+            .map_err(DriverError::io("reading the packet socket's address"))
+    }
+
+    /// Datagrams dropped for having the wrong size, or (with `index_at`) an
+    /// index out of step.
+    pub fn dropped_packets(&self) -> u64 {
+        self.assembler.dropped_packets()
+    }
+
+    /// Packages dropped whole because one of their packets never arrived
+    /// (with `index_at` only).
+    pub fn incomplete_packages(&self) -> u64 {
+        self.assembler.incomplete_packages()
+    }
+
+    /// Receives one datagram into its place in `package`; returns the
+    /// package's start when it completed one, `None` on a timeout too.
+    fn receive_packet(&mut self, package: &mut [u8]) -> Result<Option<u64>, DriverError> {
         let (len, from) = match self.socket.recv_from(&mut self.scratch) {
             Ok(received) => received,
             Err(e)
@@ -153,7 +218,7 @@ impl PacketDriver {
                     ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
                 ) =>
             {
-                return Ok(false)
+                return Ok(None)
             }
             Err(e) => {
                 return Err(DriverError::Io {
@@ -162,31 +227,16 @@ impl PacketDriver {
                 })
             }
         };
-        if len != self.config.packet_size {
-            self.dropped += 1;
-            return Ok(true);
-        }
-        if !self.in_step() {
-            return Ok(true);
-        }
-        if self.received == 0 {
-            self.first_arrival_ns = clock::monotonic_ns();
-        }
-        let size = self.config.packet_size;
-        package[self.received * size..(self.received + 1) * size]
-            .copy_from_slice(&self.scratch[..size]);
-        self.received += 1;
         self.sender = Some(from);
-        Ok(true)
+        Ok(self
+            .assembler
+            .accept(&self.scratch[..len], clock::monotonic_ns(), package))
     }
 }
 
 impl Driver for PacketDriver {
     fn packet_sizes(&self) -> (usize, usize) {
-        (
-            self.config.packets_per_package * self.config.packet_size,
-            self.config.output_size,
-        )
+        (self.assembler.package_size(), self.config.output_size)
     }
 
     fn wait_cycle(
@@ -195,18 +245,18 @@ impl Driver for PacketDriver {
         package: &mut [u8],
         stop: &AtomicBool,
     ) -> Result<Option<CycleStart>, DriverError> {
-        while self.received < self.config.packets_per_package {
+        loop {
             if stop.load(Ordering::Acquire) {
                 return Ok(None);
             }
-            self.receive_packet(package)?;
+            if let Some(start_ns) = self.receive_packet(package)? {
+                return Ok(Some(CycleStart {
+                    start_ns,
+                    skipped_periods: 0,
+                    wakeup_latency_ns: 0,
+                }));
+            }
         }
-        self.received = 0;
-        Ok(Some(CycleStart {
-            start_ns: self.first_arrival_ns,
-            skipped_periods: 0,
-            wakeup_latency_ns: 0,
-        }))
     }
 
     fn end_cycle(&mut self, output: &[u8]) -> Result<Option<u64>, DriverError> {

@@ -1,0 +1,389 @@
+//! The network service (seed 000 Fig. 5, Cell B): owns the application's UDP
+//! socket, assembles the sender's packets into packages, hands each to the
+//! client cell over a package link, and sends the client's answer back.
+//!
+//! It measures the aggregate response time where the seed did, in the
+//! network driver: t1 when the first packet of a package is received, t2
+//! when the output packet for it is written to the socket; Δt = t2 − t1
+//! covers the service, the link both ways and the client's cycle. (t1 is
+//! read in user space right after the datagram is received; the seed's
+//! driver read it at the interrupt, a few µs earlier.)
+//!
+//! One thread serves, after its setup hook (joining the network cell): an
+//! epoll wait on the socket and on the link's output signal, outputs sent
+//! first. The socket gets a large receive buffer, so a stall of the service
+//! (a host preempting the vCPU) queues packets instead of losing them.
+//!
+//! This module owns the socket and the measurement. Its serving loop must
+//! never allocate (every buffer and the timing log are sized at start),
+//! lock or block except in its epoll wait; a full link or log is counted.
+
+use std::io::ErrorKind;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tessera_graph::{LinkService, PackageAssembler, PacketConfig};
+use tessera_sys::clock;
+use tessera_sys::event::{Epoll, Readiness, Trigger};
+
+use crate::console::ConsoleWriter;
+use crate::Setup;
+
+/// Longest epoll wait before the stop flag is looked at.
+const STOP_POLL: Duration = Duration::from_millis(50);
+const SOCKET: u64 = 0;
+const OUTPUTS: u64 = 1;
+
+/// What the service serves.
+#[derive(Debug, Clone, Copy)]
+pub struct NetworkConfig {
+    /// The socket the sender sends to, e.g. 127.0.0.1:0.
+    pub bind: SocketAddr,
+    /// Shape of packages and answers (`output_size` must be the link's).
+    pub packet: PacketConfig,
+    /// Receive buffer to ask for, in bytes.
+    pub receive_buffer: usize,
+    /// Packages whose timing is kept (the rest are counted).
+    pub expected_packages: usize,
+}
+
+/// One answered package.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PackageTiming {
+    /// `CLOCK_MONOTONIC` ns: first packet received.
+    pub t1_ns: u64,
+    /// `CLOCK_MONOTONIC` ns: answer written.
+    pub t2_ns: u64,
+}
+
+impl PackageTiming {
+    pub fn response_ns(&self) -> u64 {
+        self.t2_ns.saturating_sub(self.t1_ns)
+    }
+}
+
+/// What the service saw.
+#[derive(Debug, Clone, Default)]
+pub struct NetworkReport {
+    pub datagrams: u64,
+    /// Complete packages handed to the client.
+    pub packages: u64,
+    pub answered: u64,
+    /// Datagrams of the wrong size or out of step.
+    pub dropped_packets: u64,
+    /// Packages dropped whole for a lost packet.
+    pub incomplete_packages: u64,
+    /// Packages the client was too far behind to take.
+    pub packages_lost: u64,
+    /// Answers the service was too far behind to take.
+    pub outputs_lost: u64,
+    pub send_errors: u64,
+    /// Receive buffer the kernel granted, in bytes.
+    pub receive_buffer: usize,
+    /// In answer order, up to `expected_packages`.
+    pub timings: Vec<PackageTiming>,
+    /// Answered packages beyond `expected_packages`, not kept.
+    pub timings_lost: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    #[error("the network service's socket at {addr}: {source}")]
+    Socket {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the network service: {0}")]
+    Service(String),
+}
+
+/// The running service.
+pub struct NetworkService {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Result<NetworkReport, String>>,
+}
+
+impl NetworkService {
+    /// Binds the socket and starts serving `link` (the client's end is the
+    /// engine's `LinkDriver`), logging one line per answered package to
+    /// `console` when given: `t1_ns,t2_ns,dt_ns`.
+    pub fn start(
+        config: NetworkConfig,
+        link: LinkService,
+        setup: Setup,
+        console: Option<ConsoleWriter>,
+    ) -> Result<NetworkService, NetworkError> {
+        let socket_error = |source| NetworkError::Socket {
+            addr: config.bind,
+            source,
+        };
+        let assembler =
+            PackageAssembler::new(&config.packet).map_err(|e| NetworkError::Service(e.to_string()))?;
+        if link.config().package_size != assembler.package_size()
+            || link.config().output_size != config.packet.output_size
+        {
+            return Err(NetworkError::Service(format!(
+                "the link carries {}-byte packages and {}-byte answers; the packets make {}-byte \
+                 packages and {}-byte answers",
+                link.config().package_size,
+                link.config().output_size,
+                assembler.package_size(),
+                config.packet.output_size
+            )));
+        }
+        let socket = UdpSocket::bind(config.bind).map_err(socket_error)?;
+        socket.set_nonblocking(true).map_err(socket_error)?;
+        let receive_buffer = tessera_sys::net::set_receive_buffer(&socket, config.receive_buffer)
+            .map_err(|e| NetworkError::Service(e.to_string()))?;
+        let addr = socket.local_addr().map_err(socket_error)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = Server {
+            package: vec![0; assembler.package_size()].into_boxed_slice(),
+            output: vec![0; config.packet.output_size].into_boxed_slice(),
+            scratch: vec![0; config.packet.packet_size + 1].into_boxed_slice(),
+            report: NetworkReport {
+                receive_buffer,
+                timings: Vec::with_capacity(config.expected_packages),
+                ..NetworkReport::default()
+            },
+            socket,
+            assembler,
+            link,
+            console,
+            reply_to: config.packet.reply_to,
+            sender: None,
+            batch: config.packet.packets_per_package,
+        };
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("tessera-network".into())
+            .spawn(move || server.serve(setup, &flag))
+            .map_err(|e| NetworkError::Service(format!("starting its thread: {e}")))?;
+        Ok(NetworkService { addr, stop, thread })
+    }
+
+    /// Where the sender sends.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving and reports.
+    pub fn stop(self) -> Result<NetworkReport, NetworkError> {
+        self.stop.store(true, Ordering::Release);
+        self.thread
+            .join()
+            .map_err(|_| NetworkError::Service("its thread panicked".into()))?
+            .map_err(NetworkError::Service)
+    }
+}
+
+/// The serving thread's state: everything preallocated.
+struct Server {
+    socket: UdpSocket,
+    assembler: PackageAssembler,
+    link: LinkService,
+    console: Option<ConsoleWriter>,
+    reply_to: Option<SocketAddr>,
+    sender: Option<SocketAddr>,
+    /// Datagrams taken per wake-up: one package.
+    batch: usize,
+    package: Box<[u8]>,
+    output: Box<[u8]>,
+    /// One datagram plus one byte, to catch oversized ones.
+    scratch: Box<[u8]>,
+    report: NetworkReport,
+}
+
+impl Server {
+    fn serve(mut self, setup: Setup, stop: &AtomicBool) -> Result<NetworkReport, String> {
+        setup().map_err(|e| format!("setting up its thread: {e}"))?;
+        let epoll = Epoll::new().map_err(|e| e.to_string())?;
+        epoll
+            .add(std::os::fd::AsFd::as_fd(&self.socket), SOCKET, Trigger::Level)
+            .and_then(|()| epoll.add(self.link.output_fd(), OUTPUTS, Trigger::Level))
+            .map_err(|e| e.to_string())?;
+        let _rt = tessera_rtguard::RtGuard::enter();
+        let mut ready = [Readiness::EMPTY; 2];
+        while !stop.load(Ordering::Acquire) {
+            let n = epoll.wait(&mut ready, STOP_POLL).map_err(|e| e.to_string())?;
+            // Answers first: their t2 is what the sender waits for.
+            if ready[..n].iter().any(|r| r.token() == OUTPUTS) {
+                self.send_outputs();
+            }
+            if ready[..n].iter().any(|r| r.token() == SOCKET) {
+                self.receive_packets()?;
+            }
+        }
+        self.report.dropped_packets = self.assembler.dropped_packets();
+        self.report.incomplete_packages = self.assembler.incomplete_packages();
+        self.report.packages_lost = self.link.packages_lost();
+        self.report.outputs_lost = self.link.outputs_lost();
+        Ok(self.report)
+    }
+
+    /// Takes the datagrams waiting, at most a package's worth, so answers
+    /// are sent between packages even when the sender never pauses (epoll
+    /// reports the socket again at once); hands over a completed package.
+    fn receive_packets(&mut self) -> Result<(), String> {
+        for _ in 0..self.batch {
+            let (len, from) = match self.socket.recv_from(&mut self.scratch) {
+                Ok(received) => received,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                    return Ok(())
+                }
+                Err(e) => return Err(format!("receiving: {e}")),
+            };
+            let arrival = clock::monotonic_ns();
+            self.report.datagrams += 1;
+            self.sender = Some(from);
+            if let Some(t1) = self
+                .assembler
+                .accept(&self.scratch[..len], arrival, &mut self.package)
+            {
+                if self.link.send_package(t1, &self.package) {
+                    self.report.packages += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends every answer waiting, stamping t2.
+    fn send_outputs(&mut self) {
+        self.link.take_outputs_signal();
+        while let Some(t1) = self.link.receive_output(&mut self.output) {
+            let Some(to) = self.reply_to.or(self.sender) else {
+                continue;
+            };
+            if self.socket.send_to(&self.output, to).is_err() {
+                self.report.send_errors += 1;
+                continue;
+            }
+            let timing = PackageTiming {
+                t1_ns: t1,
+                t2_ns: clock::monotonic_ns(),
+            };
+            self.report.answered += 1;
+            self.log(timing);
+        }
+    }
+
+    fn log(&mut self, timing: PackageTiming) {
+        if self.report.timings.len() < self.report.timings.capacity() {
+            self.report.timings.push(timing);
+        } else {
+            self.report.timings_lost += 1;
+        }
+        if let Some(console) = &mut self.console {
+            console.line(format_args!(
+                "{},{},{}",
+                timing.t1_ns,
+                timing.t2_ns,
+                timing.response_ns()
+            ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use tessera_graph::{package_link, Driver, LinkConfig};
+
+    const K: usize = 4;
+    const SIZE: usize = 6;
+
+    fn config(expected: usize) -> NetworkConfig {
+        NetworkConfig {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            packet: PacketConfig {
+                packets_per_package: K,
+                packet_size: SIZE,
+                output_size: 2,
+                reply_to: None,
+                index_at: Some(0),
+            },
+            receive_buffer: 1 << 20,
+            expected_packages: expected,
+        }
+    }
+
+    fn link() -> (LinkService, tessera_graph::LinkDriver) {
+        package_link(LinkConfig {
+            package_size: K * SIZE,
+            output_size: 2,
+            depth: 4,
+        })
+        .unwrap()
+    }
+
+    fn nothing() -> Setup {
+        Box::new(|| Ok(()))
+    }
+
+    #[test]
+    fn packages_reach_the_client_and_answers_reach_the_sender_timed() {
+        let (service_end, mut driver) = link();
+        let service = NetworkService::start(config(8), service_end, nothing(), None).unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sender
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let stop = AtomicBool::new(false);
+        let mut package = [0u8; K * SIZE];
+        for n in 0..3u8 {
+            for index in 0..K as u16 {
+                let mut packet = [n; SIZE];
+                packet[..2].copy_from_slice(&index.to_le_bytes());
+                sender.send_to(&packet, service.local_addr()).unwrap();
+            }
+            let start = driver.wait_cycle(0, &mut package, &stop).unwrap().unwrap();
+            assert!(start.start_ns > 0);
+            assert_eq!(package[K * SIZE - 1], n, "package {n} arrived whole");
+            driver.end_cycle(&[n, 0xAA]).unwrap();
+            let mut answer = [0u8; 3];
+            let (len, _) = sender.recv_from(&mut answer).unwrap();
+            assert_eq!(&answer[..len], &[n, 0xAA]);
+        }
+        let report = service.stop().unwrap();
+        assert_eq!((report.datagrams, report.packages, report.answered), (12, 3, 3));
+        assert_eq!(report.timings.len(), 3);
+        assert!(report.timings.iter().all(|t| t.t2_ns >= t.t1_ns));
+        assert!(report.receive_buffer > 0);
+    }
+
+    #[test]
+    fn a_link_of_the_wrong_shape_is_refused_with_both_sizes() {
+        let (service_end, _driver) = package_link(LinkConfig {
+            package_size: 10,
+            output_size: 2,
+            depth: 1,
+        })
+        .unwrap();
+        let err = NetworkService::start(config(1), service_end, nothing(), None)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("10-byte packages") && err.contains("24-byte"), "{err}");
+    }
+
+    #[test]
+    fn a_failing_setup_stops_the_service_with_the_reason() {
+        let (service_end, _driver) = link();
+        let service = NetworkService::start(
+            config(1),
+            service_end,
+            Box::new(|| Err("cell \"net\" is gone".into())),
+            None,
+        )
+        .unwrap();
+        let err = service.stop().unwrap_err().to_string();
+        assert!(err.contains("cell \"net\" is gone"), "{err}");
+    }
+}
