@@ -73,6 +73,7 @@ pub enum Command {
         tessera load ep --verify S --threads 2\n  \
         tessera load stream --mebibytes 256 --duration 30s\n  \
         tessera load io --dir /var/tmp --duration 30s\n  \
+        tessera load video --players 2 --fps 30 --duration 10s\n  \
         tessera load stress-ng --duration 10s -- --cpu 2 --cpu-load 80")]
     Load {
         #[command(subcommand)]

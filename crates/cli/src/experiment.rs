@@ -100,6 +100,22 @@ pub enum LoadCommand {
         #[command(flatten)]
         common: LoadCommon,
     },
+    /// Video players (raw CIF frames, YUV→RGB) feeding the GUI service.
+    Video {
+        #[arg(long, default_value_t = 2)]
+        players: usize,
+        /// Frames per second of each player, in (0, 240].
+        #[arg(long, default_value_t = 30.0)]
+        fps: f64,
+        /// Threads of the GUI service.
+        #[arg(long, default_value_t = 1)]
+        gui_threads: usize,
+        /// Where the raw video file is generated once and reused (default: the temp dir).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        #[command(flatten)]
+        common: LoadCommon,
+    },
     /// Debian's stress-ng with the given stressor arguments.
     StressNg {
         #[command(flatten)]
@@ -262,6 +278,13 @@ pub fn load(command: LoadCommand) -> Result<ExitCode, BrokerError> {
                 ExitCode::FAILURE
             });
         }
+        LoadCommand::Video {
+            players,
+            fps,
+            gui_threads,
+            dir,
+            common,
+        } => return crate::video::load(players, fps, gui_threads, dir, &common),
         LoadCommand::StressNg { common, args } => {
             let spec = external::stress_ng("stress-ng", &args, window(&common)?);
             let load = ExternalLoad::spawn(spec, Box::new(|_| Ok(())))

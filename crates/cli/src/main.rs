@@ -9,6 +9,7 @@ mod music;
 mod show;
 mod synth;
 mod trace;
+mod video;
 
 use args::{CellCommand, Cli, Command};
 use clap::Parser;

@@ -17,9 +17,10 @@ use tessera_music::{app::DEADLINE, Options, EMULATOR_METRIC, RESPONSE_METRIC};
 
 #[derive(Subcommand)]
 pub enum MusicCommand {
-    /// Run the application and the SLABS emulator on loopback; Δt (t2 − t1), tf − t0, misses, pacing.
+    /// Run the application (network, synth and console cells) and the SLABS emulator on loopback; Δt (t2 − t1), tf − t0, misses, pacing.
     #[command(after_help = "Examples:\n  \
         sudo tessera music run --seconds 20\n  \
+        sudo tessera music run --workers 1 --osc 127.0.0.1:57120\n  \
         tessera music run --seconds 5 --pads 0-7 --pressure 0.5 --json\n  \
         tessera music run --gesture take1.txt --out results/music")]
     Run(RunArgs),
@@ -37,9 +38,17 @@ pub struct RunArgs {
     /// Seconds at the start that are not measured.
     #[arg(long, default_value_t = 1.0)]
     pub warmup: f64,
-    /// Do not ask for a cell even when privileged.
+    /// Do not ask for cells even when privileged.
     #[arg(long)]
     pub no_cell: bool,
+    /// Threads of the synth cell beside its communication thread: the
+    /// object nodes are shared out among them (one reservation each).
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
+    /// Take OSC controls (/migrator/gain, /migrator/table, …) at this UDP
+    /// address, e.g. 127.0.0.1:57120.
+    #[arg(long)]
+    pub osc: Option<SocketAddr>,
     /// Report directory (default results/music-<unix time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -81,6 +90,8 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
     let mut options = Options::new(args.seconds, crate::synth::gesture(&args.input)?);
     options.warmup = seconds(args.warmup, "--warmup")?;
     options.cell = !args.no_cell;
+    options.workers = args.workers;
+    options.osc = args.osc;
     options.out_dir = Some(out.clone());
     seconds(args.seconds, "--seconds")?;
     if !args.json {

@@ -7,6 +7,7 @@
 
 pub mod cells;
 pub mod isolation;
+mod media;
 pub mod peer;
 pub mod probe;
 pub mod runner;

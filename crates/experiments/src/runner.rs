@@ -9,6 +9,7 @@
 //! process behind: every configuration ends in [`Live::finish`], error or not.
 
 use crate::cells::{setup_thread, Cells};
+use crate::media;
 use crate::probe;
 use crate::scenario::{
     Configuration, GraphNode, Interference, LoadKind, Scenario, Sched, Subject, Tool,
@@ -147,7 +148,7 @@ fn cell_name(name: &str) -> String {
 }
 
 /// The setup of a thread scheduled by `sched`.
-fn setup_for(
+pub(crate) fn setup_for(
     sched: &Sched,
     core: Option<usize>,
 ) -> impl FnOnce() -> Result<(), String> + Send + Clone {
@@ -163,6 +164,8 @@ struct Live {
     periodic: Vec<(String, PeriodicTask)>,
     threads: Vec<LoadThreads>,
     external: Vec<ExternalLoad>,
+    /// Video players and their guis.
+    media: media::Media,
 }
 
 enum SubjectRun {
@@ -187,6 +190,7 @@ enum NodeEdit {
 struct Finished {
     subject: Option<SubjectData>,
     periodic: Vec<PeriodicStats>,
+    media: media::MediaData,
     notes: Vec<String>,
 }
 
@@ -206,6 +210,7 @@ impl Live {
         self.periodic.iter().for_each(|(_, t)| t.start(t0));
         self.threads.iter().for_each(|t| t.start(t0));
         self.external.iter().for_each(|e| e.start(t0));
+        self.media.release(t0);
     }
 
     /// Stops and joins everything, whatever state it is in.
@@ -213,6 +218,7 @@ impl Live {
         self.periodic.iter().for_each(|(_, t)| t.stop());
         self.threads.iter().for_each(LoadThreads::stop);
         self.external.iter().for_each(ExternalLoad::stop);
+        let media = self.media.finish();
         let mut notes = Vec::new();
         let subject = self.subject.map(|s| match s {
             SubjectRun::Task(t) => {
@@ -234,6 +240,7 @@ impl Live {
         Finished {
             subject,
             periodic,
+            media,
             notes,
         }
     }
@@ -279,6 +286,7 @@ fn used_cells(config: &Configuration) -> Vec<&str> {
 /// Sets everything up and releases it; returns t0, the run's origin.
 fn start_all(scenario: &Scenario, config: &Configuration, live: &mut Live) -> Result<u64, String> {
     live.subject = Some(start_subject(scenario, config)?);
+    live.media.start(scenario, config)?;
     for (name, sched) in &config.interference {
         let load = scenario.load(name).expect("validated");
         start_load(scenario, load, sched, live)?;
@@ -442,6 +450,14 @@ impl GraphRun {
     }
 }
 
+/// When a load runs: from its start to its stop, within the run.
+pub(crate) fn load_window(load: &Interference, total: Duration) -> Window {
+    Window {
+        start_after: load.start,
+        run_for: Some(load.stop.unwrap_or(total).min(total) - load.start),
+    }
+}
+
 fn start_load(
     scenario: &Scenario,
     load: &Interference,
@@ -449,10 +465,7 @@ fn start_load(
     live: &mut Live,
 ) -> Result<(), String> {
     let total = scenario.total();
-    let window = Window {
-        start_after: load.start,
-        run_for: Some(load.stop.unwrap_or(total).min(total) - load.start),
-    };
+    let window = load_window(load, total);
     let setup = setup_for(sched, scenario.core);
     let hook = |_| Box::new(setup.clone()) as tessera_workloads::Setup;
     let name = load.name.as_str();
@@ -545,6 +558,8 @@ fn start_load(
             });
             live.external.push(ExternalLoad::spawn(spec, join)?);
         }
+        // Started together, guis before their videos, by media::Media::start.
+        LoadKind::Gui { .. } | LoadKind::Video { .. } => {}
     }
     Ok(())
 }
@@ -577,7 +592,7 @@ fn drive(
     }
 }
 
-fn latency_histogram(values_ns: impl Iterator<Item = u64>) -> LatencyHistogram {
+pub(crate) fn latency_histogram(values_ns: impl Iterator<Item = u64>) -> LatencyHistogram {
     let mut h = LatencyHistogram::new(HISTOGRAM_BOUND_NS);
     values_ns.for_each(|v| h.record(v));
     h
@@ -647,6 +662,9 @@ fn collect(
         metrics.push(slack_metric(stats, start, scenario.warmup));
         notes.push(note);
     }
+    let (media_metrics, media_notes) = media::collect(&finished.media, scenario, t0);
+    metrics.extend(media_metrics);
+    notes.extend(media_notes);
     notes.extend(finished.notes);
     ConfigurationResult {
         name: config.name.clone(),

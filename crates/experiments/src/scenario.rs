@@ -161,6 +161,21 @@ pub enum LoadKind {
     StressNg {
         args: Vec<String>,
     },
+    /// The render (GUI) service: composites the frames of the videos that
+    /// name it, for the whole run.
+    Gui {
+        threads: usize,
+    },
+    /// A video player: a raw YUV 4:2:0 frame every 1/fps, converted and
+    /// sent to the gui named `gui`.
+    Video {
+        fps: f64,
+        width: usize,
+        height: usize,
+        /// Frames in the generated file, played in a loop.
+        frames: usize,
+        gui: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -403,6 +418,12 @@ struct RawInterference {
     file_mib: Option<Spanned<usize>>,
     sync_mib: Option<Spanned<usize>>,
     args: Option<Spanned<Vec<String>>>,
+    // kind = "video" (and "gui": threads)
+    fps: Option<Spanned<f64>>,
+    width: Option<Spanned<usize>>,
+    height: Option<Spanned<usize>>,
+    frames: Option<Spanned<usize>>,
+    gui: Option<Spanned<String>>,
     start: Option<Spanned<String>>,
     stop: Option<Spanned<String>>,
 }
@@ -804,6 +825,7 @@ impl Validator {
             }
             loads.push(load);
         }
+        video_links(raw, &loads)?;
         Ok(loads)
     }
 
@@ -865,7 +887,9 @@ impl Validator {
                 let args = required(&i.args, &table, "args")?;
                 LoadKind::StressNg { args: args.get_ref().clone() }
             }
-            other => return refuse(i.kind.span(), format!("unknown interference kind {other:?} (hog, periodic, ep, stream, io, rt-app, stress-ng)")),
+            "gui" => gui_load(i)?,
+            "video" => video_load(i, &table)?,
+            other => return refuse(i.kind.span(), format!("unknown interference kind {other:?} (hog, periodic, ep, stream, io, rt-app, stress-ng, gui, video)")),
         };
         let start = opt_duration(&i.start)?.unwrap_or(Duration::ZERO);
         let stop = opt_duration(&i.stop)?;
@@ -978,6 +1002,7 @@ impl Validator {
         scenario: &Scenario,
         table: &Range<usize>,
     ) -> Result<(), Refusal> {
+        videos_have_their_gui(c, scenario, table)?;
         for (name, sched) in &c.interference {
             let is_rt_app = scenario
                 .load(name)
@@ -1018,6 +1043,117 @@ impl Validator {
         }
         Ok(())
     }
+}
+
+// The video players and their gui (seed 000 §4.1, Group 2).
+
+/// Largest video frame side: a frame must fit the gui's screen once scaled.
+const MAX_VIDEO_SIDE: usize = 1920;
+/// Largest generated video file.
+const MAX_VIDEO_FILE: usize = 2 << 30;
+
+fn gui_load(i: &RawInterference) -> Result<LoadKind, Refusal> {
+    if let Some(t) = i.start.as_ref().or(i.stop.as_ref()) {
+        return refuse(
+            t.span(),
+            "a gui serves for the whole run: give start/stop to the videos that feed it",
+        );
+    }
+    Ok(LoadKind::Gui {
+        threads: threads(&i.threads)?,
+    })
+}
+
+fn video_load(i: &RawInterference, table: &Range<usize>) -> Result<LoadKind, Refusal> {
+    let fps = match &i.fps {
+        None => 30.0,
+        Some(f) if *f.get_ref() > 0.0 && *f.get_ref() <= 240.0 => *f.get_ref(),
+        Some(f) => {
+            return refuse(
+                f.span(),
+                format!("fps must be in (0, 240], not {}", f.get_ref()),
+            )
+        }
+    };
+    let side = |value: &Option<Spanned<usize>>, default: usize, what: &str| match value {
+        None => Ok(default),
+        Some(v) if *v.get_ref() >= 2 && *v.get_ref() <= MAX_VIDEO_SIDE && v.get_ref() % 2 == 0 => {
+            Ok(*v.get_ref())
+        }
+        Some(v) => refuse(
+            v.span(),
+            format!(
+                "{what} must be even (YUV 4:2:0) and 2–{MAX_VIDEO_SIDE}, not {}",
+                v.get_ref()
+            ),
+        ),
+    };
+    let width = side(&i.width, tessera_workloads::video::CIF_WIDTH, "width")?;
+    let height = side(&i.height, tessera_workloads::video::CIF_HEIGHT, "height")?;
+    let frame = tessera_workloads::video::frame_bytes(width, height);
+    let frames = match &i.frames {
+        None => 300,
+        Some(n) if *n.get_ref() >= 1 && n.get_ref().saturating_mul(frame) <= MAX_VIDEO_FILE => {
+            *n.get_ref()
+        }
+        Some(n) => {
+            return refuse(
+                n.span(),
+                format!(
+                    "frames must be at least 1 and the file at most {} MiB ({} frames of {width}×{height})",
+                    MAX_VIDEO_FILE >> 20,
+                    MAX_VIDEO_FILE / frame
+                ),
+            )
+        }
+    };
+    let gui = required(&i.gui, table, "gui")?;
+    Ok(LoadKind::Video {
+        fps,
+        width,
+        height,
+        frames,
+        gui: gui.get_ref().clone(),
+    })
+}
+
+/// Each video names a gui of the scenario.
+fn video_links(raw: &[Spanned<RawInterference>], loads: &[Interference]) -> Result<(), Refusal> {
+    for (r, load) in raw.iter().zip(loads) {
+        let (LoadKind::Video { gui, .. }, Some(span)) = (&load.kind, r.get_ref().gui.as_ref())
+        else {
+            continue;
+        };
+        let why = match loads.iter().find(|l| &l.name == gui).map(|l| &l.kind) {
+            Some(LoadKind::Gui { .. }) => continue,
+            Some(_) => format!("{gui:?} is not a gui (kind = \"gui\")"),
+            None => format!(
+                "no gui named {gui:?} is declared (add an interference with kind = \"gui\")"
+            ),
+        };
+        return refuse(span.span(), why);
+    }
+    Ok(())
+}
+
+/// A video runs only where the gui it sends its frames to runs.
+fn videos_have_their_gui(
+    c: &Configuration,
+    scenario: &Scenario,
+    table: &Range<usize>,
+) -> Result<(), Refusal> {
+    for (name, _) in &c.interference {
+        let Some(LoadKind::Video { gui, .. }) = scenario.load(name).map(|l| &l.kind) else {
+            continue;
+        };
+        if !c.interference.iter().any(|(n, _)| n == gui) {
+            return refuse(
+                table.clone(),
+                format!("video {name:?} sends its frames to gui {gui:?}, which does not run in configuration {:?}: add {gui} to its interference", c.name),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Where a run's files go by default: results/<scenario file stem>-<unix time>.

@@ -54,6 +54,12 @@ pub struct EmulatorConfig {
     pub warmup_packages: u64,
     /// How long answers are awaited after the last packet was sent.
     pub linger: Duration,
+    /// The sender spins for the last this many ns before a packet's time
+    /// (default [`SPIN_NS`]: a core of its own). 0: it only sleeps, as it
+    /// must in a reservation, where spinning would spend the budget; a
+    /// real-time thread sleeps without timer slack, so the jitter grows by
+    /// the machine's wake-up latency only.
+    pub spin_ns: u64,
 }
 
 impl EmulatorConfig {
@@ -65,6 +71,7 @@ impl EmulatorConfig {
             gesture,
             warmup_packages: 0,
             linger: Duration::from_millis(200),
+            spin_ns: SPIN_NS,
         }
     }
 
@@ -200,6 +207,7 @@ struct Sender {
     slipped_packages: u64,
     first_send_ns: u64,
     last_send_ns: u64,
+    spin_ns: u64,
 }
 
 impl Sender {
@@ -215,6 +223,7 @@ impl Sender {
             slipped_packages: 0,
             first_send_ns: 0,
             last_send_ns: 0,
+            spin_ns: config.spin_ns,
         }
     }
 
@@ -237,7 +246,7 @@ impl Sender {
                 scheduled_ns += slipped * package_period_ns;
                 self.slipped_packages += slipped;
             }
-            wait_until(scheduled_ns);
+            wait_until(scheduled_ns, self.spin_ns);
             let now = clock::monotonic_ns();
             let package = packet / PACKETS_PER_PACKAGE as u64;
             // t0 is stored before the send: on loopback the answer can be
@@ -274,10 +283,10 @@ impl Sender {
     }
 }
 
-/// Sleeps until shortly before `at_ns`, then spins until it.
-fn wait_until(at_ns: u64) {
-    if at_ns > clock::monotonic_ns() + SPIN_NS {
-        clock::sleep_until_monotonic_ns(at_ns - SPIN_NS);
+/// Sleeps until `spin_ns` before `at_ns`, then spins until it.
+fn wait_until(at_ns: u64, spin_ns: u64) {
+    if at_ns > clock::monotonic_ns() + spin_ns {
+        clock::sleep_until_monotonic_ns(at_ns - spin_ns);
     }
     while clock::monotonic_ns() < at_ns {
         std::hint::spin_loop();

@@ -247,7 +247,8 @@ pub fn network_note(n: &NetworkReport) -> String {
     format!(
         "network: {} datagrams, {} packages handed over, {} answered; lost: {} datagrams \
          (wrong size or out of step), {} incomplete packages, {} packages the synth cell had \
-         no room for, {} answers, {} send errors; receive buffer {} KiB",
+         no room for, {} answers, {} send errors; receive buffer {} KiB; CPU {:.1} µs per \
+         package",
         n.datagrams,
         n.packages,
         n.answered,
@@ -256,7 +257,8 @@ pub fn network_note(n: &NetworkReport) -> String {
         n.packages_lost,
         n.outputs_lost,
         n.send_errors,
-        n.receive_buffer / 1024
+        n.receive_buffer / 1024,
+        n.cpu_ns as f64 / 1000.0 / n.packages.max(1) as f64
     )
 }
 

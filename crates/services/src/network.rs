@@ -83,6 +83,8 @@ pub struct NetworkReport {
     pub send_errors: u64,
     /// Receive buffer the kernel granted, in bytes.
     pub receive_buffer: usize,
+    /// CPU time the serving thread used (`CLOCK_THREAD_CPUTIME_ID`).
+    pub cpu_ns: u64,
     /// In answer order, up to `expected_packages`.
     pub timings: Vec<PackageTiming>,
     /// Answered packages beyond `expected_packages`, not kept.
@@ -208,6 +210,7 @@ impl Server {
             .and_then(|()| epoll.add(self.link.output_fd(), OUTPUTS, Trigger::Level))
             .map_err(|e| e.to_string())?;
         let _rt = tessera_rtguard::RtGuard::enter();
+        let cpu_start = clock::thread_cpu_ns();
         let mut ready = [Readiness::EMPTY; 2];
         while !stop.load(Ordering::Acquire) {
             let n = epoll.wait(&mut ready, STOP_POLL).map_err(|e| e.to_string())?;
@@ -219,6 +222,7 @@ impl Server {
                 self.receive_packets()?;
             }
         }
+        self.report.cpu_ns = clock::thread_cpu_ns() - cpu_start;
         self.report.dropped_packets = self.assembler.dropped_packets();
         self.report.incomplete_packages = self.assembler.incomplete_packages();
         self.report.packages_lost = self.link.packages_lost();

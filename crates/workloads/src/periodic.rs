@@ -192,7 +192,7 @@ fn run_jobs(spec: &PeriodicSpec, t0_ns: u64, stop: &AtomicBool, stats: &mut Peri
     }
 }
 
-fn record(stats: &mut PeriodicStats, response_ns: u64, deadline_ns: u64) {
+pub(crate) fn record(stats: &mut PeriodicStats, response_ns: u64, deadline_ns: u64) {
     if stats.response_us.len() < stats.response_us.capacity() {
         stats.response_us.push(response_ns as f64 / 1000.0);
     }

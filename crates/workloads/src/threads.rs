@@ -33,6 +33,14 @@ impl Window {
     pub fn always() -> Window {
         Window::default()
     }
+
+    /// From t0 for `run_for`.
+    pub fn lasting(run_for: Duration) -> Window {
+        Window {
+            start_after: Duration::ZERO,
+            run_for: Some(run_for),
+        }
+    }
 }
 
 /// What a body sees: whether it should go on.
