@@ -53,7 +53,12 @@ pub enum Command {
         #[arg(long)]
         run_dir: Option<PathBuf>,
     },
-    /// Show why cells exist: a periodic task against equal-priority FIFO hogs, with and without cells.
+    /// The LAN music application (seed 000 §4.1) in its cells, alone and under interference, against plain and FIFO scheduling: about a minute.
+    #[command(after_help = "Examples:\n  \
+        sudo tessera demo\n  \
+        sudo tessera demo --seconds 30 --out results/demo\n  \
+        tessera demo --json            (without root: best-effort only, labelled)\n  \
+        sudo tessera demo --isolation   (a periodic task against FIFO hogs)")]
     Demo(DemoArgs),
     /// Run a scenario file: its configurations back to back, results JSON and a report.
     #[command(after_help = "Examples:\n  \
@@ -115,16 +120,20 @@ pub enum TraceCommand {
 
 #[derive(Args)]
 pub struct DemoArgs {
-    /// Seconds per configuration.
-    #[arg(long, default_value_t = 10.0)]
+    /// Seconds per configuration (4 configurations; 2 without root).
+    #[arg(long, default_value_t = 14.0)]
     pub seconds: f64,
-    /// Core to run on (default: the last one).
+    /// Run the earlier, smaller demonstration instead: a periodic task
+    /// against equal-priority FIFO hogs on one core, with and without cells.
     #[arg(long)]
+    pub isolation: bool,
+    /// Core of the --isolation demonstration (default: the last one).
+    #[arg(long, requires = "isolation")]
     pub core: Option<usize>,
-    /// The periodic task's reservation per 1333 µs period (its work is 400 µs).
+    /// The --isolation task's reservation per 1333 µs period (its work is 400 µs).
     #[arg(long, default_value = "500us")]
     pub task_budget: String,
-    /// Report directory (default results/isolation-<time>).
+    /// Report directory (default results/demo-<time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
     #[arg(long)]
@@ -235,17 +244,12 @@ pub fn invalid(message: impl Into<String>, fix: &str) -> BrokerError {
 
 /// SLABS pads as people list them: "0-31", "0,3,8-11" (pads 0–31).
 pub fn pads(list: &str) -> Result<Vec<usize>, BrokerError> {
-    let bad = || {
+    tessera_synth::parse_pads(list).map_err(|e| {
         invalid(
-            format!("pads {list:?}"),
-            "e.g. --pads 0-31 or --pads 0,3,8-11 (pads 0..31)",
+            format!("--pads: {e}"),
+            "e.g. --pads 0-31 or --pads 0,3,8-11",
         )
-    };
-    let pads = tessera_sys::kernel::parse_cpu_list(list).map_err(|_| bad())?;
-    if pads.is_empty() || pads.iter().any(|&p| p >= tessera_synth::PADS) {
-        return Err(bad());
-    }
-    Ok(pads)
+    })
 }
 
 impl CreateArgs {

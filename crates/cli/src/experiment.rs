@@ -170,6 +170,69 @@ fn print_outcome(results: &RunResults, dir: &std::path::Path, json: bool) -> Exi
     ExitCode::SUCCESS
 }
 
+/// `tessera demo`: the seed's §4.1 experiment, about a minute, on whatever
+/// cores exist; the Δt table, the comparison with the seed, the report.
+pub fn music_demo(
+    opts: crate::args::DemoArgs,
+    privileged: bool,
+    stamp: u64,
+) -> Result<ExitCode, BrokerError> {
+    if !(opts.seconds.is_finite() && opts.seconds >= 2.0) {
+        return Err(invalid(
+            format!("--seconds {}", opts.seconds),
+            "give at least 2 seconds per configuration, e.g. --seconds 14",
+        ));
+    }
+    let scenario =
+        tessera_experiments::music::seed_scenario(opts.seconds, privileged).map_err(|e| {
+            BrokerError::new("invalid", e, "report this: the shipped scenario must parse")
+        })?;
+    if !privileged {
+        eprintln!(
+            "tessera demo: without CAP_SYS_NICE no cell, reservation or FIFO priority can be set: \
+             the application runs best-effort (SCHED_OTHER) alone and under Group 2, and nothing \
+             it measures is guaranteed.\n"
+        );
+    }
+    eprintln!(
+        "tessera demo: the LAN music application of seed 000 (SLABS emulator → network service → \
+         Migrator Synthesizer → back) on loopback, {} cores; Δt = t2 − t1 of every package against \
+         the 1.4059 ms deadline",
+        tessera_sys::kernel::online_cpus().map_or(0, |c| c.len())
+    );
+    let out_dir = opts
+        .out
+        .unwrap_or_else(|| PathBuf::from(format!("results/demo-{stamp}")));
+    let outcome = runner::run(&scenario, &out_dir, progress_line)?;
+    let results = &outcome.results;
+    if opts.json {
+        println!("{}", serde_json::to_string(results).unwrap_or_default());
+        return Ok(ExitCode::SUCCESS);
+    }
+    for metric in [
+        tessera_music::RESPONSE_METRIC,
+        tessera_music::EMULATOR_METRIC,
+    ] {
+        println!(
+            "\n{metric}\n{}",
+            tessera_measure::summary_table(results, metric)
+        );
+    }
+    println!(
+        "seed 000 (Fig. 7, 16 hardware threads, 3 min): 0 misses alone and with Group 2; \
+         max 1336 → 1405 µs, mean 997.5 → 1024.6 µs."
+    );
+    for c in &results.configurations {
+        println!("- {}: {}", c.name, c.notes.join("; "));
+    }
+    println!(
+        "\nreport: {}/README.md (histograms and CDFs as PNG and SVG beside it)",
+        outcome.report_dir.display()
+    );
+    println!("the full experiment (3 min per configuration): tessera run scenarios/seed-4.1.toml");
+    Ok(ExitCode::SUCCESS)
+}
+
 fn run_scenario(
     scenario: &Scenario,
     out: Option<PathBuf>,

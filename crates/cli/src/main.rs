@@ -152,17 +152,28 @@ fn demo(opts: args::DemoArgs) -> Result<ExitCode, BrokerError> {
             "tessera demo: {}",
             tessera_broker::Mode::detect().banner().unwrap_or_default()
         );
+    }
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    match opts.isolation {
+        true => isolation_demo(opts, privileged, stamp),
+        false => experiment::music_demo(opts, privileged, stamp),
+    }
+}
+
+fn isolation_demo(
+    opts: args::DemoArgs,
+    privileged: bool,
+    stamp: u64,
+) -> Result<ExitCode, BrokerError> {
+    if !privileged {
         eprintln!("tessera demo: only the plain SCHED_OTHER configuration can run; nothing here is guaranteed.\n");
     }
-    let out_dir = opts.out.unwrap_or_else(|| {
-        std::path::PathBuf::from(format!(
-            "results/isolation-{}",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0)
-        ))
-    });
+    let out_dir = opts
+        .out
+        .unwrap_or_else(|| std::path::PathBuf::from(format!("results/isolation-{stamp}")));
     let options = tessera_experiments::isolation::Options {
         seconds: opts.seconds,
         core: opts.core,
@@ -191,7 +202,7 @@ fn demo(opts: args::DemoArgs) -> Result<ExitCode, BrokerError> {
             outcome.report_dir.display()
         );
         println!(
-            "again: tessera demo --seconds {} --core {}",
+            "again: tessera demo --isolation --seconds {} --core {}",
             opts.seconds,
             opts.core
                 .map(|c| c.to_string())

@@ -8,6 +8,7 @@
 pub mod cells;
 pub mod isolation;
 mod media;
+pub mod music;
 pub mod peer;
 pub mod probe;
 pub mod runner;

@@ -10,6 +10,7 @@
 
 use crate::cells::{setup_thread, Cells};
 use crate::media;
+use crate::music;
 use crate::probe;
 use crate::scenario::{
     Configuration, GraphNode, Interference, LoadKind, Scenario, Sched, Subject, Tool,
@@ -83,7 +84,7 @@ pub fn run(
                 total: scenario.total(),
             })
         };
-        let result = if !privileged && needs_privilege(config) {
+        let result = if !privileged && config.needs_privilege() {
             not_run(config, "needs CAP_SYS_NICE (root) for SCHED_FIFO and cells; tessera runs in best-effort mode here".into())
         } else {
             match run_configuration(scenario, config, &mut report) {
@@ -106,10 +107,6 @@ pub fn run(
         results,
         report_dir: out_dir.to_path_buf(),
     })
-}
-
-fn needs_privilege(config: &Configuration) -> bool {
-    !config.subject.is_plain() || config.interference.iter().any(|(_, s)| !s.is_plain())
 }
 
 fn not_run(config: &Configuration, why: String) -> ConfigurationResult {
@@ -170,6 +167,7 @@ struct Live {
 
 enum SubjectRun {
     Task(PeriodicTask),
+    Music(Box<music::MusicRun>),
     Graph(Box<GraphRun>),
     Cyclictest(probe::Cyclictest),
 }
@@ -196,21 +194,24 @@ struct Finished {
 
 enum SubjectData {
     Task(PeriodicStats),
+    Music(Box<music::MusicData>),
     Graph(Profile, u64),
     Cyclictest(Result<LatencyHistogram, String>),
 }
 
 impl Live {
-    fn start(&self, t0: u64) {
-        match &self.subject {
+    fn start(&mut self, t0: u64) -> Result<(), String> {
+        match &mut self.subject {
             Some(SubjectRun::Task(t)) => t.start(t0),
             Some(SubjectRun::Cyclictest(c)) => c.start(t0),
+            Some(SubjectRun::Music(m)) => m.release(t0)?,
             _ => {}
         }
         self.periodic.iter().for_each(|(_, t)| t.start(t0));
         self.threads.iter().for_each(|t| t.start(t0));
         self.external.iter().for_each(|e| e.start(t0));
         self.media.release(t0);
+        Ok(())
     }
 
     /// Stops and joins everything, whatever state it is in.
@@ -233,6 +234,7 @@ impl Live {
                 }
             },
             SubjectRun::Cyclictest(c) => SubjectData::Cyclictest(c.join()),
+            SubjectRun::Music(m) => SubjectData::Music(Box::new(m.finish())),
         });
         let periodic = self.periodic.into_iter().map(|(_, t)| t.join()).collect();
         notes.extend(self.threads.into_iter().map(|t| t.join().describe()));
@@ -253,7 +255,7 @@ fn run_configuration(
 ) -> Result<ConfigurationResult, String> {
     let mut session = Session::connect().map_err(|e| e.to_string())?;
     let mut cells = Cells::default();
-    for name in used_cells(config) {
+    for name in config.cells() {
         let spec = scenario.cell(name).expect("validated");
         let mut request = spec.request.clone();
         request.name = cell_name(name);
@@ -271,18 +273,6 @@ fn run_configuration(
     Ok(collect(scenario, config, t0, finished))
 }
 
-fn used_cells(config: &Configuration) -> Vec<&str> {
-    let mut names: Vec<&str> = config
-        .interference
-        .iter()
-        .filter_map(|(_, s)| s.cell.as_deref())
-        .chain(config.subject.cell.as_deref())
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    names
-}
-
 /// Sets everything up and releases it; returns t0, the run's origin.
 fn start_all(scenario: &Scenario, config: &Configuration, live: &mut Live) -> Result<u64, String> {
     live.subject = Some(start_subject(scenario, config)?);
@@ -292,7 +282,7 @@ fn start_all(scenario: &Scenario, config: &Configuration, live: &mut Live) -> Re
         start_load(scenario, load, sched, live)?;
     }
     let t0 = monotonic_ns() + RELEASE_DELAY.as_nanos() as u64;
-    live.start(t0);
+    live.start(t0)?;
     Ok(t0)
 }
 
@@ -328,6 +318,9 @@ fn start_subject(scenario: &Scenario, config: &Configuration) -> Result<SubjectR
         }
         (Subject::Graph { .. }, _) => {
             start_graph(scenario, config).map(|g| SubjectRun::Graph(Box::new(g)))
+        }
+        (Subject::Music { .. }, _) => {
+            music::MusicRun::start(scenario, config).map(|m| SubjectRun::Music(Box::new(m)))
         }
     }
 }
@@ -604,9 +597,16 @@ fn collect(
     t0: u64,
     finished: Finished,
 ) -> ConfigurationResult {
+    let subject = match config.roles.as_slice() {
+        [] => config.subject.describe(),
+        roles => roles
+            .iter()
+            .map(|(r, s)| format!("{r} {}", s.describe()))
+            .collect::<Vec<_>>()
+            .join(", "),
+    };
     let mut notes = vec![format!(
-        "subject {}; {}",
-        config.subject.describe(),
+        "subject {subject}; {}",
         match config.interference.as_slice() {
             [] => "no interference".to_string(),
             list => list
@@ -646,6 +646,11 @@ fn collect(
             metrics.push(Metric::latency(probe::METRIC, period_us, h));
         }
         Some(SubjectData::Cyclictest(Err(e))) => notes.push(format!("cyclictest failed: {e}")),
+        Some(SubjectData::Music(data)) => {
+            let (music_metrics, music_notes) = music::metrics(*data, scenario.warmup);
+            metrics.extend(music_metrics);
+            notes.extend(music_notes);
+        }
         None => {}
     }
     for stats in &finished.periodic {

@@ -128,6 +128,18 @@ pub enum Subject {
     },
     /// The latency probe: a callback every period; how late each one is.
     Probe { period: Duration },
+    /// The LAN music application (seed 000 §4.1): the SLABS emulator
+    /// playing held pads into the network service, the synth cell and the
+    /// console; Δt = t2 − t1 per package.
+    Music {
+        pads: Vec<usize>,
+        x: f32,
+        y: f32,
+        pressure: f32,
+        synth: tessera_synth::SynthConfig,
+        /// Threads of the synth cell beside its communication thread.
+        workers: usize,
+    },
 }
 
 /// An interference workload.
@@ -198,6 +210,9 @@ pub enum Tool {
 pub struct Configuration {
     pub name: String,
     pub subject: Sched,
+    /// Per-role scheduling of a music subject (synth, network, console,
+    /// slabs); a role not listed is scheduled as `subject`.
+    pub roles: Vec<(String, Sched)>,
     /// The interference that runs, with its scheduling, in scenario order.
     pub interference: Vec<(String, Sched)>,
     pub tool: Tool,
@@ -220,6 +235,32 @@ pub struct Scenario {
     pub subject: Subject,
     pub interference: Vec<Interference>,
     pub configurations: Vec<Configuration>,
+}
+
+impl Configuration {
+    /// The cells this configuration's threads join, each once.
+    pub fn cells(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .interference
+            .iter()
+            .chain(&self.roles)
+            .filter_map(|(_, s)| s.cell.as_deref())
+            .chain(self.subject.cell.as_deref())
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// Whether any thread needs CAP_SYS_NICE (a cell or a FIFO priority).
+    pub fn needs_privilege(&self) -> bool {
+        !self.subject.is_plain()
+            || self
+                .interference
+                .iter()
+                .chain(&self.roles)
+                .any(|(_, s)| !s.is_plain())
+    }
 }
 
 impl Scenario {
@@ -370,9 +411,10 @@ enum RawCore {
 #[serde(deny_unknown_fields)]
 struct RawCell {
     name: Spanned<String>,
-    policy: Spanned<String>,
-    cores: Option<Spanned<Vec<usize>>>,
-    count: Option<Spanned<usize>>,
+    policy: Spanned<toml::Value>,
+    cores: Option<Spanned<toml::Value>>,
+    count: Option<Spanned<toml::Value>>,
+    placement: Option<Spanned<toml::Value>>,
     runtime: Option<Spanned<String>>,
     period: Option<Spanned<String>>,
     deadline: Option<Spanned<String>>,
@@ -390,9 +432,17 @@ struct RawSubject {
     deadline: Option<Spanned<String>>,
     frames: Option<Spanned<u32>>,
     rate: Option<Spanned<u32>>,
-    workers: Option<Spanned<usize>>,
+    workers: Option<Spanned<toml::Value>>,
     #[serde(default)]
     node: Vec<Spanned<RawNode>>,
+    // kind = "music"
+    pads: Option<Spanned<String>>,
+    x: Option<Spanned<f64>>,
+    y: Option<Spanned<f64>>,
+    pressure: Option<Spanned<f64>>,
+    oscillators: Option<Spanned<usize>>,
+    work_factor: Option<Spanned<f64>>,
+    seed: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -432,13 +482,61 @@ struct RawInterference {
 #[serde(deny_unknown_fields)]
 struct RawConfiguration {
     name: Spanned<String>,
-    subject: Option<Spanned<String>>,
+    subject: Option<Spanned<RawSubjectSched>>,
     interference: Option<Spanned<BTreeMap<String, Spanned<String>>>>,
     tool: Option<Spanned<String>>,
 }
 
+/// A configuration's subject: one scheduling for every thread, or (music)
+/// one per role.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawSubjectSched {
+    All(String),
+    Roles(BTreeMap<String, String>),
+}
+
 struct Validator {
     facts: Facts,
+}
+
+/// A value that may depend on the machine's size: `3`, or a table keyed by
+/// core counts, `{ 2 = 0, 8 = 1, 16 = 3 }`, whose entry with the largest
+/// count not above the machine's applies.
+fn sized<T: serde::de::DeserializeOwned>(
+    value: &Spanned<toml::Value>,
+    cores: usize,
+    what: &str,
+) -> Result<T, Refusal> {
+    let chosen = match value.get_ref() {
+        toml::Value::Table(by_size) => {
+            let mut best: Option<(usize, &toml::Value)> = None;
+            for (key, v) in by_size {
+                let size: usize = key.parse().map_err(|_| {
+                    (
+                        value.span(),
+                        format!("{what}: key {key:?} is not a core count (write e.g. {{ 2 = …, 8 = … }})"),
+                    )
+                })?;
+                if size <= cores && best.is_none_or(|(b, _)| size > b) {
+                    best = Some((size, v));
+                }
+            }
+            match best {
+                Some((_, v)) => v.clone(),
+                None => {
+                    return refuse(
+                        value.span(),
+                        format!("{what}: no entry for a machine of {cores} core(s); add one keyed {cores} or less"),
+                    )
+                }
+            }
+        }
+        v => v.clone(),
+    };
+    chosen
+        .try_into()
+        .map_err(|e: toml::de::Error| (value.span(), format!("{what}: {}", e.message().trim())))
 }
 
 const MAX_THREADS: usize = 64;
@@ -595,50 +693,68 @@ impl Validator {
     /// one is given, so that it shares that CPU with the pinned threads.
     fn cell(&self, spanned: &Spanned<RawCell>, core: Option<usize>) -> Result<CellSpec, Refusal> {
         let (c, table) = (spanned.get_ref(), spanned.span());
-        let policy = CellPolicy::parse(c.policy.get_ref()).ok_or_else(|| {
+        let machine = self.facts.online.len();
+        let policy_name: String = sized(&c.policy, machine, "policy")?;
+        let policy = CellPolicy::parse(&policy_name).ok_or_else(|| {
             (
                 c.policy.span(),
                 format!(
-                    "unknown policy {:?} (dedicated, time-triggered, event-triggered, best-effort)",
-                    c.policy.get_ref()
+                    "unknown policy {policy_name:?} (dedicated, time-triggered, event-triggered, best-effort)"
                 ),
             )
         })?;
-        let cores = match (&c.cores, &c.count) {
-            (Some(list), None) => {
-                if let Some(bad) = list
-                    .get_ref()
-                    .iter()
-                    .find(|i| !self.facts.online.contains(i))
-                {
+        let list = c
+            .cores
+            .as_ref()
+            .map(|l| sized::<Vec<usize>>(l, machine, "cores").map(|v| (v, l.span())))
+            .transpose()?
+            // `[]` for a machine size: no core list there (e.g. a global cell).
+            .filter(|(list, _)| !list.is_empty());
+        let count = c
+            .count
+            .as_ref()
+            .map(|n| sized::<usize>(n, machine, "count").map(|v| (v, n.span())))
+            .transpose()?;
+        let cores = match (list, count) {
+            (Some((list, span)), None) => {
+                if let Some(bad) = list.iter().find(|i| !self.facts.online.contains(i)) {
                     return refuse(
-                        list.span(),
+                        span,
                         format!("CPU {bad} is not online (online: {:?})", self.facts.online),
                     );
                 }
-                CoreRequest::List(list.get_ref().clone())
+                CoreRequest::List(list)
             }
-            (None, Some(n)) if *n.get_ref() <= self.facts.online.len() => {
-                CoreRequest::Count(*n.get_ref())
+            (None, Some((n, _))) if n <= machine => CoreRequest::Count(n),
+            (None, Some((n, span))) => {
+                return refuse(span, format!("{n} cores asked, the machine has {machine}"))
             }
-            (None, Some(n)) => {
-                return refuse(
-                    n.span(),
-                    format!(
-                        "{} cores asked, the machine has {}",
-                        n.get_ref(),
-                        self.facts.online.len()
-                    ),
-                )
-            }
-            (Some(list), Some(_)) => {
-                return refuse(list.span(), "give `cores` (a list) or `count`, not both")
+            (Some((_, span)), Some(_)) => {
+                return refuse(span, "give `cores` (a list) or `count`, not both")
             }
             (None, None) if core.is_some() => CoreRequest::List(core.into_iter().collect()),
             (None, None) if policy == CellPolicy::BestEffort => CoreRequest::Count(0),
             (None, None) => CoreRequest::Count(1),
         };
-        let budget = self.budget(c, policy, &table)?;
+        let placement = c
+            .placement
+            .as_ref()
+            .map(|p| sized::<String>(p, machine, "placement").map(|v| (v, p.span())))
+            .transpose()?;
+        let placement = match placement
+            .as_ref()
+            .map(|(p, span)| (p.as_str(), span.clone()))
+        {
+            None | Some(("partitioned", _)) => Placement::Partitioned,
+            Some(("global", _)) => Placement::Global,
+            Some((other, span)) => {
+                return refuse(
+                    span,
+                    format!("unknown placement {other:?} (partitioned, global)"),
+                )
+            }
+        };
+        let budget = self.budget(c, policy, &policy_name, &table)?;
         let weight = match &c.weight {
             Some(w) if (1..=10_000).contains(w.get_ref()) => *w.get_ref(),
             Some(w) => {
@@ -656,7 +772,7 @@ impl Validator {
                 policy,
                 cores,
                 budget,
-                placement: Placement::Partitioned,
+                placement,
                 weight,
                 pinned: false,
                 reclaim: c.reclaim,
@@ -669,6 +785,7 @@ impl Validator {
         &self,
         c: &RawCell,
         policy: CellPolicy,
+        policy_name: &str,
         table: &Range<usize>,
     ) -> Result<Option<Budget>, Refusal> {
         let reserved = matches!(
@@ -679,7 +796,7 @@ impl Validator {
             if let Some(r) = &c.runtime {
                 return refuse(
                     r.span(),
-                    format!("a {} cell has no runtime/period", c.policy.get_ref()),
+                    format!("a {policy_name} cell has no runtime/period"),
                 );
             }
             return Ok(None);
@@ -748,11 +865,61 @@ impl Validator {
                 Ok(Subject::Probe { period })
             }
             "graph" => self.graph(s, &table, total),
+            "music" => self.music(s),
             other => refuse(
                 s.kind.span(),
-                format!("unknown subject kind {other:?} (periodic, graph, probe)"),
+                format!("unknown subject kind {other:?} (periodic, graph, probe, music)"),
             ),
         }
+    }
+
+    fn workers(&self, s: &RawSubject) -> Result<usize, Refusal> {
+        s.workers
+            .as_ref()
+            .map_or(Ok(0), |w| sized(w, self.facts.online.len(), "workers"))
+    }
+
+    /// The music application: held pads and the synthesizer's load.
+    fn music(&self, s: &RawSubject) -> Result<Subject, Refusal> {
+        let pads = match &s.pads {
+            Some(p) => tessera_synth::parse_pads(p.get_ref())
+                .map_err(|e| (p.span(), format!("pads: {e}")))?,
+            None => (0..tessera_synth::PADS).collect(),
+        };
+        let unit = |v: &Option<Spanned<f64>>, what: &str, default: f32| match v {
+            Some(v) if (0.0..=1.0).contains(v.get_ref()) => Ok(*v.get_ref() as f32),
+            Some(v) => refuse(
+                v.span(),
+                format!("{what} must be within 0–1, not {}", v.get_ref()),
+            ),
+            None => Ok(default),
+        };
+        let mut synth = tessera_synth::SynthConfig::default();
+        if let Some(n) = &s.oscillators {
+            synth.oscillators_per_object = *n.get_ref();
+        }
+        if let Some(w) = &s.work_factor {
+            synth.work_factor = *w.get_ref() as f32;
+        }
+        if let Some(seed) = &s.seed {
+            synth.seed = *seed.get_ref();
+        }
+        tessera_synth::Synth::new(synth.clone()).map_err(|e| {
+            let span = s.work_factor.as_ref().map(Spanned::span);
+            let span = span.or(s.oscillators.as_ref().map(Spanned::span));
+            (
+                span.unwrap_or(s.kind.span()),
+                format!("the synthesizer: {e}"),
+            )
+        })?;
+        Ok(Subject::Music {
+            pads,
+            x: unit(&s.x, "x", 0.5)?,
+            y: unit(&s.y, "y", 0.3)?,
+            pressure: unit(&s.pressure, "pressure", 0.8)?,
+            synth,
+            workers: self.workers(s)?,
+        })
     }
 
     fn graph(
@@ -765,7 +932,7 @@ impl Validator {
         let rate = required(&s.rate, table, "rate")?;
         tessera_graph::StreamConfig::new(*frames.get_ref(), *rate.get_ref())
             .map_err(|e| (frames.span().start..rate.span().end, e.to_string()))?;
-        let workers = s.workers.as_ref().map_or(0, |w| *w.get_ref());
+        let workers = self.workers(s)?;
         let mut nodes: Vec<GraphNode> = Vec::new();
         for n in &s.node {
             let raw = n.get_ref();
@@ -911,13 +1078,54 @@ impl Validator {
     }
 
     fn sched(&self, value: &Spanned<String>, scenario: &Scenario) -> Result<Sched, Refusal> {
-        let sched = Sched::parse(value.get_ref()).map_err(|e| (value.span(), e))?;
+        self.sched_at(value.get_ref(), value.span(), scenario)
+    }
+
+    fn sched_at(
+        &self,
+        text: &str,
+        span: Range<usize>,
+        scenario: &Scenario,
+    ) -> Result<Sched, Refusal> {
+        let sched = Sched::parse(text).map_err(|e| (span.clone(), e))?;
         if let Some(cell) = &sched.cell {
             if scenario.cell(cell).is_none() {
-                return refuse(value.span(), format!("no cell named {cell:?} is declared"));
+                return refuse(span, format!("no cell named {cell:?} is declared"));
             }
         }
         Ok(sched)
+    }
+
+    /// The subject's scheduling: one for every thread, or one per role of
+    /// a music subject (roles not listed run plain).
+    fn subject_sched(
+        &self,
+        value: &Spanned<RawSubjectSched>,
+        scenario: &Scenario,
+    ) -> Result<(Sched, Vec<(String, Sched)>), Refusal> {
+        let span = value.span();
+        match value.get_ref() {
+            RawSubjectSched::All(text) => Ok((self.sched_at(text, span, scenario)?, Vec::new())),
+            RawSubjectSched::Roles(map) => {
+                if !matches!(scenario.subject, Subject::Music { .. }) {
+                    return refuse(span, "only a music subject has roles; give one scheduling (plain, fifo:PRIO, cell:NAME)");
+                }
+                let mut roles = Vec::new();
+                for (role, text) in map {
+                    if !crate::music::ROLES.contains(&role.as_str()) {
+                        return refuse(
+                            span,
+                            format!(
+                                "unknown role {role:?} (roles: {})",
+                                crate::music::ROLES.join(", ")
+                            ),
+                        );
+                    }
+                    roles.push((role.clone(), self.sched_at(text, span.clone(), scenario)?));
+                }
+                Ok((Sched::default(), roles))
+            }
+        }
     }
 
     fn configuration(
@@ -926,9 +1134,9 @@ impl Validator {
         scenario: &Scenario,
     ) -> Result<Configuration, Refusal> {
         let (c, table) = (spanned.get_ref(), spanned.span());
-        let subject = match &c.subject {
-            Some(s) => self.sched(s, scenario)?,
-            None => Sched::default(),
+        let (subject, roles) = match &c.subject {
+            Some(s) => self.subject_sched(s, scenario)?,
+            None => (Sched::default(), Vec::new()),
         };
         let interference = match &c.interference {
             None => scenario
@@ -986,6 +1194,7 @@ impl Validator {
         let configuration = Configuration {
             name: c.name.get_ref().clone(),
             subject,
+            roles,
             interference,
             tool,
         };
@@ -1011,7 +1220,19 @@ impl Validator {
                 return refuse(table.clone(), format!("{name}: rt-app sets its own policy; give it plain or fifo:PRIO (use kind = \"periodic\" for a task in a cell)"));
             }
         }
-        if let (Subject::Graph { workers, .. }, Some(cell)) = (&scenario.subject, &c.subject.cell) {
+        let engine_cell = match &scenario.subject {
+            Subject::Graph { workers, .. } => c.subject.cell.as_ref().map(|cell| (*workers, cell)),
+            Subject::Music { workers, .. } => c
+                .roles
+                .iter()
+                .find(|(role, _)| role == "synth")
+                .map_or(&c.subject, |(_, s)| s)
+                .cell
+                .as_ref()
+                .map(|cell| (*workers, cell)),
+            _ => None,
+        };
+        if let Some((workers, cell)) = engine_cell {
             let spec = scenario.cell(cell).expect("validated");
             let slots = match &spec.request.cores {
                 CoreRequest::List(l) => l.len(),
@@ -1022,11 +1243,7 @@ impl Validator {
             }
         }
         let mut per_core: BTreeMap<usize, f64> = BTreeMap::new();
-        let mut used: Vec<&str> = c.subject.cell.iter().map(String::as_str).collect();
-        used.extend(c.interference.iter().filter_map(|(_, s)| s.cell.as_deref()));
-        used.sort_unstable();
-        used.dedup();
-        for name in used {
+        for name in c.cells() {
             let spec = scenario.cell(name).expect("validated");
             if let (Some(b), CoreRequest::List(cores)) = (&spec.request.budget, &spec.request.cores)
             {

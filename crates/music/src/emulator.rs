@@ -95,6 +95,8 @@ pub enum EmulatorError {
     },
     #[error("the emulator's receiver thread panicked")]
     Panicked,
+    #[error("setting up the emulator's thread: {0}")]
+    Setup(String),
 }
 
 fn io(context: &'static str) -> impl FnOnce(std::io::Error) -> EmulatorError {
@@ -142,10 +144,25 @@ pub fn nominal_packet_rate() -> f64 {
     f64::from(SAMPLE_RATE) / FRAMES_PER_PACKET as f64
 }
 
+/// A thread's setup hook (join a cell, set a priority).
+pub type Setup = Box<dyn FnOnce() -> Result<(), String> + Send>;
+
 /// Sends the gesture for the configured duration, waits for the last
 /// answers, and reports. Blocks the calling thread, which does the pacing
 /// (and spins: give it a core of its own).
 pub fn run(config: &EmulatorConfig) -> Result<EmulatorReport, EmulatorError> {
+    run_with(config, Box::new(|| Ok(())), Box::new(|| Ok(())))
+}
+
+/// [`run`] with each half set up first: the calling thread, which sends,
+/// runs `sender`; the answer thread runs `receiver` (a sender in a
+/// reservation resets its children to SCHED_OTHER, where the answers would
+/// wait behind every other task).
+pub fn run_with(
+    config: &EmulatorConfig,
+    sender_setup: Setup,
+    receiver_setup: Setup,
+) -> Result<EmulatorReport, EmulatorError> {
     let any: SocketAddr = match config.to {
         SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
         SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
@@ -173,14 +190,20 @@ pub fn run(config: &EmulatorConfig) -> Result<EmulatorReport, EmulatorError> {
     let receiving = std::thread::Builder::new()
         .name("slabs-receive".into())
         .spawn(move || {
+            receiver_setup().map_err(EmulatorError::Setup)?;
             receiver.run();
-            receiver
+            Ok(receiver)
         })
         .map_err(io("starting the emulator's receiver"))?;
     let mut sender = Sender::new(socket, config, first_sends);
+    if let Err(e) = sender_setup() {
+        sending_done.store(true, Ordering::Release);
+        let _ = receiving.join();
+        return Err(EmulatorError::Setup(e));
+    }
     sender.run(packages);
     sending_done.store(true, Ordering::Release);
-    let receiver = receiving.join().map_err(|_| EmulatorError::Panicked)?;
+    let receiver = receiving.join().map_err(|_| EmulatorError::Panicked)??;
     Ok(EmulatorReport {
         packages_sent: packages,
         packets_sent: sender.packets_sent,

@@ -24,13 +24,13 @@ pub mod protocol;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
 use tessera_broker::paths::Paths;
 use tessera_broker::{BrokerError, Mode, Session};
 use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults, Summary};
-use std::sync::Arc;
 use tessera_policy::{CellRequest, CoreRequest, Placement};
-use tessera_services::network::NetworkReport;
 use tessera_runtime::CellJoin;
+use tessera_services::network::NetworkReport;
 use tessera_synth::{Gesture, GesturePlayer, OutputBlock, Synth, SynthConfig, BLOCK, CHANNELS};
 
 use app::{App, AppConfig, AppError, AppReport, Roles, ThreadHook, DEADLINE};

@@ -52,8 +52,9 @@ impl Node for ObjectNode {
     fn process(&mut self, ctx: &mut ProcessContext<'_>) {
         let voice = &mut self.voice;
         drain(&mut self.controls, |c| voice.apply(c));
-        let input = protocol::newest_packet(ctx.package())
-            .map(|(_, packet)| protocol::decode_input_pad(packet, FRAMES_PER_PACKET - 1, voice.pad()));
+        let input = protocol::newest_packet(ctx.package()).map(|(_, packet)| {
+            protocol::decode_input_pad(packet, FRAMES_PER_PACKET - 1, voice.pad())
+        });
         let out: &mut [f32; BLOCK] = ctx
             .audio_out(0)
             .try_into()

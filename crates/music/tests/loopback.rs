@@ -24,7 +24,9 @@ fn every_package_is_answered_and_measured_once() {
         outcome.notes,
         tessera_music::network_note(&app.network),
         app.cycle_cpu.quantile(0.5) / 1000,
-        app.cycles, app.malformed_packages, emulator.slipped_packages
+        app.cycles,
+        app.malformed_packages,
+        emulator.slipped_packages
     );
     assert_eq!(
         emulator.answered, packages,

@@ -16,8 +16,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use tessera_broker::paths::Paths;
 use std::sync::Arc;
+use tessera_broker::paths::Paths;
 use tessera_music::app::{App, AppConfig, Roles, ThreadHook};
 use tessera_music::emulator::{self, held_pads, EmulatorConfig};
 use tessera_music::protocol;

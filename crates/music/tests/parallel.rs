@@ -10,17 +10,24 @@ use std::time::{Duration, Instant};
 use tessera_graph::{package_link, Engine, EngineConfig, LinkConfig, StreamConfig};
 use tessera_music::app::migrator_graph;
 use tessera_music::control::control_rings;
-use tessera_music::protocol::{self, InputHeader, FRAMES_PER_PACKAGE, INPUT_PACKET_SIZE, OUTPUT_PACKET_SIZE, PACKETS_PER_PACKAGE, SAMPLE_RATE};
+use tessera_music::protocol::{
+    self, InputHeader, FRAMES_PER_PACKAGE, INPUT_PACKET_SIZE, OUTPUT_PACKET_SIZE,
+    PACKETS_PER_PACKAGE, SAMPLE_RATE,
+};
 use tessera_synth::{Control, OutputBlock, PadInput, Synth, SynthConfig, BLOCK, CHANNELS, PADS};
 
 fn pads_at(block: usize) -> [PadInput; PADS] {
     std::array::from_fn(|p| {
         // Pads take turns: each pressed for a while, then released.
-        let pressed = (block / 40 + p) % 3 != 0 && p % 4 != 1;
+        let pressed = !(block / 40 + p).is_multiple_of(3) && p % 4 != 1;
         PadInput {
             x: (p as f32 / PADS as f32),
             y: ((block / 25 + p) % 4) as f32 / 4.0 + 0.1,
-            pressure: if pressed { 0.3 + 0.02 * (p % 10) as f32 } else { 0.0 },
+            pressure: if pressed {
+                0.3 + 0.02 * (p % 10) as f32
+            } else {
+                0.0
+            },
         }
     })
 }
@@ -94,7 +101,10 @@ fn the_parallel_graph_plays_what_the_synthesizer_plays() {
             std::thread::sleep(Duration::from_micros(200));
         };
         assert_eq!(start, block as u64, "the answer carries its package's t1");
-        assert_eq!(protocol::decode_output(&output, &mut got).unwrap(), block as u32);
+        assert_eq!(
+            protocol::decode_output(&output, &mut got).unwrap(),
+            block as u32
+        );
         reference.process(&pads, &mut expected);
         let bits = |b: &OutputBlock| b.iter().flatten().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&got), bits(&expected), "block {block}");

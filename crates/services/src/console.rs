@@ -106,11 +106,7 @@ impl ConsoleBuilder {
 
     /// Starts the console thread: `setup` first (join the console's cell),
     /// then every line, each ended by a newline, to `sink`.
-    pub fn start(
-        self,
-        sink: Box<dyn Write + Send>,
-        setup: Setup,
-    ) -> std::io::Result<Console> {
+    pub fn start(self, sink: Box<dyn Write + Send>, setup: Setup) -> std::io::Result<Console> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -211,12 +207,24 @@ mod tests {
             assert!(b.line(format_args!("b {i} {:.1}", i as f64 / 2.0)));
         }
         let report = console.stop().unwrap();
-        assert_eq!(report, ConsoleReport { lines: 40, dropped: 0 });
+        assert_eq!(
+            report,
+            ConsoleReport {
+                lines: 40,
+                dropped: 0
+            }
+        );
         let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
         let of = |p: &str| -> Vec<String> {
-            text.lines().filter(|l| l.starts_with(p)).map(String::from).collect()
+            text.lines()
+                .filter(|l| l.starts_with(p))
+                .map(String::from)
+                .collect()
         };
-        assert_eq!(of("a "), (0..20).map(|i| format!("a {i}")).collect::<Vec<_>>());
+        assert_eq!(
+            of("a "),
+            (0..20).map(|i| format!("a {i}")).collect::<Vec<_>>()
+        );
         assert_eq!(of("b ")[3], "b 3 1.5");
     }
 
@@ -234,7 +242,13 @@ mod tests {
             .unwrap()
             .stop()
             .unwrap();
-        assert_eq!(report, ConsoleReport { lines: 2, dropped: 1 });
+        assert_eq!(
+            report,
+            ConsoleReport {
+                lines: 2,
+                dropped: 1
+            }
+        );
         let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
         assert_eq!(text.lines().next().unwrap().len(), LINE_BYTES);
     }
@@ -245,7 +259,10 @@ mod tests {
         let mut w = builder.writer();
         w.line(format_args!("never"));
         let console = builder
-            .start(Box::new(Shared::default()), Box::new(|| Err("no cell".into())))
+            .start(
+                Box::new(Shared::default()),
+                Box::new(|| Err("no cell".into())),
+            )
             .unwrap();
         let err = console.stop().unwrap_err();
         assert!(err.contains("no cell"), "{err}");

@@ -124,8 +124,8 @@ impl NetworkService {
             addr: config.bind,
             source,
         };
-        let assembler =
-            PackageAssembler::new(&config.packet).map_err(|e| NetworkError::Service(e.to_string()))?;
+        let assembler = PackageAssembler::new(&config.packet)
+            .map_err(|e| NetworkError::Service(e.to_string()))?;
         if link.config().package_size != assembler.package_size()
             || link.config().output_size != config.packet.output_size
         {
@@ -206,14 +206,20 @@ impl Server {
         setup().map_err(|e| format!("setting up its thread: {e}"))?;
         let epoll = Epoll::new().map_err(|e| e.to_string())?;
         epoll
-            .add(std::os::fd::AsFd::as_fd(&self.socket), SOCKET, Trigger::Level)
+            .add(
+                std::os::fd::AsFd::as_fd(&self.socket),
+                SOCKET,
+                Trigger::Level,
+            )
             .and_then(|()| epoll.add(self.link.output_fd(), OUTPUTS, Trigger::Level))
             .map_err(|e| e.to_string())?;
         let _rt = tessera_rtguard::RtGuard::enter();
         let cpu_start = clock::thread_cpu_ns();
         let mut ready = [Readiness::EMPTY; 2];
         while !stop.load(Ordering::Acquire) {
-            let n = epoll.wait(&mut ready, STOP_POLL).map_err(|e| e.to_string())?;
+            let n = epoll
+                .wait(&mut ready, STOP_POLL)
+                .map_err(|e| e.to_string())?;
             // Answers first: their t2 is what the sender waits for.
             if ready[..n].iter().any(|r| r.token() == OUTPUTS) {
                 self.send_outputs();
@@ -245,9 +251,9 @@ impl Server {
             let arrival = clock::monotonic_ns();
             self.report.datagrams += 1;
             self.sender = Some(from);
-            if let Some(t1) = self
-                .assembler
-                .accept(&self.scratch[..len], arrival, &mut self.package)
+            if let Some(t1) =
+                self.assembler
+                    .accept(&self.scratch[..len], arrival, &mut self.package)
             {
                 if self.link.send_package(t1, &self.package) {
                     self.report.packages += 1;
@@ -356,7 +362,10 @@ mod tests {
             assert_eq!(&answer[..len], &[n, 0xAA]);
         }
         let report = service.stop().unwrap();
-        assert_eq!((report.datagrams, report.packages, report.answered), (12, 3, 3));
+        assert_eq!(
+            (report.datagrams, report.packages, report.answered),
+            (12, 3, 3)
+        );
         assert_eq!(report.timings.len(), 3);
         assert!(report.timings.iter().all(|t| t.t2_ns >= t.t1_ns));
         assert!(report.receive_buffer > 0);
@@ -374,7 +383,10 @@ mod tests {
             .err()
             .unwrap()
             .to_string();
-        assert!(err.contains("10-byte packages") && err.contains("24-byte"), "{err}");
+        assert!(
+            err.contains("10-byte packages") && err.contains("24-byte"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -201,3 +201,41 @@ mod tests {
         assert!(Gesture::parse("-1 1 0 0 0").is_err());
     }
 }
+
+/// Pads from a list of pads and ranges ("0-31", "0,3,8-11"), each below
+/// [`PADS`], at least one.
+pub fn parse_pads(list: &str) -> Result<Vec<usize>, String> {
+    let bad = || {
+        format!(
+            "{list:?} is not a list of pads 0–{} (e.g. 0-31 or 0,3,8-11)",
+            PADS - 1
+        )
+    };
+    let mut pads = Vec::new();
+    for part in list.split(',').map(str::trim) {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        let first: usize = first.trim().parse().map_err(|_| bad())?;
+        let last: usize = last.trim().parse().map_err(|_| bad())?;
+        if first > last || last >= PADS {
+            return Err(bad());
+        }
+        pads.extend(first..=last);
+    }
+    pads.sort_unstable();
+    pads.dedup();
+    Ok(pads)
+}
+
+#[cfg(test)]
+mod pad_list_tests {
+    use super::parse_pads;
+
+    #[test]
+    fn lists_and_ranges_parse_and_bad_ones_are_refused() {
+        assert_eq!(parse_pads("0-3,8, 2").unwrap(), [0, 1, 2, 3, 8]);
+        assert_eq!(parse_pads("0-31").unwrap().len(), 32);
+        for bad in ["", "32", "3-1", "a", "0-32", "1,,2"] {
+            assert!(parse_pads(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -31,10 +31,10 @@ pub mod table;
 pub mod voice;
 pub mod wav;
 
-pub use gesture::{Gesture, GestureError, GesturePlayer};
+pub use gesture::{parse_pads, Gesture, GestureError, GesturePlayer};
+pub use mixer::Mixer;
 pub use osc::{Control, OscError};
 pub use oscillator::Kernel;
-pub use mixer::Mixer;
 pub use synth::{ConfigError, PadInput, PadVoice, Synth, SynthConfig};
 pub use table::{PitchTable, TABLES_PER_PAD};
 

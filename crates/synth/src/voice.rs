@@ -33,11 +33,7 @@ impl Default for Voices {
 impl Voices {
     /// Chooses the objects to process this block, in pad order.
     /// `gains`: each object's smoothed level ([`crate::object::Object::gain`]).
-    pub fn select(
-        &mut self,
-        pads: &[PadInput; PADS],
-        gains: impl Iterator<Item = f32>,
-    ) -> &[u8] {
+    pub fn select(&mut self, pads: &[PadInput; PADS], gains: impl Iterator<Item = f32>) -> &[u8] {
         self.count = 0;
         for (index, (pad, gain)) in pads.iter().zip(gains).enumerate() {
             if is_active(pad.pressure, gain) {

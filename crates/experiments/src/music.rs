@@ -1,0 +1,281 @@
+//! The music application as a scenario's subject (seed 000 §4.1): the SLABS
+//! emulator, the network service, the synth cell and the console, each role
+//! scheduled as the configuration says (a cell, a FIFO priority, plain).
+//! Reported: Δt = t2 − t1 at the network with the seed's 1.4059 ms deadline
+//! (histogram, time series of each 100 ms's worst, misses counted on the
+//! exact values), tf − t0 at the emulator, the emulator's send jitter and
+//! the synth cell's CPU time per cycle; notes with what the network lost.
+//!
+//! Owns starting and stopping the application around the runner's release.
+//! It must never judge a result.
+
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::runner::setup_for;
+use crate::scenario::{Configuration, Scenario, Sched, Subject};
+use tessera_measure::{Metric, Series};
+use tessera_music::app::{App, AppConfig, AppReport, Roles, ThreadHook, DEADLINE};
+use tessera_music::emulator::{self, held_pads, EmulatorConfig, EmulatorReport};
+use tessera_music::{protocol, EMULATOR_METRIC, LATENESS_METRIC, RESPONSE_METRIC};
+
+/// The seed's §4.1 experiment as shipped (scenarios/seed-4.1.toml).
+pub const SEED_SCENARIO: &str = include_str!("../../../scenarios/seed-4.1.toml");
+/// Seconds per configuration of the shipped scenario at scale 1.
+const SEED_SECONDS: f64 = 180.0;
+
+/// The shipped §4.1 scenario with each configuration lasting about
+/// `seconds`. Without CAP_SYS_NICE, only its two Group 1 configurations,
+/// every thread best-effort (SCHED_OTHER), renamed to say so.
+pub fn seed_scenario(seconds: f64, privileged: bool) -> Result<Scenario, String> {
+    let scenario =
+        Scenario::parse(SEED_SCENARIO, "scenarios/seed-4.1.toml").map_err(|e| e.to_string())?;
+    let mut scenario = scenario.scaled(seconds / SEED_SECONDS);
+    if !privileged {
+        scenario.configurations.truncate(2);
+        for c in &mut scenario.configurations {
+            c.subject = Sched::default();
+            c.roles.clear();
+            c.interference
+                .iter_mut()
+                .for_each(|(_, s)| *s = Sched::default());
+            c.name = c.name.replace("(cells)", "(best-effort, no cells)");
+        }
+        scenario.baseline = scenario.configurations.first().map(|c| c.name.clone());
+    }
+    Ok(scenario)
+}
+
+/// The roles a configuration may schedule one by one.
+pub const ROLES: [&str; 4] = ["synth", "network", "console", "slabs"];
+/// Metric of the synth cell's communication thread's CPU time per cycle.
+pub const CYCLE_CPU_METRIC: &str = "synth cycle CPU time";
+/// FIFO priority of the emulator's answer thread when its sender is
+/// scheduled (a cell or FIFO).
+const ANSWER_PRIORITY: u32 = 90;
+/// Width of one point of the Δt time series (its worst value).
+const SERIES_BUCKET_NS: u64 = 100_000_000;
+
+/// The application and its emulator, running.
+pub(crate) struct MusicRun {
+    app: App,
+    emulator: EmulatorConfig,
+    slabs: Sched,
+    core: Option<usize>,
+    sender: Option<JoinHandle<Result<EmulatorReport, String>>>,
+}
+
+/// What they measured.
+pub(crate) struct MusicData {
+    app: Result<AppReport, String>,
+    emulator: Result<EmulatorReport, String>,
+}
+
+/// The scheduling of `role` in `config`: its own entry, else the subject's.
+fn role<'a>(config: &'a Configuration, name: &str) -> &'a Sched {
+    config
+        .roles
+        .iter()
+        .find(|(r, _)| r == name)
+        .map_or(&config.subject, |(_, s)| s)
+}
+
+impl MusicRun {
+    /// Starts the console, the synth cell's engine and the network service,
+    /// each role joined as configured; the emulator waits for the release.
+    pub(crate) fn start(scenario: &Scenario, config: &Configuration) -> Result<MusicRun, String> {
+        let Subject::Music {
+            pads,
+            x,
+            y,
+            pressure,
+            synth,
+            workers,
+        } = &scenario.subject
+        else {
+            unreachable!("called for music subjects only")
+        };
+        let hook = |name: &str| -> Option<ThreadHook> {
+            let sched = role(config, name);
+            if sched.is_plain() && scenario.core.is_none() {
+                return None;
+            }
+            let setup = setup_for(sched, scenario.core);
+            Some(std::sync::Arc::new(move || setup.clone()()))
+        };
+        let warmup_packages = scenario.warmup.as_nanos() as u64 / protocol::package_period_ns();
+        let mut emulator = EmulatorConfig::new(
+            "127.0.0.1:0".parse().expect("a socket address"),
+            scenario.total(),
+            held_pads(pads.iter().copied(), *x, *y, *pressure),
+        );
+        emulator.warmup_packages = warmup_packages;
+        let slabs = role(config, "slabs").clone();
+        // In a reservation or at a FIFO priority the sender must sleep
+        // between packets: spinning would spend the budget or starve its core.
+        if !slabs.is_plain() {
+            emulator.spin_ns = 0;
+        }
+        let app = App::start(AppConfig {
+            bind: "127.0.0.1:0".parse().expect("a socket address"),
+            osc: None,
+            synth: synth.clone(),
+            warmup_packages,
+            expected_packages: emulator.packages() as usize,
+            workers: *workers,
+            roles: Roles {
+                synth: hook("synth"),
+                network: hook("network"),
+                console: hook("console"),
+            },
+            package_log: None,
+        })
+        .map_err(|e| e.to_string())?;
+        emulator.to = app.local_addr();
+        Ok(MusicRun {
+            app,
+            emulator,
+            slabs,
+            core: scenario.core,
+            sender: None,
+        })
+    }
+
+    /// Starts the emulator at `t0`, on a thread scheduled as the `slabs`
+    /// role says.
+    pub(crate) fn release(&mut self, t0: u64) -> Result<(), String> {
+        let config = self.emulator.clone();
+        let setup = setup_for(&self.slabs, self.core);
+        // The answer thread only timestamps arrivals: at a high FIFO
+        // priority whenever the sender is scheduled, so the device's
+        // measurement does not wait behind the interference.
+        let answers = match self.slabs.is_plain() {
+            true => self.slabs.clone(),
+            false => Sched {
+                cell: None,
+                fifo: Some(ANSWER_PRIORITY),
+            },
+        };
+        let receiver = setup_for(&answers, self.core);
+        let sender = std::thread::Builder::new()
+            .name("slabs-send".into())
+            .spawn(move || {
+                let sender = Box::new(move || {
+                    setup()?;
+                    tessera_sys::clock::sleep_until_monotonic_ns(t0);
+                    Ok(())
+                });
+                emulator::run_with(&config, sender, Box::new(receiver)).map_err(|e| e.to_string())
+            })
+            .map_err(|e| format!("starting the SLABS emulator: {e}"))?;
+        self.sender = Some(sender);
+        Ok(())
+    }
+
+    /// Waits for the emulator to finish its packages, then stops the
+    /// application.
+    pub(crate) fn finish(self) -> MusicData {
+        let emulator = match self.sender {
+            Some(sender) => sender
+                .join()
+                .unwrap_or_else(|_| Err("the SLABS emulator panicked".into())),
+            None => Err("the SLABS emulator never started".into()),
+        };
+        MusicData {
+            app: self.app.stop().map_err(|e| e.to_string()),
+            emulator,
+        }
+    }
+}
+
+/// The subject's metrics and notes.
+pub(crate) fn metrics(data: MusicData, warmup: Duration) -> (Vec<Metric>, Vec<String>) {
+    let deadline_us = DEADLINE.as_nanos() as f64 / 1000.0;
+    let mut metrics = Vec::new();
+    let mut notes = Vec::new();
+    match data.app {
+        Ok(app) => {
+            let warmup_packages = warmup.as_nanos() as u64 / protocol::package_period_ns();
+            let measured =
+                &app.network.timings[(warmup_packages as usize).min(app.network.timings.len())..];
+            let mut response =
+                Metric::latency(RESPONSE_METRIC, Some(deadline_us), app.response.clone());
+            // Counted on the exact values: the histogram's 3 significant
+            // digits would round a response just past the deadline onto it.
+            let deadline_ns = DEADLINE.as_nanos() as u64;
+            response.summary.misses = Some(
+                measured
+                    .iter()
+                    .filter(|t| t.response_ns() > deadline_ns)
+                    .count() as u64,
+            );
+            response.series = vec![worst_per_bucket(measured)];
+            metrics.push(response);
+            metrics.push(Metric::latency(
+                CYCLE_CPU_METRIC,
+                None,
+                app.cycle_cpu.clone(),
+            ));
+            notes.push(format!(
+                "synth cell: {} cycles, {} xruns, {} node panics, {} malformed packages",
+                app.cycles, app.xruns, app.node_panics, app.malformed_packages
+            ));
+            notes.push(tessera_music::network_note(&app.network));
+            notes.push(format!(
+                "console: {} lines, {} dropped",
+                app.console.lines, app.console.dropped
+            ));
+        }
+        Err(e) => notes.push(format!("the application: {e}")),
+    }
+    match data.emulator {
+        Ok(emulator) => {
+            metrics.push(Metric::latency(
+                EMULATOR_METRIC,
+                Some(deadline_us),
+                emulator.response.clone(),
+            ));
+            metrics.push(Metric::latency(
+                LATENESS_METRIC,
+                None,
+                emulator.send_lateness.clone(),
+            ));
+            notes.push(format!(
+                "SLABS emulator: {} packages sent, {} answered, {} unexpected; {:.1} packets/s \
+                 (nominal {:.1}); schedule slipped by {} packages",
+                emulator.packages_sent,
+                emulator.answered,
+                emulator.unexpected,
+                emulator.achieved_packet_rate(),
+                emulator::nominal_packet_rate(),
+                emulator.slipped_packages
+            ));
+        }
+        Err(e) => notes.push(e),
+    }
+    (metrics, notes)
+}
+
+/// Δt over time: the worst of each [`SERIES_BUCKET_NS`].
+fn worst_per_bucket(timings: &[tessera_services::network::PackageTiming]) -> Series {
+    let Some(first) = timings.first() else {
+        return Series::with_capacity(RESPONSE_METRIC, "us", 0);
+    };
+    let span = timings.last().map_or(0, |l| l.t1_ns - first.t1_ns);
+    let mut series = Series::with_capacity(
+        RESPONSE_METRIC,
+        "us",
+        (span / SERIES_BUCKET_NS) as usize + 1,
+    );
+    let mut bucket = (0u64, 0u64);
+    for t in timings {
+        let index = (t.t1_ns - first.t1_ns) / SERIES_BUCKET_NS;
+        if index != bucket.0 {
+            series.push(bucket.0 as f64 * 0.1, bucket.1 as f64 / 1000.0);
+            bucket = (index, 0);
+        }
+        bucket.1 = bucket.1.max(t.response_ns());
+    }
+    series.push(bucket.0 as f64 * 0.1, bucket.1 as f64 / 1000.0);
+    series
+}
