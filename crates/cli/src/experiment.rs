@@ -222,11 +222,8 @@ pub fn music_demo(
         "seed 000 (Fig. 7, 16 hardware threads, 3 min): 0 misses alone and with Group 2; \
          max 1336 → 1405 µs, mean 997.5 → 1024.6 µs."
     );
-    for c in &results.configurations {
-        println!("- {}: {}", c.name, c.notes.join("; "));
-    }
     println!(
-        "\nreport: {}/README.md (histograms and CDFs as PNG and SVG beside it)",
+        "\nreport: {}/README.md (every configuration's notes; histograms and CDFs as PNG and SVG)",
         outcome.report_dir.display()
     );
     println!("the full experiment (3 min per configuration): tessera run scenarios/seed-4.1.toml");

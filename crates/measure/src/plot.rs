@@ -31,6 +31,10 @@ const CHART_HEIGHT: u32 = 540;
 const LEGEND_ROW: u32 = 26;
 const LEGEND_PADDING: u32 = 12;
 const HISTOGRAM_BINS: usize = 100;
+/// A histogram with a deadline spans at most this many deadlines: a
+/// configuration that falls apart (seconds late) would otherwise squeeze
+/// every other one into its first bar. Later samples go in the last bar.
+const HISTOGRAM_SPAN_DEADLINES: f64 = 3.0;
 /// Longer series are drawn as their min/max envelope over this many chunks.
 const ENVELOPE_CHUNKS: usize = 2000;
 
@@ -317,6 +321,16 @@ fn padded_range(values: impl Iterator<Item = f64>) -> Range<f64> {
     start..hi + pad
 }
 
+/// A panel caption's font size: smaller for long captions, so they fit the
+/// 1000-pixel width.
+fn caption_size(caption: &str) -> u32 {
+    match caption.chars().count() {
+        0..=95 => 17,
+        96..=115 => 14,
+        _ => 12,
+    }
+}
+
 /// Tick labels without floating-point noise (1000, not 1000.0000000001).
 fn axis_value(v: &f64) -> String {
     let magnitude = 10f64.powi(6 - v.abs().max(1e-12).log10().ceil() as i32);
@@ -341,8 +355,20 @@ impl HistogramFigure<'_> {
         let misses = s
             .misses
             .map_or(String::new(), |m| format!(", {m} missed deadlines"));
+        let beyond = match self.deadline_us.map(|d| HISTOGRAM_SPAN_DEADLINES * d) {
+            Some(edge) if s.max > edge => {
+                let n: u64 = configuration
+                    .data
+                    .buckets()
+                    .filter(|b| us(b.low_ns) > edge)
+                    .map(|b| b.count)
+                    .sum();
+                format!(" ({n} past the axis)")
+            }
+            _ => String::new(),
+        };
         format!(
-            "{}: n = {}, mean = {} µs, p99 = {} µs, max = {} µs{misses}",
+            "{}: n = {}, mean = {} µs, p99 = {} µs, max = {} µs{misses}{beyond}",
             configuration.label,
             s.count,
             format_value(s.mean),
@@ -358,10 +384,11 @@ impl HistogramFigure<'_> {
         grid: &BinGrid,
     ) -> DrawResult<DB> {
         let configuration = &self.configurations[index];
+        let caption = self.caption(configuration);
         let counts = grid.counts(configuration.data);
         let y_max = counts.iter().copied().max().unwrap_or(0).max(1) as f64 * 1.08;
         let mut chart = ChartBuilder::on(area)
-            .caption(self.caption(configuration), text(17))
+            .caption(&caption, text(caption_size(&caption)))
             .margin(8)
             .margin_right(30)
             .x_label_area_size(48)
@@ -447,7 +474,17 @@ impl Figure for HistogramFigure<'_> {
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         let chart = frame(root, self.title, &self.legend())?;
-        let grid = BinGrid::covering(&latency_range_us(self.configurations, self.deadline_us));
+        let range = latency_range_us(self.configurations, self.deadline_us);
+        let grid = BinGrid::covering(&match self.deadline_us {
+            Some(d) => {
+                range.start
+                    ..range
+                        .end
+                        .min(HISTOGRAM_SPAN_DEADLINES * d)
+                        .max(range.start + 1.0)
+            }
+            None => range,
+        });
         let panels = chart.split_evenly((self.configurations.len().max(1), 1));
         for (index, panel) in panels.iter().enumerate().take(self.configurations.len()) {
             self.draw_panel(panel, index, &grid)?;
