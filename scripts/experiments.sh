@@ -1,6 +1,6 @@
 #!/bin/sh
 # The experiment suite: every shipped scenario, short (times × 0.1, a few
-# minutes) or full (as written, ~20 min). Reports go to results/suite-<mode>/.
+# minutes) or full (as written, ~35 min). Reports go to results/suite-<mode>/.
 # Timing runs hold /tmp/tessera-machine.lock so they never overlap another
 # benchmark on a shared machine.
 #   scripts/experiments.sh short|full

@@ -35,6 +35,9 @@ const HISTOGRAM_BINS: usize = 100;
 /// configuration that falls apart (seconds late) would otherwise squeeze
 /// every other one into its first bar. Later samples go in the last bar.
 const HISTOGRAM_SPAN_DEADLINES: f64 = 3.0;
+/// An exceedance plot whose values span more than this ratio gets a
+/// logarithmic x axis.
+const LOG_AXIS_SPAN: f64 = 100.0;
 /// Longer series are drawn as their min/max envelope over this many chunks.
 const ENVELOPE_CHUNKS: usize = 2000;
 
@@ -556,15 +559,45 @@ impl Figure for ExceedanceFigure<'_> {
         let area = frame(root, self.title, &self.legend())?;
         let x_range = latency_range_us(self.configurations, self.deadline_us);
         let floor = self.y_floor();
-        let mut chart = ChartBuilder::on(&area)
+        let mut builder = ChartBuilder::on(&area);
+        builder
             .margin(10)
             .margin_right(30)
             .x_label_area_size(50)
-            .y_label_area_size(90)
-            .build_cartesian_2d(x_range.clone(), (floor..1.5).log_scale())?;
+            .y_label_area_size(90);
+        // Across more than two decades (a configuration seconds late beside
+        // ones at the deadline) a linear axis would squeeze the good ones
+        // onto its origin.
+        let start = x_range.start.max(1.0);
+        if x_range.end / start > LOG_AXIS_SPAN {
+            let x = (start..x_range.end).log_scale();
+            let chart = builder.build_cartesian_2d(x, (floor..1.5).log_scale())?;
+            self.plot(chart, start, floor, "log scale")
+        } else {
+            let chart = builder.build_cartesian_2d(x_range.clone(), (floor..1.5).log_scale())?;
+            self.plot(chart, x_range.start, floor, "")
+        }
+    }
+}
+
+impl ExceedanceFigure<'_> {
+    fn plot<DB: DrawingBackend, X>(
+        &self,
+        mut chart: ChartContext<'_, DB, Cartesian2d<X, LogCoord<f64>>>,
+        x_start: f64,
+        floor: f64,
+        scale: &str,
+    ) -> DrawResult<DB>
+    where
+        X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+    {
+        let x_desc = match scale {
+            "" => format!("{} x (µs)", self.quantity),
+            s => format!("{} x (µs, {s})", self.quantity),
+        };
         chart
             .configure_mesh()
-            .x_desc(format!("{} x (µs)", self.quantity))
+            .x_desc(x_desc)
             .y_desc("fraction of samples exceeding x")
             .label_style(text(14))
             .axis_desc_style(text(15))
@@ -578,7 +611,7 @@ impl Figure for ExceedanceFigure<'_> {
             .enumerate()
             .filter(|(_, c)| c.data.count() > 0)
         {
-            let steps = exceedance_steps(c.data, x_range.start, floor);
+            let steps = exceedance_steps(c.data, x_start, floor);
             chart.draw_series(LineSeries::new(steps, colour(i).stroke_width(2)))?;
         }
         if let Some(d) = self.deadline_us {

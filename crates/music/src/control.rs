@@ -194,6 +194,35 @@ mod tests {
     }
 
     #[test]
+    fn osc_datagrams_reach_the_nodes_and_garbage_is_counted() {
+        let (router, mut rings) = control_rings(2);
+        let listener = ControlListener::start("127.0.0.1:0".parse().unwrap(), router).unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut datagram = [0u8; 64];
+        let len = Control::Gain(0.25).encode(&mut datagram).unwrap();
+        sender
+            .send_to(b"not osc at all", listener.local_addr())
+            .unwrap();
+        sender
+            .send_to(&datagram[..len], listener.local_addr())
+            .unwrap();
+        let give_up = std::time::Instant::now() + Duration::from_secs(5);
+        let control = loop {
+            if let Ok(c) = rings.mixer.pop() {
+                break c;
+            }
+            assert!(std::time::Instant::now() < give_up, "the gain arrived");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(control, Control::Gain(0.25));
+        let report = listener.stop();
+        assert_eq!(
+            (report.datagrams, report.controls, report.refused),
+            (2, 1, 1)
+        );
+    }
+
+    #[test]
     fn a_full_ring_drops_and_counts() {
         let (mut router, _rings) = control_rings(1);
         for _ in 0..RING + 3 {
