@@ -96,7 +96,7 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
     seconds(args.seconds, "--seconds")?;
     if !args.json {
         eprintln!(
-            "tessera music: SLABS emulator → Migrator Synthesizer on loopback, {:.0} s",
+            "tessera music: SLABS emulator → network, synth and console cells on loopback, {:.0} s",
             args.seconds
         );
     }
