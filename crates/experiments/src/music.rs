@@ -261,7 +261,7 @@ fn worst_per_bucket(timings: &[tessera_services::network::PackageTiming]) -> Ser
     let Some(first) = timings.first() else {
         return Series::with_capacity(RESPONSE_METRIC, "us", 0);
     };
-    let span = timings.last().map_or(0, |l| l.t1_ns - first.t1_ns);
+    let span = timings.last().map_or(0, |l| l.t1_ns.saturating_sub(first.t1_ns));
     let mut series = Series::with_capacity(
         RESPONSE_METRIC,
         "us",
@@ -269,7 +269,7 @@ fn worst_per_bucket(timings: &[tessera_services::network::PackageTiming]) -> Ser
     );
     let mut bucket = (0u64, 0u64);
     for t in timings {
-        let index = (t.t1_ns - first.t1_ns) / SERIES_BUCKET_NS;
+        let index = t.t1_ns.saturating_sub(first.t1_ns) / SERIES_BUCKET_NS;
         if index != bucket.0 {
             series.push(bucket.0 as f64 * 0.1, bucket.1 as f64 / 1000.0);
             bucket = (index, 0);
