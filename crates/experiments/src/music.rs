@@ -261,7 +261,9 @@ fn worst_per_bucket(timings: &[tessera_services::network::PackageTiming]) -> Ser
     let Some(first) = timings.first() else {
         return Series::with_capacity(RESPONSE_METRIC, "us", 0);
     };
-    let span = timings.last().map_or(0, |l| l.t1_ns.saturating_sub(first.t1_ns));
+    let span = timings
+        .last()
+        .map_or(0, |l| l.t1_ns.saturating_sub(first.t1_ns));
     let mut series = Series::with_capacity(
         RESPONSE_METRIC,
         "us",

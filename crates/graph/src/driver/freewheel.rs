@@ -23,11 +23,7 @@ impl Driver for FreewheelDriver {
         if stop.load(Ordering::Acquire) {
             return Ok(None);
         }
-        Ok(Some(CycleStart {
-            start_ns: clock::monotonic_ns(),
-            skipped_periods: 0,
-            wakeup_latency_ns: 0,
-        }))
+        Ok(Some(CycleStart::event(clock::monotonic_ns())))
     }
 
     fn end_cycle(&mut self, _output: &[u8]) -> Result<Option<u64>, DriverError> {

@@ -224,11 +224,7 @@ impl Driver for LinkDriver {
             let seen = self.sent.load(Ordering::Acquire);
             if let Some(start_ns) = pop_record(&mut self.packages, package) {
                 self.current_start_ns = start_ns;
-                return Ok(Some(CycleStart {
-                    start_ns,
-                    skipped_periods: 0,
-                    wakeup_latency_ns: 0,
-                }));
+                return Ok(Some(CycleStart::event(start_ns)));
             }
             futex::wait(&self.sent, seen, Some(STOP_POLL));
         }

@@ -32,6 +32,18 @@ pub struct CycleStart {
     pub wakeup_latency_ns: u64,
 }
 
+impl CycleStart {
+    /// A cycle started by an event (a package, or at once) at `start_ns`: nothing
+    /// skipped, no wake-up time to be late for.
+    pub fn event(start_ns: u64) -> CycleStart {
+        CycleStart {
+            start_ns,
+            skipped_periods: 0,
+            wakeup_latency_ns: 0,
+        }
+    }
+}
+
 /// Why a driver cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {

@@ -250,11 +250,7 @@ impl Driver for PacketDriver {
                 return Ok(None);
             }
             if let Some(start_ns) = self.receive_packet(package)? {
-                return Ok(Some(CycleStart {
-                    start_ns,
-                    skipped_periods: 0,
-                    wakeup_latency_ns: 0,
-                }));
+                return Ok(Some(CycleStart::event(start_ns)));
             }
         }
     }
