@@ -103,7 +103,8 @@ pub struct ControlListener {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     refused: Arc<AtomicU64>,
-    thread: JoinHandle<ControlReport>,
+    /// `None` once joined.
+    thread: Option<JoinHandle<ControlReport>>,
 }
 
 impl ControlListener {
@@ -141,7 +142,7 @@ impl ControlListener {
             addr,
             stop,
             refused,
-            thread,
+            thread: Some(thread),
         })
     }
 
@@ -155,9 +156,21 @@ impl ControlListener {
         self.refused.load(Ordering::Relaxed)
     }
 
-    pub fn stop(self) -> ControlReport {
+    pub fn stop(mut self) -> ControlReport {
         self.stop.store(true, Ordering::Release);
-        self.thread.join().unwrap_or_default()
+        self.thread
+            .take()
+            .expect("joined only here")
+            .join()
+            .unwrap_or_default()
+    }
+}
+
+/// A listener dropped without [`ControlListener::stop`] still ends its
+/// thread.
+impl Drop for ControlListener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
     }
 }
 

@@ -112,7 +112,10 @@ impl ConsoleBuilder {
         let thread = std::thread::Builder::new()
             .name("tessera-console".into())
             .spawn(move || serve(self.rings, sink, setup, &flag))?;
-        Ok(Console { stop, thread })
+        Ok(Console {
+            stop,
+            thread: Some(thread),
+        })
     }
 }
 
@@ -127,16 +130,27 @@ pub struct ConsoleReport {
 /// The running console thread.
 pub struct Console {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<ConsoleReport, String>>,
+    /// `None` once joined.
+    thread: Option<JoinHandle<Result<ConsoleReport, String>>>,
 }
 
 impl Console {
     /// Writes what is still queued, stops, and reports.
-    pub fn stop(self) -> Result<ConsoleReport, String> {
+    pub fn stop(mut self) -> Result<ConsoleReport, String> {
         self.stop.store(true, Ordering::Release);
         self.thread
+            .take()
+            .expect("joined only here")
             .join()
             .map_err(|_| "the console thread panicked".to_string())?
+    }
+}
+
+/// A console dropped without [`Console::stop`] (its owner failed to start)
+/// still ends its thread.
+impl Drop for Console {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
     }
 }
 

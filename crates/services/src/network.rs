@@ -107,7 +107,8 @@ pub enum NetworkError {
 pub struct NetworkService {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<NetworkReport, String>>,
+    /// `None` once joined.
+    thread: Option<JoinHandle<Result<NetworkReport, String>>>,
 }
 
 impl NetworkService {
@@ -166,7 +167,11 @@ impl NetworkService {
             .name("tessera-network".into())
             .spawn(move || server.serve(setup, &flag))
             .map_err(|e| NetworkError::Service(format!("starting its thread: {e}")))?;
-        Ok(NetworkService { addr, stop, thread })
+        Ok(NetworkService {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
     }
 
     /// Where the sender sends.
@@ -175,12 +180,22 @@ impl NetworkService {
     }
 
     /// Stops serving and reports.
-    pub fn stop(self) -> Result<NetworkReport, NetworkError> {
+    pub fn stop(mut self) -> Result<NetworkReport, NetworkError> {
         self.stop.store(true, Ordering::Release);
         self.thread
+            .take()
+            .expect("joined only here")
             .join()
             .map_err(|_| NetworkError::Service("its thread panicked".into()))?
             .map_err(NetworkError::Service)
+    }
+}
+
+/// A service dropped without [`NetworkService::stop`] still ends its thread
+/// (and closes its socket).
+impl Drop for NetworkService {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
     }
 }
 
