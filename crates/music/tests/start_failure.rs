@@ -2,8 +2,6 @@
 //! and leaves no thread behind. Its own test binary: it counts the
 //! process's threads, which a concurrent test would change.
 
-mod common;
-
 #[test]
 fn a_taken_socket_is_refused_by_name_and_nothing_keeps_running() {
     use tessera_music::app::{App, AppConfig, Roles};
@@ -15,7 +13,10 @@ fn a_taken_socket_is_refused_by_name_and_nothing_keeps_running() {
     let err = App::start(AppConfig {
         bind: addr,
         osc: None,
-        synth: common::light_options(1.0, [0]).synth,
+        synth: tessera_synth::SynthConfig {
+            oscillators_per_object: 8,
+            ..Default::default()
+        },
         warmup_packages: 0,
         expected_packages: 10,
         workers: 0,
