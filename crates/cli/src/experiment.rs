@@ -8,7 +8,6 @@ use clap::{Args, Subcommand};
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 use tessera_broker::BrokerError;
 use tessera_experiments::runner::{self, Progress};
 use tessera_experiments::scenario::{default_out_dir, parse_duration, Scenario};
@@ -299,10 +298,7 @@ pub fn probe(args: ProbeArgs) -> Result<ExitCode, BrokerError> {
 
 fn window(common: &LoadCommon) -> Result<Window, BrokerError> {
     let d = parse_duration(&common.duration).map_err(|e| invalid(e, "e.g. --duration 10s"))?;
-    Ok(Window {
-        start_after: Duration::ZERO,
-        run_for: Some(d),
-    })
+    Ok(Window::lasting(d))
 }
 
 fn no_setup(_: usize) -> tessera_workloads::Setup {

@@ -294,10 +294,7 @@ mod tests {
     use super::*;
 
     fn window(ms: u64) -> Window {
-        Window {
-            start_after: Duration::ZERO,
-            run_for: Some(Duration::from_millis(ms)),
-        }
+        Window::lasting(Duration::from_millis(ms))
     }
 
     /// No live process of group `pgid` is left (reads every /proc/*/stat;

@@ -62,10 +62,7 @@ mod tests {
             name: "hog".into(),
             threads,
             load,
-            window: Window {
-                start_after: Duration::ZERO,
-                run_for: Some(Duration::from_millis(millis)),
-            },
+            window: Window::lasting(Duration::from_millis(millis)),
         };
         let hogs = spawn(&spec, |_| Box::new(|| Ok(()))).unwrap();
         hogs.start(monotonic_ns());

@@ -90,10 +90,7 @@ mod tests {
             block_kib: 64,
             file_mib: 2,
             sync_mib: 1,
-            window: Window {
-                start_after: Duration::ZERO,
-                run_for: Some(Duration::from_millis(300)),
-            },
+            window: Window::lasting(Duration::from_millis(300)),
         };
         let load = spawn(&spec, |_| Box::new(|| Ok(()))).unwrap();
         load.start(tessera_sys::clock::monotonic_ns());

@@ -75,10 +75,7 @@ mod tests {
             name: "stream".into(),
             threads: 1,
             mebibytes: 24,
-            window: Window {
-                start_after: Duration::ZERO,
-                run_for: Some(Duration::from_millis(300)),
-            },
+            window: Window::lasting(Duration::from_millis(300)),
         };
         let load = spawn(&spec, |_| Box::new(|| Ok(()))).unwrap();
         load.start(tessera_sys::clock::monotonic_ns());
