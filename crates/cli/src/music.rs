@@ -42,7 +42,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_cell: bool,
     /// Threads of the synth cell beside its communication thread: the
-    /// object nodes are shared out among them (one reservation each).
+    /// object nodes are shared out among them (one reservation each) and
+    /// the communication thread only starts and ends cycles, as in seed
+    /// 000. With 0 the communication thread runs the objects itself.
     #[arg(long, default_value_t = 0)]
     pub workers: usize,
     /// Take OSC controls (/migrator/gain, /migrator/table, …) at this UDP

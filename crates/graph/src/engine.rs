@@ -4,9 +4,10 @@
 //! A cycle: the driver thread waits for its [`Driver`] to start a cycle, picks
 //! up a newly published graph if there is one (`switch`), resets activation
 //! counters, pushes the source nodes into the ready queue and wakes workers
-//! (`activation`). Every thread, the driver included, claims ready nodes, runs
-//! them and signals their successors; independent branches therefore run in
-//! parallel. When the last node finishes, the driver ends the cycle (driver
+//! (`activation`). Every thread claims ready nodes, runs them and signals
+//! their successors; independent branches therefore run in parallel. The
+//! driver thread takes part unless it is kept for communication
+//! (`driver_runs_nodes`). When the last node finishes, the driver ends the cycle (driver
 //! output, profiler, xrun report) and only then waits for the next one, so
 //! cycle n+1 never starts while n runs.
 //!
@@ -56,7 +57,7 @@ pub type ThreadSetup = Arc<dyn Fn(ThreadRole) -> Result<(), SetupError> + Send +
 /// How long a worker sleeps before re-checking the stop flag.
 const WORKER_POLL: Duration = Duration::from_millis(100);
 /// Bound of each futex wait of the driver for the end of a cycle: between
-/// waits it runs nodes that became ready, should no worker have taken them.
+/// waits a driver that runs nodes runs those no worker has taken.
 const DRIVER_POLL: Duration = Duration::from_millis(100);
 /// How long an edit waits for the driver to take previously published graphs.
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -69,8 +70,13 @@ const LOAD_SMOOTHING: f64 = 0.1;
 
 /// How an engine is built.
 pub struct EngineConfig {
-    /// Worker threads besides the driver thread (which also runs nodes).
+    /// Worker threads besides the driver thread.
     pub workers: usize,
+    /// Whether the driver thread runs nodes too. `false` gives the driver
+    /// thread to communication alone, as seed 000's synth cell did: it
+    /// starts the cycle, the workers run every node, it ends the cycle.
+    /// Needs at least one worker.
+    pub driver_runs_nodes: bool,
     /// Most nodes a graph may have: sizes the ready queue and profiler rows.
     pub max_nodes: usize,
     /// Events each event port buffer holds.
@@ -92,6 +98,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             workers: 1,
+            driver_runs_nodes: true,
             max_nodes: 64,
             event_capacity: 256,
             profile_cycles: 4096,
@@ -119,6 +126,11 @@ pub enum EngineError {
     Driver(#[from] DriverError),
     #[error("an engine thread panicked")]
     Panicked,
+    #[error(
+        "no thread would run the nodes: the driver thread is kept for \
+         communication and there are no workers; give the engine a worker"
+    )]
+    NoNodeThread,
 }
 
 /// What a run leaves behind.
@@ -195,6 +207,9 @@ impl Engine {
         driver: impl Driver,
         config: EngineConfig,
     ) -> Result<Engine, EngineError> {
+        if !config.driver_runs_nodes && config.workers == 0 {
+            return Err(EngineError::NoNodeThread);
+        }
         let limits = Limits {
             max_nodes: config.max_nodes,
             event_capacity: config.event_capacity,
@@ -241,6 +256,7 @@ impl Engine {
             cycle: 0,
             previous_start_ns: None,
             previous_xrun: false,
+            runs_nodes: config.driver_runs_nodes,
             used_slots: 0,
             load: None,
         };
@@ -596,6 +612,8 @@ struct DriverLoop {
     /// Whether the previous cycle was an xrun (its overrun explains the
     /// periods this one skipped: one xrun, not two).
     previous_xrun: bool,
+    /// Whether this thread runs nodes while it waits for the cycle's end.
+    runs_nodes: bool,
     /// Ready-queue slots the last cycle filled.
     used_slots: usize,
     /// Smoothed DSP load (fraction), `None` before the first cycle.
@@ -686,9 +704,15 @@ impl DriverLoop {
         for &source in graph.sources.iter() {
             shared.queue.push(source);
         }
-        shared.wake.notify(graph.sources.len() as u32 - 1);
+        let sources = graph.sources.len() as u32;
+        shared
+            .wake
+            .notify(if self.runs_nodes { sources - 1 } else { sources });
         loop {
-            while let Some(position) = shared.queue.claim() {
+            while self.runs_nodes {
+                let Some(position) = shared.queue.claim() else {
+                    break;
+                };
                 run_node(shared, position, 0);
             }
             if shared.end.wait(tag, DRIVER_POLL) {

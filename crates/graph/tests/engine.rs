@@ -654,3 +654,41 @@ fn thread_setup_runs_on_every_engine_thread_and_can_refuse() {
     assert!(!started.load(Ordering::Relaxed), "no cycle ran");
     assert_no_rt_allocations();
 }
+
+#[test]
+fn a_driver_kept_for_communication_runs_no_node() {
+    let mut graph = Graph::new();
+    let sine = graph
+        .add_node("sine", Box::new(nodes::Sine::new(440.0, 0.5)))
+        .unwrap();
+    for name in ["a", "b", "c"] {
+        let pass = graph
+            .add_node(name, Box::new(nodes::Passthrough::new(1)))
+            .unwrap();
+        connect(&mut graph, sine, "out", pass, "in0");
+    }
+    let communication_only = EngineConfig {
+        driver_runs_nodes: false,
+        ..config(2)
+    };
+    let engine = Engine::start(graph, stream(), FreewheelDriver, communication_only).unwrap();
+    assert!(engine.wait_for_cycles(200, PATIENCE));
+    let report = engine.stop().unwrap();
+    let rows = &report.profile.nodes;
+    assert!(rows.len() >= 4 * 200, "every node ran every cycle");
+    assert!(
+        rows.iter().all(|row| row.thread != 0),
+        "the driver thread (0) ran a node"
+    );
+    assert_no_rt_allocations();
+
+    let nobody = EngineConfig {
+        driver_runs_nodes: false,
+        ..config(0)
+    };
+    let error = Engine::start(Graph::new(), stream(), FreewheelDriver, nobody)
+        .err()
+        .unwrap();
+    assert!(matches!(error, EngineError::NoNodeThread));
+    assert!(error.to_string().contains("give the engine a worker"));
+}

@@ -79,7 +79,8 @@ pub struct AppConfig {
     /// Packages the run is expected to last: sizes the profile and the
     /// timing log, so every Δt is kept.
     pub expected_packages: usize,
-    /// Threads of the synth cell beside the communication thread.
+    /// Threads of the synth cell beside the communication thread; they run
+    /// the objects. With none, the communication thread runs them itself.
     pub workers: usize,
     pub roles: Roles,
     /// Where the console writes the package log (`t1_ns,t2_ns,dt_ns`);
@@ -172,6 +173,9 @@ impl App {
             driver,
             EngineConfig {
                 workers: config.workers,
+                // As in the seed: with workers, the communication thread
+                // only starts and ends cycles; alone, it runs the objects.
+                driver_runs_nodes: config.workers == 0,
                 max_nodes: objects + 1,
                 profile_cycles: config.expected_packages + config.expected_packages / 10 + 1000,
                 deadline: Some(DEADLINE),

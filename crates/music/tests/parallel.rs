@@ -1,5 +1,5 @@
 //! The Migrator graph — 32 object nodes run by whichever engine thread is
-//! free, then the mixer — plays exactly what the sequential synthesizer
+//! free (the communication thread too, or not), then the mixer — plays exactly what the sequential synthesizer
 //! plays for the same input, bit for bit, package after package, while pads
 //! are pressed, moved and released.
 
@@ -46,6 +46,19 @@ fn package(number: u32, pads: &[PadInput; PADS]) -> Vec<u8> {
 
 #[test]
 fn the_parallel_graph_plays_what_the_synthesizer_plays() {
+    // The communication thread running objects beside one worker, and kept
+    // to communication while two workers run them (the seed's arrangement).
+    for (workers, driver_runs_nodes) in [(1, true), (2, false)] {
+        plays_what_the_synthesizer_plays(EngineConfig {
+            workers,
+            driver_runs_nodes,
+            max_nodes: PADS + 1,
+            ..EngineConfig::default()
+        });
+    }
+}
+
+fn plays_what_the_synthesizer_plays(engine_config: EngineConfig) {
     let config = SynthConfig {
         oscillators_per_object: 8,
         migration_seconds: 0.2,
@@ -66,17 +79,7 @@ fn the_parallel_graph_plays_what_the_synthesizer_plays() {
     })
     .unwrap();
     let stream = StreamConfig::new(FRAMES_PER_PACKAGE as u32, SAMPLE_RATE).unwrap();
-    let engine = Engine::start(
-        graph,
-        stream,
-        driver,
-        EngineConfig {
-            workers: 1,
-            max_nodes: PADS + 1,
-            ..EngineConfig::default()
-        },
-    )
-    .unwrap();
+    let engine = Engine::start(graph, stream, driver, engine_config).unwrap();
     let mut expected: OutputBlock = [[0.0; CHANNELS]; BLOCK];
     let mut got: OutputBlock = [[0.0; CHANNELS]; BLOCK];
     let mut output = vec![0u8; OUTPUT_PACKET_SIZE];
