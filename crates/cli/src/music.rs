@@ -17,9 +17,10 @@ use tessera_music::{app::DEADLINE, Options, EMULATOR_METRIC, RESPONSE_METRIC};
 
 #[derive(Subcommand)]
 pub enum MusicCommand {
-    /// Run the application (network, synth and console cells) and the SLABS emulator on loopback; Δt (t2 − t1), tf − t0, misses, pacing.
+    /// Run the application (network, synth and console cells) and the SLABS emulator on loopback or across a veth pair (--lan); Δt (t2 − t1), tf − t0, misses, pacing.
     #[command(after_help = "Examples:\n  \
         sudo tessera music run --seconds 20\n  \
+        sudo tessera music run --lan --seconds 20\n  \
         sudo tessera music run --workers 1 --osc 127.0.0.1:57120\n  \
         tessera music run --seconds 5 --pads 0-7 --pressure 0.5 --json\n  \
         tessera music run --gesture take1.txt --out results/music")]
@@ -47,6 +48,11 @@ pub struct RunArgs {
     /// 000. With 0 the communication thread runs the objects itself.
     #[arg(long, default_value_t = 0)]
     pub workers: usize,
+    /// Put the SLABS emulator in a network namespace of its own, joined to
+    /// this machine by a veth pair (the seed's LAN; root only; both are
+    /// removed when the run ends), instead of on loopback.
+    #[arg(long)]
+    pub lan: bool,
     /// Take OSC controls (/migrator/gain, /migrator/table, …) at this UDP
     /// address, e.g. 127.0.0.1:57120.
     #[arg(long)]
@@ -94,11 +100,20 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
     options.cell = !args.no_cell;
     options.workers = args.workers;
     options.osc = args.osc;
+    options.lan = args.lan;
+    if args.lan && !tessera_sys::caps::is_root() {
+        return Err(BrokerError::new(
+            "usage",
+            "--lan creates a network namespace and a veth pair, which needs root",
+            "run `sudo tessera music run --lan`, or leave out --lan to run on loopback",
+        ));
+    }
     options.out_dir = Some(out.clone());
     seconds(args.seconds, "--seconds")?;
     if !args.json {
         eprintln!(
-            "tessera music: SLABS emulator → network, synth and console cells on loopback, {:.0} s",
+            "tessera music: SLABS emulator → network, synth and console cells, {}, {:.0} s",
+            tessera_music::network_name(args.lan),
             args.seconds
         );
     }

@@ -17,6 +17,7 @@ use crate::scenario::{Configuration, Scenario, Sched, Subject};
 use tessera_measure::{Metric, Series};
 use tessera_music::app::{App, AppConfig, AppReport, Roles, ThreadHook, DEADLINE};
 use tessera_music::emulator::{self, held_pads, EmulatorConfig, EmulatorReport};
+use tessera_music::lan::{self, Lan, LanError};
 use tessera_music::{protocol, EMULATOR_METRIC, LATENESS_METRIC, RESPONSE_METRIC};
 
 /// The seed's §4.1 experiment as shipped (scenarios/seed-4.1.toml).
@@ -62,13 +63,17 @@ pub(crate) struct MusicRun {
     emulator: EmulatorConfig,
     slabs: Sched,
     core: Option<usize>,
-    sender: Option<JoinHandle<Result<EmulatorReport, String>>>,
+    /// The veth pair to the SLABS's namespace; `None`: loopback.
+    lan: Option<Lan>,
+    sender: Option<JoinHandle<Result<Result<EmulatorReport, String>, LanError>>>,
 }
 
 /// What they measured.
 pub(crate) struct MusicData {
     app: Result<AppReport, String>,
     emulator: Result<EmulatorReport, String>,
+    /// How the SLABS reached the application.
+    network: &'static str,
 }
 
 /// The scheduling of `role` in `config`: its own entry, else the subject's.
@@ -91,6 +96,7 @@ impl MusicRun {
             pressure,
             synth,
             workers,
+            lan,
         } = &scenario.subject
         else {
             unreachable!("called for music subjects only")
@@ -116,8 +122,12 @@ impl MusicRun {
         if !slabs.is_plain() {
             emulator.spin_ns = 0;
         }
+        let lan = lan
+            .then(Lan::create)
+            .transpose()
+            .map_err(|e| e.to_string())?;
         let app = App::start(AppConfig {
-            bind: "127.0.0.1:0".parse().expect("a socket address"),
+            bind: lan::app_bind(lan.as_ref()),
             osc: None,
             synth: synth.clone(),
             warmup_packages,
@@ -137,6 +147,7 @@ impl MusicRun {
             emulator,
             slabs,
             core: scenario.core,
+            lan,
             sender: None,
         })
     }
@@ -157,17 +168,15 @@ impl MusicRun {
             },
         };
         let receiver = setup_for(&answers, self.core);
-        let sender = std::thread::Builder::new()
-            .name("slabs-send".into())
-            .spawn(move || {
-                let sender = Box::new(move || {
-                    setup()?;
-                    tessera_sys::clock::sleep_until_monotonic_ns(t0);
-                    Ok(())
-                });
-                emulator::run_with(&config, sender, Box::new(receiver)).map_err(|e| e.to_string())
-            })
-            .map_err(|e| format!("starting the SLABS emulator: {e}"))?;
+        let sender = lan::spawn_slabs(self.lan.as_ref(), move || {
+            let sender = Box::new(move || {
+                setup()?;
+                tessera_sys::clock::sleep_until_monotonic_ns(t0);
+                Ok(())
+            });
+            emulator::run_with(&config, sender, Box::new(receiver)).map_err(|e| e.to_string())
+        })
+        .map_err(|e| format!("starting the SLABS emulator: {e}"))?;
         self.sender = Some(sender);
         Ok(())
     }
@@ -176,14 +185,17 @@ impl MusicRun {
     /// application.
     pub(crate) fn finish(self) -> MusicData {
         let emulator = match self.sender {
-            Some(sender) => sender
-                .join()
-                .unwrap_or_else(|_| Err("the SLABS emulator panicked".into())),
+            Some(sender) => match sender.join() {
+                Ok(Ok(report)) => report,
+                Ok(Err(lan)) => Err(lan.to_string()),
+                Err(_) => Err("the SLABS emulator panicked".into()),
+            },
             None => Err("the SLABS emulator never started".into()),
         };
         MusicData {
             app: self.app.stop().map_err(|e| e.to_string()),
             emulator,
+            network: tessera_music::network_name(self.lan.is_some()),
         }
     }
 }
@@ -241,8 +253,9 @@ pub(crate) fn metrics(data: MusicData, warmup: Duration) -> (Vec<Metric>, Vec<St
                 emulator.send_lateness.clone(),
             ));
             notes.push(format!(
-                "SLABS emulator: {} packages sent, {} answered, {} unexpected; {:.1} packets/s \
-                 (nominal {:.1}); schedule slipped by {} packages",
+                "SLABS emulator over {}: {} packages sent, {} answered, {} unexpected; {:.1} \
+                 packets/s (nominal {:.1}); schedule slipped by {} packages",
+                data.network,
                 emulator.packages_sent,
                 emulator.answered,
                 emulator.unexpected,

@@ -139,6 +139,9 @@ pub enum Subject {
         synth: tessera_synth::SynthConfig,
         /// Threads of the synth cell beside its communication thread.
         workers: usize,
+        /// The SLABS across a veth pair in its own network namespace (the
+        /// seed's LAN) instead of on loopback.
+        lan: bool,
     },
 }
 
@@ -443,6 +446,7 @@ struct RawSubject {
     oscillators: Option<Spanned<usize>>,
     work_factor: Option<Spanned<f64>>,
     seed: Option<Spanned<u64>>,
+    network: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -919,6 +923,17 @@ impl Validator {
             pressure: unit(&s.pressure, "pressure", 0.8)?,
             synth,
             workers: self.workers(s)?,
+            lan: match s.network.as_ref().map(|n| (n.span(), n.get_ref().as_str())) {
+                None | Some((_, "loopback")) => false,
+                Some((_, "lan")) => true,
+                Some((span, other)) => refuse(
+                    span,
+                    format!(
+                        "network must be \"loopback\" or \"lan\" (a veth pair to the SLABS's \
+                         own namespace, root only), not {other:?}"
+                    ),
+                )?,
+            },
         })
     }
 

@@ -1,8 +1,8 @@
 //! The music application as a scenario subject (seed 000 §4.1): roles,
 //! values by machine size and global cells parse, mistakes are refused with
 //! the line and the reason, the shipped scenario parses (and its demo
-//! variants), and a short run in cells answers every package and reports
-//! Δt. Asserts behaviour, never speed.
+//! variants), and a short run in cells, the SLABS across a veth pair,
+//! answers every package and reports Δt. Asserts behaviour, never speed.
 
 use tessera_experiments::music::{seed_scenario, ROLES};
 use tessera_experiments::runner;
@@ -65,12 +65,14 @@ fn roles_sized_values_and_global_cells_parse() {
         workers,
         synth,
         pressure,
+        lan,
         ..
     } = &s.subject
     else {
         panic!("a music subject")
     };
     assert_eq!((pads.as_slice(), *workers), (&[0, 1, 2, 3][..], 0));
+    assert!(!lan, "loopback unless asked");
     assert_eq!((synth.oscillators_per_object, *pressure), (8, 0.8));
     assert_eq!(
         s.cell("synth").unwrap().request.cores,
@@ -110,6 +112,12 @@ fn mistakes_are_refused_with_line_and_reason() {
     assert!(reason.contains("unknown placement"), "{reason}");
     let (_, reason) = refusal("workers = { 1 = 0 }", "workers = 1");
     assert!(reason.contains("reservation slots"), "{reason}");
+    let (line, reason) = refusal("oscillators = 8", "network = \"wifi\"");
+    assert_eq!(line, 8);
+    assert!(
+        reason.contains("network must be \"loopback\" or \"lan\""),
+        "{reason}"
+    );
     let periodic = MUSIC.replacen(
         "kind = \"music\"\npads = \"0-3\"\noscillators = 8\nworkers = { 1 = 0 }",
         "kind = \"periodic\"\nperiod = \"5ms\"\nwork = \"1ms\"",
@@ -138,12 +146,13 @@ fn the_shipped_scenario_and_its_demo_variants_parse() {
 }
 
 #[test]
-fn a_short_run_in_cells_answers_every_package_and_reports_dt() {
+fn a_short_run_in_cells_across_the_lan_answers_every_package_and_reports_dt() {
     let Some(machine) = tessera_testkit::privileged("music scenario in cells") else {
         return;
     };
     std::env::set_var("TESSERA_RUN_DIR", machine.dir());
-    let mut scenario = Scenario::parse(MUSIC, "music.toml").unwrap();
+    let over_lan = MUSIC.replacen("oscillators = 8", "oscillators = 8\nnetwork = \"lan\"", 1);
+    let mut scenario = Scenario::parse(&over_lan, "music.toml").unwrap();
     scenario.configurations.truncate(1);
     let dir = machine.dir().join("report");
     let outcome = runner::run(&scenario, &dir, |_| {}).unwrap();
@@ -166,5 +175,6 @@ fn a_short_run_in_cells_answers_every_package_and_reports_dt() {
         notes.contains("0 packages the synth cell had no room for"),
         "{notes}"
     );
+    assert!(notes.contains("SLABS emulator over LAN"), "{notes}");
     assert!(dir.join("results.json").exists());
 }

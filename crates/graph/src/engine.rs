@@ -705,9 +705,11 @@ impl DriverLoop {
             shared.queue.push(source);
         }
         let sources = graph.sources.len() as u32;
-        shared
-            .wake
-            .notify(if self.runs_nodes { sources - 1 } else { sources });
+        shared.wake.notify(if self.runs_nodes {
+            sources - 1
+        } else {
+            sources
+        });
         loop {
             while self.runs_nodes {
                 let Some(position) = shared.queue.claim() else {

@@ -5,12 +5,14 @@
 //! - [`protocol`]: the packet format (16 input packets of 2 frames per
 //!   package, one output packet of 32 frames × 8 channels back);
 //! - [`emulator`]: the SLABS — paced sender, tf − t0 per package;
+//! - [`lan`]: the SLABS's network namespace and the veth pair to it;
 //! - [`nodes`]: the Migrator Synthesizer as a graph (32 object nodes, the
 //!   mixer), [`control`]: OSC routed to the nodes;
 //! - [`app`]: Fig. 5 — the network service, the synth cell's engine and the
 //!   console, each role on its own threads; Δt = t2 − t1 per package;
 //! - [`run`]: the application in its three cells (network, synth, console:
-//!   the seed's Group 1) and the emulator, in one process on loopback.
+//!   the seed's Group 1) and the emulator, in one process on loopback or
+//!   across a veth pair ([`lan`], the seed's LAN).
 //!
 //! This crate owns the application and its measurement. It must never
 //! decide what a cell gets beyond asking for one: the broker admits it.
@@ -18,6 +20,7 @@
 pub mod app;
 pub mod control;
 pub mod emulator;
+pub mod lan;
 pub mod nodes;
 pub mod protocol;
 
@@ -35,6 +38,7 @@ use tessera_synth::{Gesture, GesturePlayer, OutputBlock, Synth, SynthConfig, BLO
 
 use app::{App, AppConfig, AppError, AppReport, Roles, ThreadHook, DEADLINE};
 use emulator::{EmulatorConfig, EmulatorError, EmulatorReport};
+use lan::{Lan, LanError};
 
 /// Metric names in the results.
 pub const RESPONSE_METRIC: &str = "Δt (t2 − t1)";
@@ -72,6 +76,9 @@ pub struct Options {
     pub workers: usize,
     /// Where OSC controls are taken; `None`: no OSC.
     pub osc: Option<std::net::SocketAddr>,
+    /// Put the SLABS across a veth pair in a network namespace of its own
+    /// (the seed's LAN, root only) instead of on loopback.
+    pub lan: bool,
     /// The broker's state directory (embedded); `None`: the daemon or the
     /// default embedded broker.
     pub broker: Option<Paths>,
@@ -91,6 +98,7 @@ impl Options {
             cell: true,
             workers: 0,
             osc: None,
+            lan: false,
             broker: None,
             out_dir: None,
         }
@@ -113,6 +121,8 @@ pub enum MusicError {
     Report(String),
     #[error("the emulator's thread panicked")]
     Panicked,
+    #[error(transparent)]
+    Lan(#[from] LanError),
 }
 
 /// What a run measured.
@@ -125,8 +135,8 @@ pub struct Outcome {
     pub report_dir: Option<PathBuf>,
 }
 
-/// Starts the application and the emulator in this process on loopback for
-/// `options.seconds`, and returns (and writes, given `out_dir`) the results.
+/// Starts the application and the emulator in this process, on loopback or
+/// across a LAN, for `options.seconds`, and returns (and writes, given `out_dir`) the results.
 pub fn run(options: &Options) -> Result<Outcome, MusicError> {
     let mut notes = Vec::new();
     let cells = match options.cell && Mode::detect() == Mode::Guaranteed {
@@ -139,6 +149,7 @@ pub fn run(options: &Options) -> Result<Outcome, MusicError> {
             None
         }
     };
+    let lan = options.lan.then(Lan::create).transpose()?;
     let duration = Duration::from_secs_f64(options.seconds);
     let mut emulator_config = EmulatorConfig::new(
         "127.0.0.1:0".parse().expect("a socket address"),
@@ -151,7 +162,7 @@ pub fn run(options: &Options) -> Result<Outcome, MusicError> {
             .map_err(|e| MusicError::Report(format!("{}: {e}", dir.display())))?;
     }
     let app = App::start(AppConfig {
-        bind: "127.0.0.1:0".parse().expect("a socket address"),
+        bind: lan::app_bind(lan.as_ref()),
         osc: options.osc,
         synth: options.synth.clone(),
         warmup_packages: options.warmup_packages(),
@@ -161,14 +172,11 @@ pub fn run(options: &Options) -> Result<Outcome, MusicError> {
         package_log: options.out_dir.as_ref().map(|d| d.join("packages.csv")),
     })?;
     emulator_config.to = app.local_addr();
-    let emulator = std::thread::Builder::new()
-        .name("slabs-send".into())
-        .spawn(move || emulator::run(&emulator_config))
-        .map_err(|e| MusicError::Report(format!("starting the emulator: {e}")))?
+    let emulator = lan::spawn_slabs(lan.as_ref(), move || emulator::run(&emulator_config))?
         .join()
-        .map_err(|_| MusicError::Panicked)??;
+        .map_err(|_| MusicError::Panicked)???;
     let app = app.stop()?;
-    drop(cells);
+    drop((cells, lan));
     let results = results(options, &app, &emulator, &notes);
     if let Some(dir) = &options.out_dir {
         write(&results, dir)?;
@@ -182,6 +190,14 @@ pub fn run(options: &Options) -> Result<Outcome, MusicError> {
     })
 }
 
+/// How the SLABS reaches the application, as reports name it.
+pub fn network_name(lan: bool) -> &'static str {
+    match lan {
+        true => "LAN (veth pair, SLABS in its own namespace)",
+        false => "loopback",
+    }
+}
+
 fn results(
     options: &Options,
     app: &AppReport,
@@ -189,8 +205,7 @@ fn results(
     notes: &[String],
 ) -> RunResults {
     let deadline_us = Some(DEADLINE.as_nanos() as f64 / 1000.0);
-    let mut results =
-        RunResults::start("music: SLABS emulator and Migrator Synthesizer on loopback");
+    let mut results = RunResults::start("music: SLABS emulator and Migrator Synthesizer");
     results.duration_s = options.seconds;
     results.warmup_s = options.warmup.as_secs_f64();
     let rate = emulator.achieved_packet_rate();
@@ -214,7 +229,7 @@ fn results(
         emulator.slipped_packages
     ));
     results.configurations.push(ConfigurationResult {
-        name: "loopback".into(),
+        name: network_name(options.lan).into(),
         notes: configuration_notes,
         metrics: vec![
             Metric::latency(RESPONSE_METRIC, deadline_us, app.response.clone()),

@@ -1,10 +1,40 @@
-//! Socket options the network service needs that std does not offer: the
-//! receive buffer's size.
+//! Networking calls std does not offer: the socket receive buffer's size
+//! the network service needs, and the per-thread network namespaces an
+//! emulated LAN device lives in.
 //!
-//! It must never decide how large a buffer should be; the service does.
+//! It must never decide how large a buffer should be, nor what a namespace
+//! holds; the callers do.
 
 use crate::error::{Error, Result};
+use std::fs::File;
 use std::os::fd::AsRawFd;
+
+/// Moves the calling thread (only it) into a new, empty network namespace
+/// and returns a handle that keeps the namespace alive after the thread
+/// ends. Sockets the thread opens from then on, and the threads and
+/// processes it starts, are in it. Needs CAP_SYS_ADMIN.
+pub fn enter_new_net_namespace() -> Result<File> {
+    // SAFETY: unshare takes flags only; CLONE_NEWNET affects the calling
+    // thread alone and is allowed in a multi-threaded process.
+    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        return Err(Error::last_os("create a network namespace (unshare)")
+            .with_fix("run as root (it needs CAP_SYS_ADMIN)"));
+    }
+    File::open("/proc/thread-self/ns/net")
+        .map_err(|e| Error::from_io("hold the new network namespace", &e))
+}
+
+/// Moves the calling thread into the network namespace `namespace` (a
+/// handle from [`enter_new_net_namespace`] or /proc/…/ns/net).
+pub fn join_net_namespace(namespace: &File) -> Result<()> {
+    // SAFETY: the fd is an open namespace file owned by the caller for the
+    // call; setns only reads it.
+    if unsafe { libc::setns(namespace.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(Error::last_os("join a network namespace (setns)")
+            .with_fix("run as root (it needs CAP_SYS_ADMIN)"));
+    }
+    Ok(())
+}
 
 fn set_int_option(socket: &impl AsRawFd, option: libc::c_int, value: libc::c_int) -> bool {
     // SAFETY: `value` is a readable c_int on this frame and its size is
