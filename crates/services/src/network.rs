@@ -5,9 +5,11 @@
 //! It measures the aggregate response time where the seed did, in the
 //! network driver: t1 when the first packet of a package is received, t2
 //! when the output packet for it is written to the socket; Δt = t2 − t1
-//! covers the service, the link both ways and the client's cycle. (t1 is
-//! read in user space right after the datagram is received; the seed's
-//! driver read it at the interrupt, a few µs earlier.)
+//! covers the socket, the service, the link both ways and the client's
+//! cycle. t1 is the kernel's receive stamp of the datagram (SO_TIMESTAMPNS,
+//! taken as the packet enters the stack, as the seed's driver stamped it at
+//! the interrupt), so a service woken late is inside Δt; how long each
+//! datagram waited in the socket is reported beside it.
 //!
 //! One thread serves, after its setup hook (joining the network cell): an
 //! epoll wait on the socket and on the link's output signal, outputs sent
@@ -28,6 +30,7 @@ use std::time::Duration;
 use tessera_graph::{LinkService, PackageAssembler, PacketConfig};
 use tessera_sys::clock;
 use tessera_sys::event::{Epoll, Readiness, Trigger};
+use tessera_sys::net::receive_stamped;
 
 use crate::console::ConsoleWriter;
 use crate::Setup;
@@ -53,7 +56,7 @@ pub struct NetworkConfig {
 /// One answered package.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PackageTiming {
-    /// `CLOCK_MONOTONIC` ns: first packet received.
+    /// `CLOCK_MONOTONIC` ns: first packet received (the kernel's stamp).
     pub t1_ns: u64,
     /// `CLOCK_MONOTONIC` ns: answer written.
     pub t2_ns: u64,
@@ -85,6 +88,11 @@ pub struct NetworkReport {
     pub receive_buffer: usize,
     /// CPU time the serving thread used (`CLOCK_THREAD_CPUTIME_ID`).
     pub cpu_ns: u64,
+    /// Sum and longest, over datagrams, of the wait from the kernel's
+    /// receive stamp to the service's read: the network cell's wake-up
+    /// latency and the queue before it.
+    pub socket_wait_total_ns: u64,
+    pub socket_wait_max_ns: u64,
     /// In answer order, up to `expected_packages`.
     pub timings: Vec<PackageTiming>,
     /// Answered packages beyond `expected_packages`, not kept.
@@ -143,6 +151,7 @@ impl NetworkService {
         socket.set_nonblocking(true).map_err(socket_error)?;
         let receive_buffer = tessera_sys::net::set_receive_buffer(&socket, config.receive_buffer)
             .map_err(|e| NetworkError::Service(e.to_string()))?;
+        tessera_sys::net::enable_receive_timestamps(&socket).map_err(socket_error)?;
         let addr = socket.local_addr().map_err(socket_error)?;
         let stop = Arc::new(AtomicBool::new(false));
         let server = Server {
@@ -256,20 +265,21 @@ impl Server {
     /// reports the socket again at once); hands over a completed package.
     fn receive_packets(&mut self) -> Result<(), String> {
         for _ in 0..self.batch {
-            let (len, from) = match self.socket.recv_from(&mut self.scratch) {
-                Ok(received) => received,
+            let datagram = match receive_stamped(&self.socket, &mut self.scratch) {
+                Ok(datagram) => datagram,
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
                     return Ok(())
                 }
                 Err(e) => return Err(format!("receiving: {e}")),
             };
-            let arrival = clock::monotonic_ns();
+            let read = clock::monotonic_ns();
+            let arrival = datagram.arrival_ns.unwrap_or(read).min(read);
+            self.report.socket_wait_total_ns += read - arrival;
+            self.report.socket_wait_max_ns = self.report.socket_wait_max_ns.max(read - arrival);
             self.report.datagrams += 1;
-            self.sender = Some(from);
-            if let Some(t1) =
-                self.assembler
-                    .accept(&self.scratch[..len], arrival, &mut self.package)
-            {
+            self.sender = Some(datagram.from);
+            let received = &self.scratch[..datagram.len];
+            if let Some(t1) = self.assembler.accept(received, arrival, &mut self.package) {
                 if self.link.send_package(t1, &self.package) {
                     self.report.packages += 1;
                 }
@@ -384,6 +394,11 @@ mod tests {
         assert_eq!(report.timings.len(), 3);
         assert!(report.timings.iter().all(|t| t.t2_ns >= t.t1_ns));
         assert!(report.receive_buffer > 0);
+        assert!(
+            report.socket_wait_max_ns > 0
+                && report.socket_wait_total_ns >= report.socket_wait_max_ns,
+            "each datagram's wait from its kernel stamp to its read is counted"
+        );
     }
 
     #[test]

@@ -39,6 +39,12 @@ pub fn monotonic_ns() -> u64 {
     read_clock(libc::CLOCK_MONOTONIC)
 }
 
+/// Now on `CLOCK_REALTIME`, in nanoseconds: only to place the kernel's
+/// wall-clock stamps (packet arrivals) on the monotonic clock.
+pub fn realtime_ns() -> u64 {
+    read_clock(libc::CLOCK_REALTIME)
+}
+
 /// CPU time consumed so far by the calling thread (`CLOCK_THREAD_CPUTIME_ID`),
 /// in nanoseconds.
 pub fn thread_cpu_ns() -> u64 {

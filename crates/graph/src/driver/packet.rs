@@ -3,7 +3,7 @@
 //!
 //! A package is `packets_per_package` datagrams of exactly `packet_size`
 //! bytes (the music application uses 16); its start t1 is the arrival of its
-//! first packet. With `index_at`, each packet carries its index in the
+//! first packet, as the kernel stamped it. With `index_at`, each packet carries its index in the
 //! package (a little-endian u16 at that byte offset) and the driver keeps in
 //! step with the sender: a package missing a packet is dropped whole (and
 //! counted), and the next package starts at the next packet of index 0 — one
@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tessera_sys::clock;
+use tessera_sys::net::receive_stamped;
 
 use super::{CycleStart, Driver, DriverError};
 
@@ -180,6 +181,9 @@ impl PacketDriver {
             .map_err(DriverError::io(
                 "setting the packet socket's receive timeout",
             ))?;
+        tessera_sys::net::enable_receive_timestamps(&socket).map_err(DriverError::io(
+            "asking for the packet socket's receive timestamps",
+        ))?;
         Ok(PacketDriver {
             socket,
             config,
@@ -210,8 +214,8 @@ impl PacketDriver {
     /// Receives one datagram into its place in `package`; returns the
     /// package's start when it completed one, `None` on a timeout too.
     fn receive_packet(&mut self, package: &mut [u8]) -> Result<Option<u64>, DriverError> {
-        let (len, from) = match self.socket.recv_from(&mut self.scratch) {
-            Ok(received) => received,
+        let datagram = match receive_stamped(&self.socket, &mut self.scratch) {
+            Ok(datagram) => datagram,
             Err(e)
                 if matches!(
                     e.kind(),
@@ -227,10 +231,11 @@ impl PacketDriver {
                 })
             }
         };
-        self.sender = Some(from);
+        self.sender = Some(datagram.from);
+        let arrival = datagram.arrival_ns.unwrap_or_else(clock::monotonic_ns);
         Ok(self
             .assembler
-            .accept(&self.scratch[..len], clock::monotonic_ns(), package))
+            .accept(&self.scratch[..datagram.len], arrival, package))
     }
 }
 
