@@ -711,11 +711,10 @@ impl DriverLoop {
             sources
         });
         loop {
-            while self.runs_nodes {
-                let Some(position) = shared.queue.claim() else {
-                    break;
-                };
-                run_node(shared, position, 0);
+            if self.runs_nodes {
+                while let Some(position) = shared.queue.claim() {
+                    run_node(shared, position, 0);
+                }
             }
             if shared.end.wait(tag, DRIVER_POLL) {
                 break;
