@@ -210,6 +210,7 @@ pub fn music_demo(
     }
     for metric in [
         tessera_music::RESPONSE_METRIC,
+        tessera_music::SERVICE_METRIC,
         tessera_music::EMULATOR_METRIC,
     ] {
         println!(

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tessera_broker::BrokerError;
 use tessera_measure::Summary;
 use tessera_music::emulator::{self, EmulatorConfig, EmulatorReport};
-use tessera_music::{app::DEADLINE, Options, EMULATOR_METRIC, RESPONSE_METRIC};
+use tessera_music::{app::DEADLINE, Options, EMULATOR_METRIC, RESPONSE_METRIC, SERVICE_METRIC};
 
 #[derive(Subcommand)]
 pub enum MusicCommand {
@@ -124,7 +124,7 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
         println!("{json}");
         return Ok(ExitCode::SUCCESS);
     }
-    for metric in [RESPONSE_METRIC, EMULATOR_METRIC] {
+    for metric in [RESPONSE_METRIC, SERVICE_METRIC, EMULATOR_METRIC] {
         println!(
             "\n{metric}\n{}",
             tessera_measure::summary_table(&outcome.results, metric)

@@ -18,7 +18,7 @@ use tessera_measure::{Metric, Series};
 use tessera_music::app::{App, AppConfig, AppReport, Roles, ThreadHook, DEADLINE};
 use tessera_music::emulator::{self, held_pads, EmulatorConfig, EmulatorReport};
 use tessera_music::lan::{self, Lan, LanError};
-use tessera_music::{protocol, EMULATOR_METRIC, LATENESS_METRIC, RESPONSE_METRIC};
+use tessera_music::{protocol, EMULATOR_METRIC, LATENESS_METRIC, RESPONSE_METRIC, SERVICE_METRIC};
 
 /// The seed's §4.1 experiment as shipped (scenarios/seed-4.1.toml).
 pub const SEED_SCENARIO: &str = include_str!("../../../scenarios/seed-4.1.toml");
@@ -223,6 +223,7 @@ pub(crate) fn metrics(data: MusicData, warmup: Duration) -> (Vec<Metric>, Vec<St
             );
             response.series = vec![worst_per_bucket(measured)];
             metrics.push(response);
+            metrics.push(Metric::latency(SERVICE_METRIC, None, app.service.clone()));
             metrics.push(Metric::latency(
                 CYCLE_CPU_METRIC,
                 None,
@@ -233,6 +234,10 @@ pub(crate) fn metrics(data: MusicData, warmup: Duration) -> (Vec<Metric>, Vec<St
                 app.cycles, app.xruns, app.node_panics, app.malformed_packages
             ));
             notes.push(tessera_music::network_note(&app.network));
+            notes.push(tessera_music::miss_note(
+                &app.network.timings,
+                warmup_packages,
+            ));
             notes.push(format!(
                 "console: {} lines, {} dropped",
                 app.console.lines, app.console.dropped

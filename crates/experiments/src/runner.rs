@@ -264,10 +264,12 @@ fn run_configuration(
             .map_err(|e| format!("cell {name:?}: {e}"))?;
     }
     drop(session);
+    let steal = tessera_measure::machine::StealWatch::start();
     let mut live = Live::default();
     let outcome = start_all(scenario, config, &mut live)
         .and_then(|t0| drive(scenario, &mut live, t0, progress));
     let mut finished = live.finish();
+    finished.notes.extend(steal.note());
     finished.notes.extend(cells.destroy());
     let t0 = outcome?;
     Ok(collect(scenario, config, t0, finished))

@@ -1,5 +1,6 @@
 //! The description of the machine a run measured: CPU model, core count,
-//! kernel, and whether (and under which hypervisor) it is virtual.
+//! kernel, and whether (and under which hypervisor) it is virtual; and how
+//! much CPU time the hypervisor took from it during a run (steal time).
 //!
 //! Owns reading those facts from plain files under /proc and /sys. It must
 //! never fail a run: an unreadable file only makes the description vaguer.
@@ -127,6 +128,41 @@ fn non_empty_or_unknown(text: &str) -> String {
     match text.trim() {
         "" => "unknown".to_string(),
         t => t.to_string(),
+    }
+}
+
+/// Steal time per vCPU when a run started: [`StealWatch::note`] says how
+/// much CPU time the hypervisor ran something else while a vCPU had work
+/// since then — stalls no scheduling inside the machine can prevent.
+pub struct StealWatch {
+    before: Option<Vec<(usize, u64)>>,
+}
+
+impl StealWatch {
+    pub fn start() -> StealWatch {
+        StealWatch {
+            before: tessera_sys::proc::cpu_steal_ns().ok(),
+        }
+    }
+
+    /// "steal time …: cpu0 12 ms, cpu1 40 ms"; `None` if /proc/stat was
+    /// unreadable.
+    pub fn note(&self) -> Option<String> {
+        let after = tessera_sys::proc::cpu_steal_ns().ok()?;
+        let stolen: Vec<String> = self
+            .before
+            .as_ref()?
+            .iter()
+            .zip(&after)
+            .map(|((cpu, b), (_, a))| {
+                format!("cpu{cpu} {:.0} ms", a.saturating_sub(*b) as f64 / 1e6)
+            })
+            .collect();
+        Some(format!(
+            "steal time (the hypervisor running something else while a vCPU had work; \
+             /proc/stat, in clock ticks): {}",
+            stolen.join(", ")
+        ))
     }
 }
 

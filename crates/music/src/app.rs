@@ -83,7 +83,8 @@ pub struct AppConfig {
     /// the objects. With none, the communication thread runs them itself.
     pub workers: usize,
     pub roles: Roles,
-    /// Where the console writes the package log (`t1_ns,t2_ns,dt_ns`);
+    /// Where the console writes the package log
+    /// (`t1_ns,complete_ns,t2_ns,dt_ns`);
     /// `None`: the lines are counted, not kept.
     pub package_log: Option<PathBuf>,
 }
@@ -116,6 +117,8 @@ pub struct AppReport {
     pub malformed_packages: u64,
     /// Δt = t2 − t1 of every package after the warm-up, at the network.
     pub response: LatencyHistogram,
+    /// t2 − the package's last packet: Δt without the sender's pacing.
+    pub service: LatencyHistogram,
     /// CPU time the communication thread used per cycle.
     pub cycle_cpu: LatencyHistogram,
     /// The network service's counters and every package's t1 and t2
@@ -151,7 +154,7 @@ impl App {
         })?;
         let mut console = ConsoleBuilder::new(CONSOLE_RING);
         let mut log = console.writer();
-        log.line(format_args!("t1_ns,t2_ns,dt_ns"));
+        log.line(format_args!("t1_ns,complete_ns,t2_ns,dt_ns"));
         let sink: Box<dyn std::io::Write + Send> = match &config.package_log {
             Some(path) => Box::new(
                 std::fs::File::create(path)
@@ -241,8 +244,10 @@ impl App {
         let control = self.osc.map(ControlListener::stop);
         let network = network?;
         let mut response = LatencyHistogram::new(HISTOGRAM_MAX_NS);
+        let mut service = LatencyHistogram::new(HISTOGRAM_MAX_NS);
         for timing in network.timings.iter().skip(self.warmup_packages as usize) {
             response.record(timing.response_ns());
+            service.record(timing.service_ns());
         }
         let mut cycle_cpu = LatencyHistogram::new(HISTOGRAM_MAX_NS);
         for cycle in run
@@ -259,6 +264,7 @@ impl App {
             node_panics: run.node_panics,
             malformed_packages: self.malformed.load(Ordering::Relaxed),
             response,
+            service,
             cycle_cpu,
             network,
             console,

@@ -104,7 +104,8 @@ impl Lan {
                 app_address,
                 slabs_address,
             }),
-            (Err(error), _) | (Ok(()), Err(error)) => {
+            // The thread's own error says more than the hand-over's.
+            (Err(LanError::Thread), Err(error)) | (Err(error), _) | (Ok(()), Err(error)) => {
                 let _ = ip(&["link", "del", &device]);
                 Err(error)
             }

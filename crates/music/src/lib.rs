@@ -30,10 +30,11 @@ use std::time::Duration;
 use std::sync::Arc;
 use tessera_broker::paths::Paths;
 use tessera_broker::{BrokerError, Mode, Session};
+use tessera_measure::machine::StealWatch;
 use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults, Summary};
 use tessera_policy::{CellRequest, CoreRequest, Placement};
 use tessera_runtime::CellJoin;
-use tessera_services::network::NetworkReport;
+use tessera_services::network::{NetworkReport, PackageTiming};
 use tessera_synth::{Gesture, GesturePlayer, OutputBlock, Synth, SynthConfig, BLOCK, CHANNELS};
 
 use app::{App, AppConfig, AppError, AppReport, Roles, ThreadHook, DEADLINE};
@@ -43,6 +44,7 @@ use lan::{Lan, LanError};
 /// Metric names in the results.
 pub const RESPONSE_METRIC: &str = "Δt (t2 − t1)";
 pub const EMULATOR_METRIC: &str = "tf − t0";
+pub const SERVICE_METRIC: &str = "t2 − last packet";
 pub const LATENESS_METRIC: &str = "send lateness (jitter)";
 pub const RATE_METRIC: &str = "achieved packet rate";
 
@@ -136,7 +138,8 @@ pub struct Outcome {
 }
 
 /// Starts the application and the emulator in this process, on loopback or
-/// across a LAN, for `options.seconds`, and returns (and writes, given `out_dir`) the results.
+/// across a LAN, for `options.seconds`, and returns (and writes, given
+/// `out_dir`) the results.
 pub fn run(options: &Options) -> Result<Outcome, MusicError> {
     let mut notes = Vec::new();
     let cells = match options.cell && Mode::detect() == Mode::Guaranteed {
@@ -150,6 +153,14 @@ pub fn run(options: &Options) -> Result<Outcome, MusicError> {
         }
     };
     let lan = options.lan.then(Lan::create).transpose()?;
+    if let Some(lan) = &lan {
+        notes.push(format!(
+            "LAN: the application at {}, the SLABS at {} in a network namespace of its own, \
+             joined by a veth pair",
+            lan.app_address(),
+            lan.slabs_address()
+        ));
+    }
     let duration = Duration::from_secs_f64(options.seconds);
     let mut emulator_config = EmulatorConfig::new(
         "127.0.0.1:0".parse().expect("a socket address"),
@@ -172,10 +183,12 @@ pub fn run(options: &Options) -> Result<Outcome, MusicError> {
         package_log: options.out_dir.as_ref().map(|d| d.join("packages.csv")),
     })?;
     emulator_config.to = app.local_addr();
+    let steal = StealWatch::start();
     let emulator = lan::spawn_slabs(lan.as_ref(), move || emulator::run(&emulator_config))?
         .join()
         .map_err(|_| MusicError::Panicked)???;
     let app = app.stop()?;
+    notes.extend(steal.note());
     drop((cells, lan));
     let results = results(options, &app, &emulator, &notes);
     if let Some(dir) = &options.out_dir {
@@ -220,6 +233,7 @@ fn results(
         app.malformed_packages
     ));
     configuration_notes.push(network_note(&app.network));
+    configuration_notes.push(miss_note(&app.network.timings, options.warmup_packages()));
     configuration_notes.push(format!(
         "pacing: {rate:.1} packets/s (nominal {:.1}), send lateness p50 {:.1} µs, p99 {:.1} µs, \
          schedule slipped by {} packages",
@@ -233,6 +247,7 @@ fn results(
         notes: configuration_notes,
         metrics: vec![
             Metric::latency(RESPONSE_METRIC, deadline_us, app.response.clone()),
+            Metric::latency(SERVICE_METRIC, None, app.service.clone()),
             Metric::latency(EMULATOR_METRIC, deadline_us, emulator.response.clone()),
             Metric::latency(LATENESS_METRIC, None, emulator.send_lateness.clone()),
             Metric {
@@ -256,6 +271,30 @@ fn write(results: &RunResults, dir: &std::path::Path) -> Result<(), MusicError> 
         .map_err(|e| fail(&e))?;
     tessera_measure::write_report(results, dir).map_err(|e| fail(&e))?;
     Ok(())
+}
+
+/// The sender's span of a package beyond which a miss is blamed on it.
+const SENDER_SLACK_NS: u64 = 200_000;
+
+/// Where Δt's misses came from: the sender taking longer than its pacing to
+/// send a package (the SLABS stalled mid-package) or the receiving side
+/// answering late after the last packet.
+pub fn miss_note(timings: &[PackageTiming], warmup_packages: u64) -> String {
+    let deadline = DEADLINE.as_nanos() as u64;
+    let nominal_span = protocol::packet_offset_ns(protocol::PACKETS_PER_PACKAGE as u64 - 1);
+    let measured = timings.iter().skip(warmup_packages as usize);
+    let misses: Vec<&PackageTiming> = measured.filter(|t| t.response_ns() > deadline).collect();
+    let sender = misses
+        .iter()
+        .filter(|t| t.complete_ns.saturating_sub(t.t1_ns) > nominal_span + SENDER_SLACK_NS)
+        .count();
+    format!(
+        "of {} misses, {sender} had a sender that took over {:.0} µs to send its package (the \
+         SLABS stalled mid-package), {} were late after the last packet (the receiving side)",
+        misses.len(),
+        (nominal_span + SENDER_SLACK_NS) as f64 / 1000.0,
+        misses.len() - sender
+    )
 }
 
 /// What the network service lost, and where.
@@ -408,4 +447,35 @@ fn block_time_p99(config: &SynthConfig, gesture: &Gesture) -> Result<u64, MusicE
         }
     }
     Ok(times.quantile(0.99))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing(span_us: u64, service_us: u64) -> PackageTiming {
+        let t1_ns = 1_000_000_000;
+        let complete_ns = t1_ns + span_us * 1000;
+        PackageTiming {
+            t1_ns,
+            complete_ns,
+            t2_ns: complete_ns + service_us * 1000,
+        }
+    }
+
+    #[test]
+    fn misses_are_blamed_on_the_sender_or_on_the_receiving_side() {
+        let timings = [
+            timing(4000, 100), // warm-up: not counted
+            timing(680, 200),  // on time
+            timing(3000, 150), // the SLABS stalled mid-package
+            timing(681, 900),  // answered late
+            timing(700, 800),  // answered late
+        ];
+        assert_eq!(
+            miss_note(&timings, 1),
+            "of 3 misses, 1 had a sender that took over 880 µs to send its package (the SLABS \
+             stalled mid-package), 2 were late after the last packet (the receiving side)"
+        );
+    }
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use tessera_music::{run, EMULATOR_METRIC, RESPONSE_METRIC};
+use tessera_music::{run, EMULATOR_METRIC, RESPONSE_METRIC, SERVICE_METRIC};
 
 #[test]
 fn every_package_is_answered_and_measured_once() {
@@ -45,6 +45,14 @@ fn every_package_is_answered_and_measured_once() {
     let metric = |name: &str| results.metrics.iter().find(|m| m.name == name).unwrap();
     assert_eq!(metric(RESPONSE_METRIC).summary.count, packages);
     assert_eq!(metric(EMULATOR_METRIC).summary.count, packages);
+    assert_eq!(metric(SERVICE_METRIC).summary.count, packages);
+    assert!(
+        app.network
+            .timings
+            .iter()
+            .all(|t| t.t1_ns < t.complete_ns && t.complete_ns <= t.t2_ns),
+        "each package completes after its first packet (16 packets 45 µs apart) and before its answer"
+    );
     assert!(out.join("results.json").exists() && out.join("README.md").exists());
     let _ = std::fs::remove_dir_all(out);
 }

@@ -20,6 +20,7 @@
 //! never allocate (every buffer and the timing log are sized at start),
 //! lock or block except in its epoll wait; a full link or log is counted.
 
+use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,13 +59,23 @@ pub struct NetworkConfig {
 pub struct PackageTiming {
     /// `CLOCK_MONOTONIC` ns: first packet received (the kernel's stamp).
     pub t1_ns: u64,
+    /// `CLOCK_MONOTONIC` ns: last packet received (the kernel's stamp):
+    /// the package complete. Before it the sender paces, after it only
+    /// the receiving side works.
+    pub complete_ns: u64,
     /// `CLOCK_MONOTONIC` ns: answer written.
     pub t2_ns: u64,
 }
 
 impl PackageTiming {
+    /// Δt = t2 − t1, the seed's response time.
     pub fn response_ns(&self) -> u64 {
         self.t2_ns.saturating_sub(self.t1_ns)
+    }
+
+    /// t2 − the last packet: the receiving side's part of Δt.
+    pub fn service_ns(&self) -> u64 {
+        self.t2_ns.saturating_sub(self.complete_ns)
     }
 }
 
@@ -122,7 +133,7 @@ pub struct NetworkService {
 impl NetworkService {
     /// Binds the socket and starts serving `link` (the client's end is the
     /// engine's `LinkDriver`), logging one line per answered package to
-    /// `console` when given: `t1_ns,t2_ns,dt_ns`.
+    /// `console` when given: `t1_ns,complete_ns,t2_ns,dt_ns`.
     pub fn start(
         config: NetworkConfig,
         link: LinkService,
@@ -154,6 +165,7 @@ impl NetworkService {
         tessera_sys::net::enable_receive_timestamps(&socket).map_err(socket_error)?;
         let addr = socket.local_addr().map_err(socket_error)?;
         let stop = Arc::new(AtomicBool::new(false));
+        let depth = link.config().depth;
         let server = Server {
             package: vec![0; assembler.package_size()].into_boxed_slice(),
             output: vec![0; config.packet.output_size].into_boxed_slice(),
@@ -170,6 +182,7 @@ impl NetworkService {
             reply_to: config.packet.reply_to,
             sender: None,
             batch: config.packet.packets_per_package,
+            in_flight: VecDeque::with_capacity(depth),
         };
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -218,6 +231,9 @@ struct Server {
     sender: Option<SocketAddr>,
     /// Datagrams taken per wake-up: one package.
     batch: usize,
+    /// (t1, complete) of the packages handed over and not yet answered,
+    /// oldest first; at most the link's depth, so it never grows.
+    in_flight: VecDeque<(u64, u64)>,
     package: Box<[u8]>,
     output: Box<[u8]>,
     /// One datagram plus one byte, to catch oversized ones.
@@ -282,6 +298,7 @@ impl Server {
             if let Some(t1) = self.assembler.accept(received, arrival, &mut self.package) {
                 if self.link.send_package(t1, &self.package) {
                     self.report.packages += 1;
+                    self.note_in_flight(t1, arrival);
                 }
             }
         }
@@ -301,11 +318,35 @@ impl Server {
             }
             let timing = PackageTiming {
                 t1_ns: t1,
+                complete_ns: self.completed(t1),
                 t2_ns: clock::monotonic_ns(),
             };
             self.report.answered += 1;
             self.log(timing);
         }
+    }
+
+    fn note_in_flight(&mut self, t1: u64, complete: u64) {
+        if self.in_flight.len() == self.in_flight.capacity() {
+            // Only when answers were lost: theirs are the oldest.
+            self.in_flight.pop_front();
+        }
+        self.in_flight.push_back((t1, complete));
+    }
+
+    /// When the package that began at `t1` was complete; answers come in
+    /// order, so older entries are of answers lost. `t1` if unknown.
+    fn completed(&mut self, t1: u64) -> u64 {
+        while let Some(&(start, complete)) = self.in_flight.front() {
+            if start > t1 {
+                break;
+            }
+            self.in_flight.pop_front();
+            if start == t1 {
+                return complete;
+            }
+        }
+        t1
     }
 
     fn log(&mut self, timing: PackageTiming) {
@@ -316,8 +357,9 @@ impl Server {
         }
         if let Some(console) = &mut self.console {
             console.line(format_args!(
-                "{},{},{}",
+                "{},{},{},{}",
                 timing.t1_ns,
+                timing.complete_ns,
                 timing.t2_ns,
                 timing.response_ns()
             ));
@@ -392,7 +434,10 @@ mod tests {
             (12, 3, 3)
         );
         assert_eq!(report.timings.len(), 3);
-        assert!(report.timings.iter().all(|t| t.t2_ns >= t.t1_ns));
+        assert!(report
+            .timings
+            .iter()
+            .all(|t| t.t1_ns <= t.complete_ns && t.complete_ns <= t.t2_ns));
         assert!(report.receive_buffer > 0);
         assert!(
             report.socket_wait_max_ns > 0

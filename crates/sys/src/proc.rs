@@ -170,9 +170,45 @@ pub fn cgroup_of(tid: Tid, controller: Option<&str>) -> Result<String> {
         })
 }
 
+/// Steal time per CPU since boot, in ns, from /proc/stat: how long the
+/// hypervisor ran something else while a vCPU had work. Zero everywhere
+/// on bare metal or under a hypervisor that does not report it.
+pub fn cpu_steal_ns() -> Result<Vec<(usize, u64)>> {
+    let stat = read_text(Path::new("/proc/stat"))?;
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok(steal_from_stat(&stat, 1_000_000_000 / ticks_per_s))
+}
+
+/// The `cpuN` lines' steal column (the 8th value), scaled to ns.
+fn steal_from_stat(stat: &str, ns_per_tick: u64) -> Vec<(usize, u64)> {
+    stat.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let cpu = fields.next()?.strip_prefix("cpu")?.parse().ok()?;
+            let steal: u64 = fields.nth(7)?.parse().ok()?;
+            Some((cpu, steal * ns_per_tick))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steal_is_the_eighth_value_of_each_cpu_line() {
+        let stat = "cpu  1162484 14100 362866 1320150 20888 0 29819 807 0 0\n\
+                    cpu0 607520 8226 169305 662488 6020 0 23305 366 0 0\n\
+                    cpu1 554963 5874 193560 657661 14867 0 6513 441 0 0\n\
+                    intr 1 2 3\n";
+        assert_eq!(
+            steal_from_stat(stat, 10_000_000),
+            [(0, 3_660_000_000), (1, 4_410_000_000)]
+        );
+        let here = cpu_steal_ns().unwrap();
+        assert_eq!(here.len(), crate::kernel::online_cpus().unwrap().len());
+    }
 
     #[test]
     fn reads_own_process() {
