@@ -110,9 +110,22 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
     }
     options.out_dir = Some(out.clone());
     seconds(args.seconds, "--seconds")?;
+    let mode = tessera_broker::Mode::detect();
+    let in_cells = options.cell && mode == tessera_broker::Mode::Guaranteed;
     if !args.json {
+        if let (false, Some(banner)) = (args.no_cell, mode.banner()) {
+            eprintln!(
+                "tessera music: {banner}\ntessera music: the cells need root; every thread runs \
+                 best-effort (SCHED_OTHER)\n"
+            );
+        }
         eprintln!(
-            "tessera music: SLABS emulator → network, synth and console cells, {}, {:.0} s",
+            "tessera music: SLABS emulator → network, synth and console {}, {}, {:.0} s",
+            if in_cells {
+                "cells"
+            } else {
+                "threads (best-effort, no cells)"
+            },
             tessera_music::network_name(args.lan),
             args.seconds
         );

@@ -227,7 +227,14 @@ mod tests {
     #[test]
     fn a_stamped_datagram_arrived_before_it_was_read_and_after_it_was_sent() {
         for local in ["127.0.0.1:0", "[::1]:0"] {
-            let receiver = UdpSocket::bind(local).unwrap();
+            let receiver = match UdpSocket::bind(local) {
+                Ok(socket) => socket,
+                Err(e) if local.starts_with('[') => {
+                    println!("IPv6 loopback unavailable here ({e}): checked IPv4 only");
+                    continue;
+                }
+                Err(e) => panic!("bind {local}: {e}"),
+            };
             enable_receive_timestamps(&receiver).unwrap();
             let sender = UdpSocket::bind(local).unwrap();
             // The kernel turns arrival stamping on from a work item; until
