@@ -7,9 +7,9 @@
 //! (`activation`). Every thread claims ready nodes, runs them and signals
 //! their successors; independent branches therefore run in parallel. The
 //! driver thread takes part unless it is kept for communication
-//! (`driver_runs_nodes`). When the last node finishes, the driver ends the cycle (driver
-//! output, profiler, xrun report) and only then waits for the next one, so
-//! cycle n+1 never starts while n runs.
+//! (`driver_runs_nodes`). When the last node finishes, the driver ends the
+//! cycle (driver output, profiler, xrun report) and only then waits for the
+//! next one, so cycle n+1 never starts while n runs.
 //!
 //! This module owns the threads and the cycle. The cycle path must never
 //! allocate, lock, print or block other than in the futex waits of
