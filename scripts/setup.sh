@@ -7,7 +7,8 @@ packages=(
   build-essential pkg-config   # crates that build C, the jack crate's pkg-config
   util-linux                   # setpriv, chrt, taskset (tests, docs)
   iproute2                     # network namespaces for the network tests
-  jackd2 libjack-jackd2-dev    # the JACK2 peer benchmark
+  jackd2 libjack-jackd2-dev    # the JACK2 peer benchmark, audio-server scenarios
+  pipewire pipewire-bin pipewire-jack  # audio-server scenarios on PipeWire (pw-metadata, pw-jack)
   rt-tests                     # cyclictest, to compare wake-up latency with
   stress-ng rt-app             # third-party interference, to cross-check ours
   faust                        # the seed's DSP compiler, for the synthesizer benchmark

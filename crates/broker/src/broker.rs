@@ -1,5 +1,5 @@
-//! The broker's operations on its state and the kernel: create and destroy
-//! cells, attach and detach threads, reap dead clients, recover after a
+//! The broker's operations on its state and the kernel: create, resize and
+//! destroy cells, attach and detach threads, reap dead clients, recover after a
 //! crash, reset the machine.
 //!
 //! Every operation either completes and is persisted, or fails with a
@@ -12,11 +12,11 @@ use crate::facts::{Facts, Mode};
 use crate::layout::Layout;
 use crate::paths::Paths;
 use crate::placement::{self, Enforcement};
-use crate::protocol::{CellInfo, StatusReport};
+use crate::protocol::{CellInfo, ResizeReply, StatusReport};
 use crate::state::{CellState, Member, Owner, State};
 use serde::{Deserialize, Serialize};
 use std::fmt;
-use tessera_policy::{Bandwidth, CellPolicy, CellRequest, Ledger, Placement};
+use tessera_policy::{Bandwidth, Budget, CellPolicy, CellRequest, Ledger, Placement, Refusal};
 use tessera_sys::cgroup::Hierarchy;
 use tessera_sys::sched::{self, Policy};
 use tessera_sys::{proc, ErrorKind};
@@ -399,6 +399,101 @@ impl Broker {
         }
     }
 
+    /// Changes a bandwidth cell's budget through admission — with `degrade`,
+    /// cut to the largest runtime that fits instead of refused — and gives
+    /// every member the new reservation. On a kernel failure the ledger and
+    /// the members go back to the old budget and the error is returned.
+    pub fn resize_cell(
+        &mut self,
+        name: &str,
+        budget: Budget,
+        degrade: bool,
+        uid: u32,
+    ) -> Outcome<ResizeReply> {
+        self.cell_owned_by(name, uid)?;
+        let (budget, capped) = self.resize_within_quota(name, budget, degrade, uid)?;
+        let before = self.state.ledger.clone();
+        let outcome = if degrade {
+            self.state.ledger.resize_or_degrade(name, budget)
+        } else {
+            self.state.ledger.resize(name, budget).map(|g| (g, false))
+        };
+        let (grant, degraded) = outcome.map_err(refused)?;
+        if let Err(e) = self.retune_members(name) {
+            self.state.ledger = before;
+            // Members already given the new budget get the old one back; the
+            // one the kernel refused still has it (sched_setattr is atomic).
+            let _ = self.retune_members(name);
+            return Err(e);
+        }
+        self.persist()?;
+        Ok(ResizeReply {
+            budget: grant.request.budget.unwrap_or(budget),
+            degraded: degraded || capped,
+        })
+    }
+
+    /// Gives every live member of `name` the reservation its grant says.
+    fn retune_members(&self, name: &str) -> Outcome<()> {
+        let grant = self
+            .state
+            .ledger
+            .grant(name)
+            .ok_or_else(|| BrokerError::unknown_cell(name))?;
+        let cell = self
+            .state
+            .cells
+            .get(name)
+            .ok_or_else(|| BrokerError::unknown_cell(name))?;
+        for m in cell.members.iter().filter(|m| m.is_alive()) {
+            let t = placement::target(grant, m.slot, &self.state.ledger, &self.enf)?;
+            placement::retune(m, &t, &self.enf)?;
+        }
+        Ok(())
+    }
+
+    /// `budget` if the owner's quota allows it beside their other cells;
+    /// with `degrade`, cut to what the quota allows (`true` when cut).
+    fn resize_within_quota(
+        &self,
+        name: &str,
+        budget: Budget,
+        degrade: bool,
+        uid: u32,
+    ) -> Outcome<(Budget, bool)> {
+        let Some(quota) = self.config.quota_of(uid) else {
+            return Ok((budget, false));
+        };
+        let Some(grant) = self.state.ledger.grant(name) else {
+            return Ok((budget, false));
+        };
+        let n = grant.reservations.len().max(1) as u64;
+        let others: Bandwidth = self
+            .state
+            .cells
+            .iter()
+            .filter(|(other, c)| c.owner.uid == uid && other.as_str() != name)
+            .filter_map(|(other, _)| self.state.ledger.grant(other))
+            .flat_map(|g| g.reservations.iter().map(|r| r.budget.bandwidth()))
+            .sum();
+        let room = quota.saturating_sub(others);
+        if budget.bandwidth().times(n) <= room {
+            return Ok((budget, false));
+        }
+        let window = grant.request.policy == CellPolicy::TimeTriggered;
+        let runtime = Bandwidth(room.0 / n).runtime_in(budget.period_ns);
+        if degrade && runtime >= tessera_policy::cell::MIN_RUNTIME_NS {
+            return Ok((budget.with_runtime(runtime, window), true));
+        }
+        Err(BrokerError::new(
+            "quota",
+            format!(
+                "cell {name:?} cannot grow to {budget}: uid {uid}'s other cells hold {others} of a quota of {quota}"
+            ),
+            "ask for less, or with --degrade for what the quota allows",
+        ))
+    }
+
     /// Moves every member to where the current layout wants it.
     fn rehome_all(&mut self) {
         for (name, cell) in &self.state.cells {
@@ -428,6 +523,20 @@ impl Broker {
         pid: i32,
         tid: Option<i32>,
         uid: u32,
+    ) -> Outcome<Vec<i32>> {
+        self.attach_as(cell, pid, tid, uid, false)
+    }
+
+    /// [`Broker::attach`]; with `cpuset_only`, threads of a bandwidth cell
+    /// take no reservation slot and keep their own scheduling policy (the
+    /// non-real-time threads of a followed program).
+    pub fn attach_as(
+        &mut self,
+        cell: &str,
+        pid: i32,
+        tid: Option<i32>,
+        uid: u32,
+        cpuset_only: bool,
     ) -> Outcome<Vec<i32>> {
         self.cell_owned_by(cell, uid)?;
         let owner = proc::owner_uid(pid).map_err(|_| {
@@ -469,7 +578,7 @@ impl Broker {
         }
         let mut joined = Vec::new();
         for t in tids {
-            match self.join_one(cell, pid, t) {
+            match self.join_one(cell, pid, t, cpuset_only) {
                 Ok(()) => joined.push(t),
                 Err(e) => {
                     for &done in &joined {
@@ -484,14 +593,14 @@ impl Broker {
         Ok(joined)
     }
 
-    fn join_one(&mut self, cell: &str, pid: i32, tid: i32) -> Outcome<()> {
+    fn join_one(&mut self, cell: &str, pid: i32, tid: i32, cpuset_only: bool) -> Outcome<()> {
         let grant = self
             .state
             .ledger
             .grant(cell)
             .cloned()
             .ok_or_else(|| BrokerError::unknown_cell(cell))?;
-        let slot = if grant.reservations.is_empty() {
+        let slot = if grant.reservations.is_empty() || cpuset_only {
             None
         } else {
             let taken: Vec<usize> = self.state.cells[cell]
@@ -694,6 +803,15 @@ impl Broker {
             cells: self.list(),
         }
     }
+}
+
+/// An admission refusal as the protocol reports it: the fix is what would fit.
+fn refused(r: Refusal) -> BrokerError {
+    BrokerError::new(
+        "refused",
+        format!("cell {:?} refused: {}", r.cell, r.reason),
+        r.would_fit.unwrap_or_default(),
+    )
 }
 
 fn describe(req: &CellRequest) -> String {

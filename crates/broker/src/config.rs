@@ -33,6 +33,51 @@ pub struct Config {
     /// Per-user quotas by name or uid.
     #[serde(default)]
     pub quota: BTreeMap<String, f64>,
+    /// Audio servers the daemon keeps guarded (`tessera guard`).
+    #[serde(default)]
+    pub guard: Vec<GuardEntry>,
+}
+
+/// A `[[guard]]` table: a server the daemon keeps a `tessera guard` for,
+/// started again whenever it ends (the server may come and go).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuardEntry {
+    /// "jackd" or "pipewire".
+    pub server: String,
+    /// The JACK server name (jackd -n); "default" if absent.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Let the reservations use spare bandwidth (GRUB).
+    #[serde(default)]
+    pub reclaim: bool,
+    /// A fixed budget, % of the period, instead of adapting.
+    #[serde(default)]
+    pub fixed: Option<u32>,
+    /// Headroom over the prediction, %.
+    #[serde(default)]
+    pub increment: Option<u32>,
+}
+
+impl GuardEntry {
+    /// The `tessera guard` arguments this entry stands for.
+    pub fn args(&self) -> Vec<String> {
+        let mut args = vec!["guard".to_string(), self.server.clone()];
+        if let Some(name) = &self.name {
+            args.extend(["--server".into(), name.clone()]);
+        }
+        if self.reclaim {
+            args.push("--reclaim".into());
+        }
+        if let Some(pct) = self.fixed {
+            args.extend(["--fixed".into(), pct.to_string()]);
+        }
+        if let Some(pct) = self.increment {
+            args.extend(["--increment".into(), pct.to_string()]);
+        }
+        args.push("--quiet".into());
+        args
+    }
 }
 
 pub const DEFAULT_PATH: &str = "/etc/tessera/daemon.toml";
@@ -57,6 +102,17 @@ impl Config {
                 path.display()
             )
         })?;
+        if let Some(g) = config
+            .guard
+            .iter()
+            .find(|g| !matches!(g.server.as_str(), "jackd" | "pipewire"))
+        {
+            return Err(format!(
+                "{}: [[guard]] server {:?} is not \"jackd\" or \"pipewire\"",
+                path.display(),
+                g.server
+            ));
+        }
         for (user, q) in &config.quota {
             if !(0.0..=1024.0).contains(q) {
                 return Err(format!(
@@ -115,6 +171,30 @@ mod tests {
         assert_eq!(c.quota_of(4242), Some(Bandwidth::from_fraction(0.25)));
         assert_eq!(c.quota_of(4243), Some(Bandwidth::from_fraction(0.5)));
         assert_eq!(Config::default().quota_of(1000), None);
+    }
+
+    #[test]
+    fn guard_tables_become_guard_commands() {
+        let c: Config = toml::from_str(
+            "[[guard]]\nserver = \"jackd\"\nname = \"studio\"\nreclaim = true\n\n[[guard]]\nserver = \"pipewire\"\nfixed = 40\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.guard[0].args(),
+            [
+                "guard",
+                "jackd",
+                "--server",
+                "studio",
+                "--reclaim",
+                "--quiet"
+            ]
+        );
+        assert_eq!(
+            c.guard[1].args(),
+            ["guard", "pipewire", "--fixed", "40", "--quiet"]
+        );
+        assert!(toml::from_str::<Config>("[[guard]]\nserver = \"jackd\"\nbudget = 1\n").is_err());
     }
 
     #[test]

@@ -59,13 +59,29 @@ pub fn handle(
         }
         Request::ListCells => json(serde_json::to_value(broker.list())),
         Request::ShowCell { name } => json(serde_json::to_value(broker.show(&name)?)),
-        Request::Attach { cell, pid, tid } => json(serde_json::to_value(
-            broker.attach(&cell, pid, tid, peer.uid)?,
-        )),
+        Request::Attach {
+            cell,
+            pid,
+            tid,
+            cpuset_only,
+        } => json(serde_json::to_value(broker.attach_as(
+            &cell,
+            pid,
+            tid,
+            peer.uid,
+            cpuset_only,
+        )?)),
         Request::Detach { tid } => {
             broker.detach(tid, peer.uid)?;
             Ok(serde_json::Value::Null)
         }
+        Request::ResizeCell {
+            name,
+            budget,
+            degrade,
+        } => json(serde_json::to_value(
+            broker.resize_cell(&name, budget, degrade, peer.uid)?,
+        )),
         Request::Status => json(serde_json::to_value(broker.status())),
         Request::Reset => json(serde_json::to_value(broker.reset(peer.uid)?)),
     }

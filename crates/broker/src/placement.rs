@@ -90,7 +90,10 @@ pub fn deadline_policy(grant: &Grant) -> Option<Policy> {
     }))
 }
 
-/// Where member `slot` of `grant` belongs under the current ledger.
+/// Where member `slot` of `grant` belongs under the current ledger. In a
+/// bandwidth cell, `slot` None is a cpuset-only member (a followed
+/// program's thread that is not real-time): it shares the first
+/// reservation's cpuset and affinity and keeps its own policy.
 pub fn target(
     grant: &Grant,
     slot: Option<usize>,
@@ -115,16 +118,18 @@ pub fn target(
             }
         }
         CellPolicy::EventTriggered | CellPolicy::TimeTriggered => {
-            let reservation = slot
-                .and_then(|s| grant.reservations.get(s))
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Invalid,
-                        "place a thread",
-                        "no reservation slot",
-                        "",
-                    )
-                })?;
+            let reservation = match slot {
+                Some(s) => grant.reservations.get(s),
+                None => grant.reservations.first(),
+            }
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Invalid,
+                    "place a thread",
+                    "no such reservation slot",
+                    "",
+                )
+            })?;
             match (reservation.core, layout) {
                 (Some(core), Some(l)) => t.cpuset = Some(l.core_group(core)),
                 (None, Some(l)) if grant.request.placement == Placement::Global => {
@@ -133,7 +138,7 @@ pub fn target(
                 }
                 _ => t.affinity = Some(ledger.machine.limits.cores.clone()),
             }
-            if enf.deadline {
+            if enf.deadline && slot.is_some() {
                 t.policy = deadline_policy(grant);
             }
         }
@@ -253,29 +258,45 @@ fn deadline_into(m: &Member, group: &Group, policy: &Policy) -> Result<()> {
     affinity::set_affinity(m.tid, &cpus)?;
     let on_group_cpu = || proc::last_cpu(m.pid, m.tid).is_some_and(|c| cpus.contains(&c));
     if !on_group_cpu() {
-        wake_onto_group(m)?;
+        // A process cannot ptrace its own threads: one of ours is given the
+        // same 100 ms to wake by itself (a periodic thread does).
+        let own = m.pid == proc::current_pid();
+        if !own {
+            tessera_sys::nudge::nudge(m.tid)?;
+        }
         for _ in 0..100 {
             if on_group_cpu() {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        if own && !on_group_cpu() {
+            return Err(Error::new(
+                ErrorKind::Invalid,
+                format!("place thread {} of this process", m.tid),
+                "it stayed asleep on a CPU outside the cell, and a process cannot wake its own threads from outside",
+                "let the thread join itself (Session::join_current_thread)",
+            ));
+        }
     }
     sched::set_policy(m.tid, policy)
 }
 
-/// Wakes a sleeping thread so that it moves to its new cpuset's CPUs. A
-/// process cannot ptrace its own threads: those must join from themselves.
-fn wake_onto_group(m: &Member) -> Result<()> {
-    if m.pid == proc::current_pid() {
-        return Err(Error::new(
-            ErrorKind::Invalid,
-            format!("place thread {} of this process", m.tid),
-            "it is asleep on a CPU outside the cell, and a process cannot wake its own threads from outside",
-            "let the thread join itself (Session::join_current_thread)",
-        ));
+/// Gives a member its cell's new parameters after a resize (the layout is
+/// unchanged). A thread on SCHED_DEADLINE gets them in one sched_setattr,
+/// which the kernel applies or refuses as a whole, so a refused resize
+/// leaves the thread on its old reservation, never unreserved as a failed
+/// join would. A thread that lost its reservation joins again, as after
+/// recovery.
+pub fn retune(m: &Member, t: &Target, enf: &Enforcement) -> Result<()> {
+    let Some(want) = &t.policy else {
+        return Ok(());
+    };
+    match sched::get_policy(m.tid)? {
+        have if have == *want => Ok(()),
+        Policy::Deadline(_) => sched::set_policy(m.tid, want),
+        _ => join(m, t, enf),
     }
-    tessera_sys::nudge::nudge(m.tid)
 }
 
 /// Re-homes a member after the layout changed; the cpuset move carries a
@@ -305,7 +326,11 @@ pub fn restore(m: &Member, enf: &Enforcement) -> Result<()> {
 }
 
 fn restore_live(m: &Member, enf: &Enforcement) -> Result<()> {
-    if matches!(sched::get_policy(m.tid)?, Policy::Deadline(_)) {
+    // Only a thread still on a reservation gets its old policy back: one
+    // whose program re-set its policy meanwhile keeps the program's choice,
+    // and a cpuset-only member's policy was never tessera's to restore.
+    let reserved = matches!(sched::get_policy(m.tid)?, Policy::Deadline(_));
+    if reserved {
         sched::set_policy(m.tid, &Policy::Other { nice: 0 })?;
     }
     if let (Some(path), Some(layout)) = (&m.original.cpuset, &enf.layout) {
@@ -321,7 +346,7 @@ fn restore_live(m: &Member, enf: &Enforcement) -> Result<()> {
         Err(e) if e.kind != ErrorKind::Invalid => return Err(e),
         _ => {}
     }
-    if m.original.policy != (Policy::Other { nice: 0 }) {
+    if reserved && m.original.policy != (Policy::Other { nice: 0 }) {
         sched::set_policy(m.tid, &m.original.policy)?;
     }
     Ok(())

@@ -13,7 +13,7 @@
 use crate::facts::Mode;
 use crate::state::Member;
 use serde::{Deserialize, Serialize};
-use tessera_policy::{Bandwidth, CellRequest, CoreUsage, Grant};
+use tessera_policy::{Bandwidth, Budget, CellRequest, CoreUsage, Grant};
 
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -37,16 +37,29 @@ pub enum Request {
     ShowCell {
         name: String,
     },
-    /// Join process `pid`'s threads (all, or only `tid`) to `cell`.
+    /// Join process `pid`'s threads (all, or only `tid`) to `cell`. With
+    /// `cpuset_only`, a bandwidth cell gives them its cpuset and affinity
+    /// but no reservation slot: they keep their own scheduling policy.
     Attach {
         cell: String,
         pid: i32,
         #[serde(default)]
         tid: Option<i32>,
+        #[serde(default)]
+        cpuset_only: bool,
     },
     /// Take a thread out of its cell, restoring its scheduling.
     Detach {
         tid: i32,
+    },
+    /// Change a bandwidth cell's budget through admission and re-apply it
+    /// to its threads. With `degrade`, a budget that does not fit is cut to
+    /// the largest runtime that does instead of refused.
+    ResizeCell {
+        name: String,
+        budget: Budget,
+        #[serde(default)]
+        degrade: bool,
     },
     Status,
     /// Destroy every cell and restore the machine (root only).
@@ -114,6 +127,14 @@ pub struct StatusReport {
     pub cells: Vec<CellInfo>,
 }
 
+/// The answer to `ResizeCell`: the budget now in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResizeReply {
+    pub budget: Budget,
+    /// Less than asked: the largest that fit.
+    pub degraded: bool,
+}
+
 /// The answer to `Hello`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HelloReply {
@@ -158,8 +179,42 @@ mod tests {
             Request::Attach {
                 cell: "synth".into(),
                 pid: 42,
-                tid: None
+                tid: None,
+                cpuset_only: false
             }
+        );
+    }
+
+    #[test]
+    fn the_documented_resize_parses_and_degrade_defaults_to_off() {
+        let line: RequestLine = serde_json::from_str(
+            r#"{"v":1,"id":9,"op":"resize-cell","name":"synth","budget":{"runtime_ns":300000,"deadline_ns":1333000,"period_ns":1333000},"degrade":true}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            line.request,
+            Request::ResizeCell {
+                name: "synth".into(),
+                budget: Budget::new(300_000, 1_333_000),
+                degrade: true
+            }
+        );
+        let plain: RequestLine = serde_json::from_str(
+            r#"{"v":1,"op":"resize-cell","name":"synth","budget":{"runtime_ns":1,"deadline_ns":2,"period_ns":2}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            plain.request,
+            Request::ResizeCell { degrade: false, .. }
+        ));
+        let reply: ResizeReply = serde_json::from_str(
+            r#"{"budget":{"runtime_ns":250000,"deadline_ns":1333000,"period_ns":1333000},"degraded":true}"#,
+        )
+        .unwrap();
+        assert!(reply.degraded);
+        assert!(
+            serde_json::from_str::<RequestLine>(r#"{"v":1,"op":"resize-cell","name":"x"}"#)
+                .is_err()
         );
     }
 

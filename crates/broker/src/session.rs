@@ -11,7 +11,8 @@ use crate::config::Config;
 use crate::daemon::handle;
 use crate::paths::Paths;
 use crate::protocol::{
-    CellInfo, HelloReply, Request, RequestLine, Response, StatusReport, PROTOCOL_VERSION,
+    CellInfo, HelloReply, Request, RequestLine, ResizeReply, Response, StatusReport,
+    PROTOCOL_VERSION,
 };
 use serde::de::DeserializeOwned;
 use std::fs::File;
@@ -19,7 +20,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use tessera_policy::CellRequest;
+use tessera_policy::{Budget, CellRequest};
 use tessera_sys::ipc::PeerCredentials;
 
 /// Where requests go.
@@ -240,6 +241,24 @@ impl Session {
             cell: cell.into(),
             pid,
             tid,
+            cpuset_only: false,
+        })
+    }
+
+    /// Puts threads of `pid` (all, or only `tid`) into `cell`'s cpuset at
+    /// their own scheduling policy: in a bandwidth cell they take no
+    /// reservation slot (in other cells this is the same as `attach`).
+    pub fn attach_cpuset_only(
+        &mut self,
+        cell: &str,
+        pid: i32,
+        tid: Option<i32>,
+    ) -> Result<Vec<i32>, BrokerError> {
+        self.typed(Request::Attach {
+            cell: cell.into(),
+            pid,
+            tid,
+            cpuset_only: true,
         })
     }
 
@@ -252,6 +271,21 @@ impl Session {
 
     pub fn detach(&mut self, tid: i32) -> Result<(), BrokerError> {
         self.call(Request::Detach { tid }).map(drop)
+    }
+
+    /// Changes a cell's budget; with `degrade`, the largest that fits when
+    /// `budget` does not.
+    pub fn resize_cell(
+        &mut self,
+        name: &str,
+        budget: Budget,
+        degrade: bool,
+    ) -> Result<ResizeReply, BrokerError> {
+        self.typed(Request::ResizeCell {
+            name: name.into(),
+            budget,
+            degrade,
+        })
     }
 
     pub fn status(&mut self) -> Result<StatusReport, BrokerError> {

@@ -323,3 +323,60 @@ fn the_kernels_own_refusal_names_requested_and_held_bandwidth() {
         t.finish();
     }
 }
+
+#[test]
+fn a_cpuset_only_member_shares_the_cells_core_at_its_own_policy_and_takes_no_slot() {
+    let Some(m) = privileged("cpuset-only") else {
+        return;
+    };
+    let mut s = m.session();
+    let info = s
+        .create_cell(event_triggered("synth", 300, 1000), true)
+        .unwrap();
+    let core = info.grant.reservations[0].core.expect("partitioned");
+    let plain = Parked::spawn(|| ());
+    let me = std::process::id() as i32;
+    s.attach_cpuset_only("synth", me, Some(plain.tid)).unwrap();
+    assert_eq!(
+        sched::get_policy(plain.tid).unwrap(),
+        Policy::Other { nice: 0 },
+        "its policy is its own"
+    );
+    assert_eq!(
+        tessera_sys::proc::cgroup_of(plain.tid, Some("cpuset")).unwrap(),
+        format!("/tessera/core{core}")
+    );
+    assert_eq!(
+        s.show("synth").unwrap().free_slots,
+        Some(1),
+        "it holds no reservation"
+    );
+    let paths = m.paths.clone();
+    let reserved = Parked::spawn(move || {
+        tessera_broker::Session::embedded(paths)
+            .join_current_thread("synth")
+            .unwrap()
+    });
+    assert!(matches!(
+        sched::get_policy(reserved.tid).unwrap(),
+        Policy::Deadline(_)
+    ));
+    // A program that re-sets its own policy keeps it when the thread leaves.
+    sched::set_policy(plain.tid, &Policy::Other { nice: 5 }).unwrap();
+    s.detach(plain.tid).unwrap();
+    assert_eq!(
+        sched::get_policy(plain.tid).unwrap(),
+        Policy::Other { nice: 5 }
+    );
+    assert_ne!(
+        tessera_sys::proc::cgroup_of(plain.tid, Some("cpuset")).unwrap(),
+        format!("/tessera/core{core}")
+    );
+    s.destroy_cell("synth").unwrap();
+    assert_eq!(
+        sched::get_policy(reserved.tid).unwrap(),
+        Policy::Other { nice: 0 }
+    );
+    plain.finish();
+    reserved.finish();
+}

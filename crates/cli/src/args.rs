@@ -90,6 +90,12 @@ pub enum Command {
         tessera probe --period 2ms --seconds 30 --out results/probe\n  \
         tessera probe --print-scenario > my-probe.toml")]
     Probe(crate::experiment::ProbeArgs),
+    /// Reserve the real-time threads of JACK2, PipeWire or any program, each with an adaptive budget.
+    #[command(after_help = crate::guard::EXAMPLES)]
+    Guard {
+        #[command(subcommand)]
+        target: crate::guard::GuardTarget,
+    },
     /// Trace where a cell's threads run (e.g. a time-triggered window).
     Trace {
         #[command(subcommand)]
@@ -163,23 +169,45 @@ pub enum CellCommand {
     },
     /// Destroy a cell: its threads get their scheduling back.
     Destroy { name: String },
-    /// Start an unmodified program inside a cell.
-    #[command(after_help = "Example:\n  tessera cell exec synth -- ./my-synth --buffer 64")]
+    /// Start an unmodified program inside a cell and follow its threads.
+    ///
+    /// The program starts in the cell (it waits between fork and exec until
+    /// its main thread is placed). Every thread it makes real-time
+    /// (SCHED_FIFO/RR, as JACK, PipeWire, ALSA and RtAudio programs do) gets
+    /// a reservation of its own; its other threads run on the cell's cores
+    /// at their own policy. More real-time threads than reservations: the
+    /// extra ones are named and left as the program set them. SIGINT and
+    /// SIGTERM are passed on; when the program ends every thread is restored
+    /// and tessera exits with the program's status (128+N for signal N).
+    #[command(after_help = "Examples:\n  \
+        tessera cell exec synth -- ./my-synth --buffer 64\n  \
+        tessera cell create jack --policy event-triggered --runtime 300us --period 1333us --cores 2\n  \
+        tessera cell exec jack -- jackd -R -d dummy -p 64\n  \
+        tessera cell exec synth -- tessera-thread-probe --threads 3 --fifo 1   (see it happen)\n\n\
+        New threads are seen at once through the kernel's process-events connector (root or\n\
+        CAP_NET_ADMIN), else by polling /proc every 50 ms; policies are polled every 10 ms.\n\
+        See docs/follow.md.")]
     Exec {
         cell: String,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
     /// Join a running process's threads (or one thread) to a cell.
-    #[command(
-        after_help = "Examples:\n  tessera cell attach synth --pid 4242\n  tessera cell attach synth --pid 4242 --tid 4250"
-    )]
+    #[command(after_help = "Examples:\n  \
+        tessera cell attach synth --pid 4242\n  \
+        tessera cell attach synth --pid 4242 --tid 4250\n  \
+        tessera cell attach synth --pid $(pidof jackd) --follow   (until it exits or Ctrl-C)")]
     Attach {
         cell: String,
         #[arg(long)]
         pid: i32,
         #[arg(long)]
         tid: Option<i32>,
+        /// Follow the process until it exits or Ctrl-C, as `cell exec` does:
+        /// real-time threads get reservations, the others the cell's cores;
+        /// every thread is restored at the end.
+        #[arg(long, conflicts_with_all = ["tid", "json"])]
+        follow: bool,
         #[arg(long)]
         json: bool,
     },
@@ -188,6 +216,50 @@ pub enum CellCommand {
         #[arg(long)]
         tid: i32,
     },
+    /// Change a cell's budget through admission; its threads get it at once.
+    #[command(after_help = "Examples:\n  \
+        tessera cell resize synth --runtime 300us --period 1333us\n  \
+        tessera cell resize synth --runtime 900us --period 1333us --degrade   (the largest that fits)\n  \
+        tessera cell resize video --runtime 3ms --period 10ms --json")]
+    Resize(ResizeArgs),
+}
+
+#[derive(Args)]
+pub struct ResizeArgs {
+    pub name: String,
+    /// New CPU time per period (e.g. 300us).
+    #[arg(long)]
+    pub runtime: String,
+    /// New period (e.g. 1333us).
+    #[arg(long)]
+    pub period: String,
+    /// Relative deadline (default: the period; a time-triggered window's is its runtime).
+    #[arg(long)]
+    pub deadline: Option<String>,
+    /// If the budget does not fit, take the largest runtime that does instead of failing.
+    #[arg(long)]
+    pub degrade: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl ResizeArgs {
+    /// The budget asked for; a time-triggered `window`'s deadline is its runtime.
+    pub fn budget(&self, window: bool) -> Result<Budget, BrokerError> {
+        let ns = |t: &str, example: &str| time(t, example).map(|d| d.as_nanos() as u64);
+        let runtime_ns = ns(&self.runtime, "--runtime 300us")?;
+        let period_ns = ns(&self.period, "--period 1333us")?;
+        let deadline_ns = match &self.deadline {
+            Some(d) => ns(d, "--deadline 1ms")?,
+            None if window => runtime_ns,
+            None => period_ns,
+        };
+        Ok(Budget {
+            runtime_ns,
+            deadline_ns,
+            period_ns,
+        })
+    }
 }
 
 #[derive(Args)]

@@ -5,6 +5,8 @@
 mod args;
 mod bench;
 mod experiment;
+mod follow;
+mod guard;
 mod music;
 mod show;
 mod synth;
@@ -56,6 +58,7 @@ fn run(cli: Cli) -> Result<ExitCode, BrokerError> {
             command: args::TraceCommand::Window(a),
         } => trace::window(a),
         Command::Bench { command } => bench::run(command),
+        Command::Guard { target } => guard::run(target),
         Command::Synth { command } => synth::run(command),
         Command::Music { command } => music::run(command),
     }
@@ -78,10 +81,14 @@ fn cell(command: CellCommand) -> Result<ExitCode, BrokerError> {
             Ok(ExitCode::SUCCESS)
         }
         CellCommand::Attach {
+            cell, pid, follow, ..
+        } if follow => follow::attach(session, &cell, pid),
+        CellCommand::Attach {
             cell,
             pid,
             tid,
             json,
+            ..
         } => {
             let tids = session.attach(&cell, pid, tid)?;
             show::print(json, &tids, |t| {
@@ -93,31 +100,21 @@ fn cell(command: CellCommand) -> Result<ExitCode, BrokerError> {
             println!("thread {tid} detached; its scheduling is restored");
             Ok(ExitCode::SUCCESS)
         }
-        CellCommand::Exec { cell, command } => exec(session, &cell, &command),
+        CellCommand::Exec { cell, command } => follow::exec(session, &cell, &command),
+        CellCommand::Resize(r) => {
+            let policy = session.show(&r.name)?.grant.request.policy;
+            let budget = r.budget(policy == tessera_policy::CellPolicy::TimeTriggered)?;
+            let reply = session.resize_cell(&r.name, budget, r.degrade)?;
+            show::print(r.json, &reply, |x| {
+                let note = if x.degraded {
+                    " (degraded: the largest that fits)"
+                } else {
+                    ""
+                };
+                format!("cell {:?} now has {}{note}\n", r.name, x.budget)
+            })
+        }
     }
-}
-
-/// Joins this very process to the cell, then becomes `command` (exec keeps
-/// the PID, the cpuset and the reservation), so the program never runs a
-/// moment outside the cell and its exit status is ours.
-fn exec(mut session: Session, cell: &str, command: &[String]) -> Result<ExitCode, BrokerError> {
-    use std::os::unix::process::CommandExt;
-    let (program, rest) = command.split_first().ok_or_else(|| {
-        BrokerError::new(
-            "invalid",
-            "no command given",
-            "e.g. `tessera cell exec synth -- ./my-synth --flag`",
-        )
-    })?;
-    session.join_current_thread(cell)?;
-    drop(session);
-    let err = std::process::Command::new(program).args(rest).exec();
-    let _ = Session::connect().and_then(|mut s| s.detach(tessera_sys::proc::current_tid()));
-    Err(BrokerError::new(
-        "not-found",
-        format!("could not run {program:?}: {err}"),
-        "check the program name and PATH",
-    ))
 }
 
 fn daemon(
@@ -140,6 +137,11 @@ fn daemon(
         }
         for n in notes {
             eprintln!("tessera daemon: recovered: {n}");
+        }
+        if let Ok(exe) = std::env::current_exe() {
+            tessera_guard::supervise::keep_running(&broker.config.guard, exe, |line| {
+                eprintln!("tessera daemon: {line}")
+            });
         }
     })?;
     Ok(ExitCode::SUCCESS)

@@ -280,6 +280,7 @@ fn garbage_on_the_socket_gets_an_error_and_the_connection_stays_usable() {
 fn exec_runs_a_program_inside_the_cell_and_returns_its_status() {
     let Some(m) = privileged("exec") else { return };
     create_synth(&m);
+    // A thread that is not real-time runs on the cell's core at its own policy.
     let out = m.ok(&[
         "cell",
         "exec",
@@ -290,8 +291,7 @@ fn exec_runs_a_program_inside_the_cell_and_returns_its_status() {
         "cat /proc/$$/cpuset; chrt -p $$",
     ]);
     assert!(out.contains("/tessera/core"), "{out}");
-    assert!(out.contains("SCHED_DEADLINE"), "{out}");
-    assert!(out.contains("400000/1333000/1333000"), "{out}");
+    assert!(out.contains("SCHED_OTHER"), "{out}");
     let status = m
         .run(&["cell", "exec", "synth", "--", "sh", "-c", "exit 7"])
         .status;
@@ -485,5 +485,114 @@ fn without_privileges_tessera_runs_best_effort_and_says_so() {
         policy_of(pid),
         "SCHED_OTHER nice 0",
         "best-effort mode changes no scheduling"
+    );
+}
+
+/// The program makes its (main) thread SCHED_FIFO after it started, as audio
+/// programs do; tessera follows it into the cell's reservation, returns the
+/// program's status, and leaves no member behind.
+#[test]
+fn exec_follows_a_thread_made_real_time_later_and_leaves_nothing_behind() {
+    let Some(m) = privileged("exec-follow") else {
+        return;
+    };
+    create_synth(&m);
+    let script = "chrt -f -p 10 $$; \
+        for i in $(seq 40); do \
+          chrt -p $$ | grep -q SCHED_DEADLINE && break; sleep 0.05; \
+        done; \
+        chrt -p $$; exit 7";
+    let out = m.run(&["cell", "exec", "synth", "--", "sh", "-c", script]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "the program's status");
+    assert!(
+        stdout.contains("SCHED_DEADLINE") && stdout.contains("400000/1333000/1333000"),
+        "the thread made FIFO got the reservation: {stdout}"
+    );
+    assert!(
+        stderr.contains("threads are found by process-events connector (immediate)"),
+        "the mechanism is named: {stderr}"
+    );
+    assert!(stderr.contains("its own reservation"), "{stderr}");
+    assert_eq!(
+        m.json(&["cell", "show", "synth", "--json"])["members"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0,
+        "no member is left behind"
+    );
+    // A signal sent to tessera reaches the program; its status says so.
+    let mut cmd = m.tessera();
+    cmd.args(["cell", "exec", "synth", "--", "sleep", "30"]);
+    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("spawn tessera");
+    let tessera = child.id() as i32;
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("threads are found by") {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "tessera said nothing"
+        );
+    }
+    tessera_sys::process::signal_child(tessera, 15).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 15), "sleep died of SIGTERM");
+    assert_eq!(
+        m.json(&["cell", "show", "synth", "--json"])["members"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+}
+
+/// `attach --follow` reserves a running program's real-time thread and,
+/// stopped by a signal, gives it back the policy its program set.
+#[test]
+fn attach_follow_reserves_a_running_programs_fifo_thread_until_stopped() {
+    let Some(mut m) = privileged("attach-follow") else {
+        return;
+    };
+    create_synth(&m);
+    let program = m.spawn(Command::new("chrt").args(["-f", "10", "sleep", "30"]));
+    let pid = program as i32;
+    wait_until("the program is SCHED_FIFO", || {
+        policy_of(program).starts_with("SCHED_FIFO")
+    });
+    let mut cmd = m.tessera();
+    cmd.args([
+        "cell",
+        "attach",
+        "synth",
+        "--pid",
+        &pid.to_string(),
+        "--follow",
+    ]);
+    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("spawn tessera");
+    let tessera = child.id() as i32;
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("its own reservation") {
+        let mut line = String::new();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "tessera said: {said}"
+        );
+        said.push_str(&line);
+    }
+    assert!(policy_of(program).starts_with("SCHED_DEADLINE"), "{said}");
+    tessera_sys::process::signal_child(tessera, 2).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 2), "stopped by SIGINT");
+    assert_eq!(policy_of(program), "SCHED_FIFO priority 10", "restored");
+    assert_eq!(
+        m.json(&["cell", "show", "synth", "--json"])["members"]
+            .as_array()
+            .unwrap()
+            .len(),
+        0
     );
 }

@@ -5,12 +5,15 @@
 //!
 //! It must never judge a result pass/fail: experiments report, tests assert.
 
+pub mod audio_server;
 pub mod cells;
 pub mod isolation;
 mod media;
 pub mod music;
 pub mod peer;
+pub mod peer_record;
 pub mod probe;
 pub mod runner;
 pub mod scenario;
+pub mod servers;
 pub mod windows;

@@ -44,9 +44,12 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
+
+use crate::peer_record::{PeerRecord, PeerRow};
+use crate::servers::{self, JackServer, ServerSpec};
 
 use tessera_graph::{nodes, Engine, EngineConfig, Graph, Profile, StreamConfig, TimerDriver};
 use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults};
@@ -59,8 +62,6 @@ const CYCLICTEST_HISTOGRAM_US: u64 = 20_000;
 /// Cycles dropped at the start of each tessera run (threads settle, caches
 /// warm), as the JACK peer does before it records.
 const WARM_UP: Duration = Duration::from_millis(500);
-/// Time jackd is given to exit on SIGTERM before it is killed.
-const JACKD_EXIT_WAIT: Duration = Duration::from_secs(3);
 
 pub const OVERHEAD: &str = "overhead";
 pub const SCHEDULING_LATENCY: &str = "scheduling latency";
@@ -123,24 +124,12 @@ impl Options {
             cpu_latency_target: true,
             jackd: "jackd".into(),
             cyclictest: "cyclictest".into(),
-            peer: default_peer_program(),
+            peer: servers::program_beside_us("tessera-jack-peer"),
         }
     }
 
     fn period_ns(&self) -> u64 {
         u64::from(self.frames) * 1_000_000_000 / u64::from(self.sample_rate)
-    }
-}
-
-/// `tessera-jack-peer` next to the running executable (cargo builds both into
-/// the same directory), else from PATH.
-fn default_peer_program() -> PathBuf {
-    let sibling = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|dir| dir.join("tessera-jack-peer")));
-    match sibling {
-        Some(path) if path.exists() => path,
-        _ => "tessera-jack-peer".into(),
     }
 }
 
@@ -226,7 +215,7 @@ pub fn run(options: &Options, mut progress: impl FnMut(&str)) -> Result<PeerOutc
         ));
         figures.push(run_tessera(options, topology)?);
     }
-    let server = JackServer::start(options)?;
+    let server = start_jackd(options)?;
     for topology in [Topology::Chain, Topology::FanOut] {
         progress(&format!(
             "JACK2 {}, {:.0} s",
@@ -461,53 +450,21 @@ fn tessera_cycles(profile: &Profile, topology: Topology, skip: usize) -> Vec<Cyc
 
 // --------------------------------------------------------------------- JACK
 
-/// A jackd started by this run, under a private name; stopped by PID when
-/// dropped, so an error anywhere in the run still stops it.
-struct JackServer {
-    child: Child,
-    name: String,
-}
-
-impl JackServer {
-    fn start(options: &Options) -> Result<JackServer, PeerError> {
-        let name = format!("tessera-peer-{}", std::process::id());
-        let log = fs::File::create(options.out_dir.join("jackd.log"))
-            .map_err(|e| PeerError::Write(e.to_string()))?;
-        let log_err = log
-            .try_clone()
-            .map_err(|e| PeerError::Write(e.to_string()))?;
-        let child = Command::new(&options.jackd)
-            .env("JACK_DEFAULT_SERVER", &name)
-            .args(["-n", &name, "-R", "-P", &options.priority.to_string()])
-            .args(["-d", "dummy", "-r", &options.sample_rate.to_string()])
-            .args(["-p", &options.frames.to_string()])
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .map_err(tool("starting jackd", INSTALL_FIX))?;
-        Ok(JackServer { child, name })
-    }
-
-    fn stop(self) {
-        drop(self)
-    }
-}
-
-impl Drop for JackServer {
-    fn drop(&mut self) {
-        // SIGTERM first: jackd removes its shared memory and socket on exit.
-        let _ = tessera_sys::process::terminate(self.child.id() as i32);
-        let give_up = std::time::Instant::now() + JACKD_EXIT_WAIT;
-        while std::time::Instant::now() < give_up {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// jackd under a private name, stopped by PID when dropped, so an error
+/// anywhere in the run still stops it.
+fn start_jackd(options: &Options) -> Result<JackServer, PeerError> {
+    let spec = ServerSpec {
+        frames: options.frames,
+        rate: options.sample_rate,
+        priority: options.priority,
+        core: None,
+        log: options.out_dir.join("jackd.log"),
+    };
+    JackServer::start(&options.jackd, &spec).map_err(|message| PeerError::Tool {
+        what: "jackd".into(),
+        message,
+        fix: INSTALL_FIX,
+    })
 }
 
 fn run_jack(
@@ -519,7 +476,7 @@ fn run_jack(
         .out_dir
         .join(format!("jack-{}.tsv", topology.name()));
     let output = Command::new(&options.peer)
-        .env("JACK_DEFAULT_SERVER", &server.name)
+        .envs(server.client_env())
         .args(["--topology", topology.name()])
         .args(["--loads", &options.loads.to_string()])
         .args(["--load", &options.load_fraction.to_string()])
@@ -559,16 +516,6 @@ pub struct PeerFile {
     pub hosting: String,
 }
 
-/// One client's row in one cycle, as the peer wrote it.
-struct PeerRow {
-    client: usize,
-    frames: u32,
-    start_ns: u64,
-    awake_ns: u64,
-    finished_ns: u64,
-    cpu_ns: u64,
-}
-
 /// Parses the peer's file into cycles in which every client ran; each
 /// client is signalled when its predecessors finished (the cycle start for
 /// the first), as JACK2's graph order has it.
@@ -577,54 +524,18 @@ pub fn parse_peer_file(text: &str) -> Result<PeerFile, PeerError> {
         what: "tessera-jack-peer".into(),
         message,
     };
-    let header = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("# {key} ")))
-            .ok_or_else(|| parse_error(format!("no `# {key}` line")))
-    };
-    let topology = match header("topology")? {
+    let record = PeerRecord::parse(text).map_err(parse_error)?;
+    let topology = match record.topology.as_str() {
         "chain" => Topology::Chain,
         "fan-out" => Topology::FanOut,
         other => return Err(parse_error(format!("topology {other:?}"))),
     };
-    let clients: Vec<&str> = header("clients")?.split(' ').collect();
-    let xruns = header("xruns")?
-        .parse()
-        .map_err(|e| parse_error(format!("xruns: {e}")))?;
-    let hosting = header("hosting")?.to_owned();
-    let rows = text
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.starts_with("client"))
-        .map(parse_peer_row)
-        .collect::<Option<Vec<PeerRow>>>()
-        .ok_or_else(|| parse_error("a malformed sample row".into()))?;
-    let cycles = group_cycles(rows, &clients, topology);
+    let clients: Vec<&str> = record.clients.iter().map(String::as_str).collect();
+    let cycles = group_cycles(record.rows.clone(), &clients, topology);
     Ok(PeerFile {
         cycles,
-        xruns,
-        hosting,
-    })
-}
-
-fn parse_peer_row(line: &str) -> Option<PeerRow> {
-    let f: Vec<u64> = line
-        .split('\t')
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .ok()?;
-    let [client, frames, start_us, jack_awake_us, awake_ns, finished_ns, cpu_ns] = f[..] else {
-        return None;
-    };
-    // JACK's clock may not be CLOCK_MONOTONIC: place its cycle start
-    // relative to the moment the callback woke, read on both clocks.
-    let start_ns = awake_ns.saturating_sub(jack_awake_us.saturating_sub(start_us) * 1_000);
-    Some(PeerRow {
-        client: client as usize,
-        frames: frames as u32,
-        start_ns,
-        awake_ns,
-        finished_ns,
-        cpu_ns,
+        xruns: record.xruns,
+        hosting: record.hosting,
     })
 }
 

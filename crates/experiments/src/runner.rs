@@ -8,6 +8,7 @@
 //! It must never judge a result, and never leave a cell, a thread or a
 //! process behind: every configuration ends in [`Live::finish`], error or not.
 
+use crate::audio_server;
 use crate::cells::{setup_thread, Cells};
 use crate::media;
 use crate::music;
@@ -130,7 +131,8 @@ pub fn write(results: &RunResults, dir: &Path) -> Result<(), BrokerError> {
 /// probe's per-load section when the run was a probe.
 pub fn write_report(results: &RunResults, dir: &Path) -> Result<(), BrokerError> {
     let files = tessera_measure::write_report(results, dir).map_err(|e| err(e.to_string()))?;
-    let extra = probe::report_section(results, dir).map_err(err)?;
+    let mut extra = probe::report_section(results, dir).map_err(err)?;
+    extra.push_str(&audio_server::report_section(results));
     if !extra.is_empty() {
         let mut text = std::fs::read_to_string(&files.readme).map_err(|e| err(e.to_string()))?;
         text.push_str(&extra);
@@ -170,6 +172,7 @@ enum SubjectRun {
     Music(Box<music::MusicRun>),
     Graph(Box<GraphRun>),
     Cyclictest(probe::Cyclictest),
+    AudioServer(Box<audio_server::AudioServerRun>),
 }
 
 struct GraphRun {
@@ -197,6 +200,7 @@ enum SubjectData {
     Music(Box<music::MusicData>),
     Graph(Profile, u64),
     Cyclictest(Result<LatencyHistogram, String>),
+    AudioServer(Box<audio_server::AudioServerData>),
 }
 
 impl Live {
@@ -205,6 +209,7 @@ impl Live {
             Some(SubjectRun::Task(t)) => t.start(t0),
             Some(SubjectRun::Cyclictest(c)) => c.start(t0),
             Some(SubjectRun::Music(m)) => m.release(t0)?,
+            Some(SubjectRun::AudioServer(a)) => a.release(t0)?,
             _ => {}
         }
         self.periodic.iter().for_each(|(_, t)| t.start(t0));
@@ -235,6 +240,7 @@ impl Live {
             },
             SubjectRun::Cyclictest(c) => SubjectData::Cyclictest(c.join()),
             SubjectRun::Music(m) => SubjectData::Music(Box::new(m.finish())),
+            SubjectRun::AudioServer(a) => SubjectData::AudioServer(Box::new(a.finish())),
         });
         let periodic = self.periodic.into_iter().map(|(_, t)| t.join()).collect();
         notes.extend(self.threads.into_iter().map(|t| t.join().describe()));
@@ -324,6 +330,8 @@ fn start_subject(scenario: &Scenario, config: &Configuration) -> Result<SubjectR
         (Subject::Music { .. }, _) => {
             music::MusicRun::start(scenario, config).map(|m| SubjectRun::Music(Box::new(m)))
         }
+        (Subject::AudioServer(_), _) => audio_server::AudioServerRun::start(scenario, config)
+            .map(|a| SubjectRun::AudioServer(Box::new(a))),
     }
 }
 
@@ -600,6 +608,11 @@ fn collect(
     finished: Finished,
 ) -> ConfigurationResult {
     let subject = match config.roles.as_slice() {
+        [] if config.server.is_some() => config
+            .server
+            .as_ref()
+            .map(|s| s.describe())
+            .unwrap_or_default(),
         [] => config.subject.describe(),
         roles => roles
             .iter()
@@ -652,6 +665,11 @@ fn collect(
             let (music_metrics, music_notes) = music::metrics(*data, scenario.warmup);
             metrics.extend(music_metrics);
             notes.extend(music_notes);
+        }
+        Some(SubjectData::AudioServer(data)) => {
+            let (audio_metrics, audio_notes) = audio_server::metrics(*data, scenario, t0);
+            metrics.extend(audio_metrics);
+            notes.extend(audio_notes);
         }
         None => {}
     }

@@ -1,5 +1,6 @@
 //! Scenario files: the TOML description of an experiment — cells, the
-//! subject measured (a periodic task, an audio graph, the latency probe),
+//! subject measured (a periodic task, an audio graph, the latency probe,
+//! the music application, a real audio server: [`audio_server`]),
 //! interference, duration and warm-up, and the named configurations run
 //! back to back. docs/scenarios.md documents every key.
 //!
@@ -16,6 +17,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest, Placement};
 use toml::Spanned;
+
+mod audio_server;
+pub use audio_server::{AudioClient, AudioServerSubject, GuardSettings, ServerKind, ServerSched};
 
 /// Why a scenario was refused: where, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,6 +147,9 @@ pub enum Subject {
         /// seed's LAN) instead of on loopback.
         lan: bool,
     },
+    /// A real audio server (jackd2 or PipeWire) with JACK load clients:
+    /// xruns, late cycles, when each client finished, the guard's budgets.
+    AudioServer(AudioServerSubject),
 }
 
 /// An interference workload.
@@ -219,6 +226,8 @@ pub struct Configuration {
     /// The interference that runs, with its scheduling, in scenario order.
     pub interference: Vec<(String, Sched)>,
     pub tool: Tool,
+    /// How an audio-server subject runs (None for other subjects).
+    pub server: Option<ServerSched>,
 }
 
 /// A validated scenario.
@@ -257,7 +266,8 @@ impl Configuration {
 
     /// Whether any thread needs CAP_SYS_NICE (a cell or a FIFO priority).
     pub fn needs_privilege(&self) -> bool {
-        !self.subject.is_plain()
+        self.server.is_some()
+            || !self.subject.is_plain()
             || self
                 .interference
                 .iter()
@@ -297,6 +307,9 @@ impl Scenario {
                 n.start = f(n.start);
                 n.stop = n.stop.map(f);
             }
+        }
+        if let Subject::AudioServer(a) = &mut s.subject {
+            a.scale(factor);
         }
         s
     }
@@ -447,6 +460,12 @@ struct RawSubject {
     work_factor: Option<Spanned<f64>>,
     seed: Option<Spanned<u64>>,
     network: Option<Spanned<String>>,
+    // kind = "audio-server" (and frames, rate)
+    server: Option<Spanned<String>>,
+    priority: Option<Spanned<u32>>,
+    #[serde(default)]
+    client: Vec<Spanned<audio_server::RawClient>>,
+    staircase: Option<Spanned<audio_server::RawStaircase>>,
 }
 
 #[derive(Deserialize)]
@@ -502,6 +521,31 @@ enum RawSubjectSched {
 
 struct Validator {
     facts: Facts,
+}
+
+/// How a configuration runs an audio-server subject (None for other
+/// subjects): its `subject`, or as the server sets itself.
+fn server_sched(
+    value: Option<&Spanned<RawSubjectSched>>,
+    scenario: &Scenario,
+    table: &Range<usize>,
+) -> Result<Option<ServerSched>, Refusal> {
+    let Subject::AudioServer(subject) = &scenario.subject else {
+        return Ok(None);
+    };
+    let (text, span) = match value.map(|v| (v.get_ref(), v.span())) {
+        None => ("fifo", table.clone()),
+        Some((RawSubjectSched::All(text), span)) => (text.as_str(), span),
+        Some((RawSubjectSched::Roles(_), span)) => {
+            return refuse(
+                span,
+                "only a music subject has roles; give the audio server one scheduling (fifo:P, fifo, guard…)",
+            )
+        }
+    };
+    ServerSched::parse(text, subject)
+        .map(Some)
+        .map_err(|e| (span, e))
 }
 
 /// A value that may depend on the machine's size: `3`, or a table keyed by
@@ -870,9 +914,15 @@ impl Validator {
             }
             "graph" => self.graph(s, &table, total),
             "music" => self.music(s),
+            "audio-server" => {
+                audio_server::subject(s, &table, total, tessera_workloads::external::installed)
+                    .map(Subject::AudioServer)
+            }
             other => refuse(
                 s.kind.span(),
-                format!("unknown subject kind {other:?} (periodic, graph, probe, music)"),
+                format!(
+                    "unknown subject kind {other:?} (periodic, graph, probe, music, audio-server)"
+                ),
             ),
         }
     }
@@ -1149,7 +1199,9 @@ impl Validator {
         scenario: &Scenario,
     ) -> Result<Configuration, Refusal> {
         let (c, table) = (spanned.get_ref(), spanned.span());
+        let server = server_sched(c.subject.as_ref(), scenario, &table)?;
         let (subject, roles) = match &c.subject {
+            Some(_) if server.is_some() => (Sched::default(), Vec::new()),
             Some(s) => self.subject_sched(s, scenario)?,
             None => (Sched::default(), Vec::new()),
         };
@@ -1212,6 +1264,7 @@ impl Validator {
             roles,
             interference,
             tool,
+            server,
         };
         self.feasible(&configuration, scenario, &table)?;
         Ok(configuration)

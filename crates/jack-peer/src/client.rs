@@ -1,13 +1,14 @@
 //! The JACK clients of the peer: [`LoadClient`] is tessera's `load` node as
 //! a JACK client (busy for a fraction of the period on the thread's CPU-time
-//! clock, audio `in` copied to `out`), timing itself every cycle;
-//! [`XrunCounter`] counts the server's xrun notifications.
+//! clock, audio `in` copied to `out`), timing itself every cycle and telling
+//! which thread runs it; [`XrunCounter`] counts the server's xrun
+//! notifications (and, for the monitor, when each came).
 //!
 //! The process callback must never allocate: samples go into a vector
 //! reserved before activation and stop being recorded when it is full.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tessera_sys::clock;
 
@@ -19,6 +20,8 @@ pub struct LoadClient {
     busy_ns: u64,
     samples: Vec<Sample>,
     recording: Arc<AtomicBool>,
+    /// The thread running the process callback (0 until the first cycle).
+    tid: Arc<AtomicI32>,
 }
 
 impl LoadClient {
@@ -36,7 +39,13 @@ impl LoadClient {
             busy_ns: (busy_s * 1e9) as u64,
             samples: Vec::with_capacity(capacity),
             recording,
+            tid: Arc::new(AtomicI32::new(0)),
         })
+    }
+
+    /// The process thread's id, once it ran a cycle.
+    pub fn thread_id(&self) -> Arc<AtomicI32> {
+        Arc::clone(&self.tid)
     }
 
     pub fn into_samples(self) -> Vec<Sample> {
@@ -59,6 +68,10 @@ impl LoadClient {
 impl jack::ProcessHandler for LoadClient {
     fn process(&mut self, client: &jack::Client, scope: &jack::ProcessScope) -> jack::Control {
         let awake_ns = clock::monotonic_ns();
+        if self.tid.load(Ordering::Relaxed) == 0 {
+            self.tid
+                .store(tessera_sys::proc::current_tid(), Ordering::Relaxed);
+        }
         // JACK's own clock at the same moment: maps its cycle start onto
         // CLOCK_MONOTONIC whatever clock this libjack reads.
         let jack_awake_us = client.time();
@@ -84,15 +97,27 @@ impl jack::ProcessHandler for LoadClient {
 }
 
 /// Counts xruns; only one client (`counting`) counts, since JACK2 notifies
-/// every client of each xrun.
+/// every client of each xrun. With `times`, it also notes when each came
+/// (CLOCK_MONOTONIC ns; notifications arrive on a thread that is not the
+/// process thread, and the list has room reserved up front).
 pub struct XrunCounter {
     xruns: Arc<AtomicU64>,
     counting: bool,
+    times: Option<Arc<Mutex<Vec<u64>>>>,
 }
 
 impl XrunCounter {
     pub fn new(xruns: Arc<AtomicU64>, counting: bool) -> Self {
-        XrunCounter { xruns, counting }
+        XrunCounter {
+            xruns,
+            counting,
+            times: None,
+        }
+    }
+
+    pub fn with_times(mut self, times: Arc<Mutex<Vec<u64>>>) -> Self {
+        self.times = Some(times);
+        self
     }
 }
 
@@ -100,6 +125,11 @@ impl jack::NotificationHandler for XrunCounter {
     fn xrun(&mut self, _: &jack::Client) -> jack::Control {
         if self.counting {
             self.xruns.fetch_add(1, Ordering::Relaxed);
+            if let Some(Ok(mut times)) = self.times.as_ref().map(|t| t.try_lock()) {
+                if times.len() < times.capacity() {
+                    times.push(clock::monotonic_ns());
+                }
+            }
         }
         jack::Control::Continue
     }

@@ -1,76 +1,50 @@
-//! `tessera-jack-peer`: the JACK side of tessera's peer benchmark
-//! (`tessera bench peer`). It connects to a running jackd2 (the server named
-//! by `JACK_DEFAULT_SERVER`, never starting one), opens JACK clients that do
-//! exactly what tessera's `load` node does, connects them as a chain or a
-//! fan-out, records every client's timings per cycle into preallocated
-//! buffers, and writes them to a file in the format of [`record`].
+//! `tessera-jack-peer`: JACK load clients for tessera's peer benchmark
+//! (`tessera bench peer`) and its audio-server scenarios (`tessera run`,
+//! `kind = "audio-server"`). It connects to a running server — jackd2 (the
+//! server named by `JACK_DEFAULT_SERVER`) or PipeWire through `pw-jack` —
+//! never starting one, opens JACK clients that do exactly what tessera's
+//! `load` node does, connects them as a chain or a fan-out, records every
+//! client's timings per cycle into preallocated buffers, and writes them to
+//! a file in the format of [`record`].
 //!
-//! One process hosts all the clients; JACK2 still runs each client's process
-//! callback on a real-time thread of its own, woken by the server's per-client
-//! futex, exactly as if each client were a process of its own.
+//! Clients open at launch, or on a timeline (a staircase, or a list of start
+//! and stop times from a shared origin); each joins the end of the chain
+//! and the chain closes up when one leaves. An optional monitor client,
+//! connected to nothing, records every cycle and counts the xruns.
 //!
-//! It must never start or stop a JACK server (the benchmark owns jackd) nor
-//! allocate, lock or print in a process callback.
+//! One process hosts all the clients; the server still runs each client's
+//! process callback on a real-time thread of its own, woken by the server,
+//! exactly as if each client were a process of its own.
+//!
+//! It must never start or stop a server (its caller owns it) nor allocate,
+//! lock or print in a process callback.
 
 mod client;
+mod options;
 mod record;
 
+use std::collections::BTreeSet;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use client::{LoadClient, XrunCounter};
-use record::{Sample, Topology};
+use options::{Options, USAGE, WARM_UP};
+use record::Sample;
+use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 
-/// Time the graph runs before recording starts (JACK2's graph settles and
-/// the clients' threads page in their stacks).
-const WARM_UP: Duration = Duration::from_millis(500);
-/// How long to wait for the server to accept the first client.
+/// How long to wait for the server to accept a client.
 const SERVER_WAIT: Duration = Duration::from_secs(10);
 /// Recording buffers hold this many more cycles than the nominal count.
 const CYCLE_MARGIN: f64 = 1.25;
-
-struct Options {
-    topology: Topology,
-    loads: usize,
-    load_fraction: f64,
-    seconds: f64,
-    out: std::path::PathBuf,
-}
-
-const USAGE: &str = "usage: tessera-jack-peer --topology chain|fan-out [--loads 10] [--load 0.05] \
-                     [--seconds 20] --out FILE   (server: $JACK_DEFAULT_SERVER)";
-
-fn parse_options() -> Result<Options, String> {
-    let mut options = Options {
-        topology: Topology::Chain,
-        loads: 10,
-        load_fraction: 0.05,
-        seconds: 20.0,
-        out: std::path::PathBuf::new(),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or(format!("{flag} needs a value"))?;
-        let number = |v: &str| v.parse::<f64>().map_err(|e| format!("{flag} {v}: {e}"));
-        match flag.as_str() {
-            "--topology" => options.topology = Topology::parse(&value)?,
-            "--loads" => options.loads = number(&value)? as usize,
-            "--load" => options.load_fraction = number(&value)?,
-            "--seconds" => options.seconds = number(&value)?,
-            "--out" => options.out = value.into(),
-            _ => return Err(format!("unknown flag {flag}")),
-        }
-    }
-    if options.out.as_os_str().is_empty() || options.loads == 0 {
-        return Err("--out is required and --loads must be at least 1".into());
-    }
-    Ok(options)
-}
+/// Longest sleep between looks at SIGINT/SIGTERM.
+const POLL: Duration = Duration::from_millis(50);
+/// Room for xrun times.
+const MAX_XRUN_TIMES: usize = 100_000;
 
 fn main() -> ExitCode {
-    let outcome = parse_options().and_then(|options| run(&options));
+    let outcome = Options::parse(std::env::args().skip(1)).and_then(|options| run(&options));
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -82,87 +56,279 @@ fn main() -> ExitCode {
 
 type Active = jack::AsyncClient<XrunCounter, LoadClient>;
 
-fn run(options: &Options) -> Result<(), String> {
-    // Like the benchmark's own process: no page faults in callbacks, so the
-    // recording buffers reserved below are resident before the first cycle.
-    tessera_sys::mem::lock_all_memory().map_err(|e| format!("locking memory: {e}"))?;
-    let names = options.topology.client_names(options.loads);
-    let recording = Arc::new(AtomicBool::new(false));
-    let xruns = Arc::new(AtomicU64::new(0));
-    let mut active: Vec<Active> = Vec::with_capacity(names.len());
-    for (index, name) in names.iter().enumerate() {
-        let fraction = match options.topology.is_load(index, names.len()) {
-            true => options.load_fraction,
-            false => 0.0,
-        };
-        active.push(open_client(name, fraction, options, &recording, &xruns)?);
-    }
-    connect(&active[0], &options.topology.connections(&names))?;
-    std::thread::sleep(WARM_UP);
-    recording.store(true, Ordering::Release);
-    std::thread::sleep(Duration::from_secs_f64(options.seconds));
-    recording.store(false, Ordering::Release);
-    let xrun_count = xruns.load(Ordering::Relaxed);
-    let mut samples: Vec<Vec<Sample>> = Vec::with_capacity(active.len());
-    for client in active {
-        let (_, _, handler) = client
-            .deactivate()
-            .map_err(|e| format!("deactivating a client: {e}"))?;
-        samples.push(handler.into_samples());
-    }
-    let header = record::Header {
-        topology: options.topology,
-        clients: names,
-        xruns: xrun_count,
-        hosting: "one process, one JACK2 client thread per client".into(),
-    };
-    let file = std::fs::File::create(&options.out)
-        .map_err(|e| format!("creating {}: {e}", options.out.display()))?;
-    record::write(std::io::BufWriter::new(file), &header, &samples)
-        .map_err(|e| format!("writing {}: {e}", options.out.display()))
+/// One client of the peer, open or not.
+struct Slot {
+    name: String,
+    fraction: f64,
+    start: Option<Duration>,
+    stop: Option<Duration>,
+    active: Option<Active>,
+    tid: Option<Arc<AtomicI32>>,
+    samples: Vec<Sample>,
 }
 
-/// Opens and activates one client, retrying while the server starts up.
-fn open_client(
-    name: &str,
-    fraction: f64,
-    options: &Options,
-    recording: &Arc<AtomicBool>,
-    xruns: &Arc<AtomicU64>,
-) -> Result<Active, String> {
+/// What happens on the timeline, in order of time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Close(usize),
+    Record,
+    Open(usize),
+    End,
+}
+
+/// The clients, what they share, and the wires between them.
+struct Peer<'a> {
+    options: &'a Options,
+    slots: Vec<Slot>,
+    recording: Arc<AtomicBool>,
+    xruns: Arc<AtomicU64>,
+    xrun_times: Arc<Mutex<Vec<u64>>>,
+    wires: BTreeSet<(String, String)>,
+    period: (u32, u32),
+}
+
+fn run(options: &Options) -> Result<(), String> {
+    // No page faults in callbacks: the recording buffers reserved below are
+    // resident before the first cycle.
+    tessera_sys::mem::lock_all_memory().map_err(|e| format!("locking memory: {e}"))?;
+    tessera_sys::signal::catch_stop_requests().map_err(|e| e.to_string())?;
+    let mut peer = Peer::new(options);
+    for index in 0..peer.slots.len() {
+        if peer.slots[index].start.is_none() {
+            peer.open(index)?;
+        }
+    }
+    peer.rewire()?;
+    let t0 = options
+        .t0_ns
+        .unwrap_or_else(|| monotonic_ns() + WARM_UP.as_nanos() as u64);
+    for (at, event) in peer.timeline(t0) {
+        if !wait_until(at) {
+            break;
+        }
+        match event {
+            Event::Open(index) => peer.open(index).and_then(|()| peer.rewire())?,
+            Event::Close(index) => peer.close(index).and_then(|()| peer.rewire())?,
+            Event::Record => peer.recording.store(true, Ordering::Release),
+            Event::End => break,
+        }
+    }
+    peer.recording.store(false, Ordering::Release);
+    for index in 0..peer.slots.len() {
+        peer.close(index)?;
+    }
+    peer.write(t0)
+}
+
+/// Sleeps until `at` (CLOCK_MONOTONIC ns); false if a stop was requested.
+fn wait_until(at: u64) -> bool {
+    loop {
+        if tessera_sys::signal::stop_requested() {
+            return false;
+        }
+        let now = monotonic_ns();
+        if now >= at {
+            return true;
+        }
+        sleep_until_monotonic_ns(at.min(now + POLL.as_nanos() as u64));
+    }
+}
+
+impl<'a> Peer<'a> {
+    fn new(options: &'a Options) -> Peer<'a> {
+        let names = options.topology.client_names(options.loads);
+        let count = names.len();
+        let mut loads = 0;
+        let mut slots: Vec<Slot> = names
+            .into_iter()
+            .enumerate()
+            .map(|(index, name)| {
+                let is_load = options.topology.is_load(index, count);
+                let k = loads;
+                loads += usize::from(is_load);
+                let pick = |v: &[Option<Duration>]| if is_load { v[k] } else { None };
+                Slot {
+                    name,
+                    fraction: if is_load {
+                        options.load_fractions[k]
+                    } else {
+                        0.0
+                    },
+                    start: pick(&options.starts),
+                    stop: pick(&options.stops),
+                    active: None,
+                    tid: None,
+                    samples: Vec::new(),
+                }
+            })
+            .collect();
+        if options.monitor {
+            slots.push(Slot {
+                name: "monitor".into(),
+                fraction: 0.0,
+                start: None,
+                stop: None,
+                active: None,
+                tid: None,
+                samples: Vec::new(),
+            });
+        }
+        Peer {
+            options,
+            slots,
+            recording: Arc::new(AtomicBool::new(false)),
+            xruns: Arc::new(AtomicU64::new(0)),
+            xrun_times: Arc::new(Mutex::new(Vec::with_capacity(MAX_XRUN_TIMES))),
+            wires: BTreeSet::new(),
+            period: (0, 0),
+        }
+    }
+
+    /// Every event from `t0` on, in time order.
+    fn timeline(&self, t0: u64) -> Vec<(u64, Event)> {
+        let at = |d: Duration| t0 + d.as_nanos() as u64;
+        let end = Duration::from_secs_f64(self.options.seconds);
+        let mut events = vec![(t0, Event::Record), (at(end), Event::End)];
+        for (index, slot) in self.slots.iter().enumerate() {
+            events.extend(slot.start.map(|s| (at(s), Event::Open(index))));
+            events.extend(slot.stop.map(|s| (at(s), Event::Close(index))));
+        }
+        events.retain(|(time, _)| *time <= at(end));
+        events.sort();
+        events
+    }
+
+    /// Whether the slot is the one that counts xruns: the monitor if there
+    /// is one (it is open for the whole run), else the first client.
+    fn counts_xruns(&self, index: usize) -> bool {
+        match self.options.monitor {
+            true => self.slots[index].name == "monitor",
+            false => index == 0,
+        }
+    }
+
+    /// Opens and activates the slot's client, retrying while the server
+    /// starts up.
+    fn open(&mut self, index: usize) -> Result<(), String> {
+        let name = self.slots[index].name.clone();
+        let client = connect(&name)?;
+        self.period = (client.buffer_size(), client.sample_rate());
+        let period_s = f64::from(client.buffer_size()) / f64::from(client.sample_rate());
+        let open_for =
+            self.options.seconds - self.slots[index].start.map_or(0.0, |s| s.as_secs_f64());
+        let capacity = (open_for.max(0.0) / period_s * CYCLE_MARGIN) as usize + 16;
+        let handler = LoadClient::new(
+            &client,
+            self.slots[index].fraction * period_s,
+            capacity,
+            Arc::clone(&self.recording),
+        )
+        .map_err(|e| format!("registering ports of {name}: {e}"))?;
+        let counting = self.counts_xruns(index);
+        let mut notifications = XrunCounter::new(Arc::clone(&self.xruns), counting);
+        if counting && self.options.monitor {
+            notifications = notifications.with_times(Arc::clone(&self.xrun_times));
+        }
+        self.slots[index].tid = Some(handler.thread_id());
+        let active = client
+            .activate_async(notifications, handler)
+            .map_err(|e| format!("activating {name}: {e}"))?;
+        self.slots[index].active = Some(active);
+        Ok(())
+    }
+
+    /// Deactivates and closes the slot's client, keeping its samples.
+    fn close(&mut self, index: usize) -> Result<(), String> {
+        let slot = &mut self.slots[index];
+        if let Some(active) = slot.active.take() {
+            let (_, _, handler) = active
+                .deactivate()
+                .map_err(|e| format!("deactivating {}: {e}", slot.name))?;
+            slot.samples = handler.into_samples();
+        }
+        Ok(())
+    }
+
+    /// Wires the open clients as the topology says, through whichever
+    /// client is open; ports the server lacks (PipeWire without a sound
+    /// card has no `system` ports) are left out.
+    fn rewire(&mut self) -> Result<(), String> {
+        let open: Vec<String> = self
+            .slots
+            .iter()
+            .filter(|s| s.active.is_some() && s.name != "monitor")
+            .map(|s| s.name.clone())
+            .collect();
+        let Some(via) = self.slots.iter().rev().find_map(|s| s.active.as_ref()) else {
+            return Ok(());
+        };
+        let via = via.as_client();
+        let wanted: BTreeSet<(String, String)> = match open.is_empty() {
+            true => BTreeSet::new(),
+            false => self
+                .options
+                .topology
+                .connections(&open)
+                .into_iter()
+                .collect(),
+        };
+        let exists = |port: &str| via.port_by_name(port).is_some();
+        for (from, to) in self.wires.difference(&wanted) {
+            if exists(from) && exists(to) {
+                let _ = via.disconnect_ports_by_name(from, to);
+            }
+        }
+        for (from, to) in wanted.difference(&self.wires) {
+            if exists(from) && exists(to) {
+                via.connect_ports_by_name(from, to)
+                    .map_err(|e| format!("connecting {from} -> {to}: {e}"))?;
+            }
+        }
+        self.wires = wanted;
+        Ok(())
+    }
+
+    fn write(self, t0: u64) -> Result<(), String> {
+        let xrun_ns = self
+            .xrun_times
+            .lock()
+            .map(|t| t.clone())
+            .unwrap_or_default();
+        let header = record::Header {
+            topology: self.options.topology,
+            clients: self.slots.iter().map(|s| s.name.clone()).collect(),
+            xruns: self.xruns.load(Ordering::Relaxed),
+            hosting: "one process, one JACK client thread per client".into(),
+            period: self.period,
+            t0_ns: t0,
+            threads: self
+                .slots
+                .iter()
+                .map(|s| s.tid.as_ref().map_or(0, |t| t.load(Ordering::Relaxed)))
+                .collect(),
+            xrun_ns,
+        };
+        let samples: Vec<Vec<Sample>> = self.slots.into_iter().map(|s| s.samples).collect();
+        let out = &self.options.out;
+        let file =
+            std::fs::File::create(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
+        record::write(std::io::BufWriter::new(file), &header, &samples)
+            .map_err(|e| format!("writing {}: {e}", out.display()))
+    }
+}
+
+/// A client of the server, retrying while the server starts up.
+fn connect(name: &str) -> Result<jack::Client, String> {
     let give_up = Instant::now() + SERVER_WAIT;
-    let client = loop {
+    loop {
         match jack::Client::new(name, jack::ClientOptions::NO_START_SERVER) {
-            Ok((client, _)) => break client,
+            Ok((client, _)) => return Ok(client),
             Err(e) if Instant::now() >= give_up => {
                 return Err(format!(
-                    "opening JACK client {name}: {e} (is jackd running?)"
+                    "opening JACK client {name}: {e} (is the server running?)"
                 ))
             }
             Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
-    };
-    let period_s = f64::from(client.buffer_size()) / f64::from(client.sample_rate());
-    let capacity = (options.seconds / period_s * CYCLE_MARGIN) as usize + 16;
-    let handler = LoadClient::new(
-        &client,
-        fraction * period_s,
-        capacity,
-        Arc::clone(recording),
-    )
-    .map_err(|e| format!("registering ports of {name}: {e}"))?;
-    let notifications = XrunCounter::new(Arc::clone(xruns), name == "load-01");
-    client
-        .activate_async(notifications, handler)
-        .map_err(|e| format!("activating {name}: {e}"))
-}
-
-fn connect(client: &Active, connections: &[(String, String)]) -> Result<(), String> {
-    for (from, to) in connections {
-        client
-            .as_client()
-            .connect_ports_by_name(from, to)
-            .map_err(|e| format!("connecting {from} -> {to}: {e}"))?;
     }
-    Ok(())
 }

@@ -2,18 +2,27 @@
 //! (`peer` module) parses:
 //!
 //! ```text
-//! # tessera-jack-peer 1
+//! # tessera-jack-peer 2
 //! # topology chain
-//! # clients load-01 load-02 ...
+//! # clients load-01 load-02 ... [monitor]
 //! # xruns 0
 //! # hosting one process, one JACK2 client thread per client
+//! # period 128 96000
+//! # t0_ns 987000000000
+//! # threads load-01=4242 load-02=4243 monitor=4240
+//! # xrun_ns 987650000000 987660000000
 //! client cycle_frames cycle_start_us jack_awake_us awake_ns finished_ns cpu_ns
 //! 0 123456 987654321 987654322 987654322123 987654388000 66700
 //! ```
 //!
 //! One row per client per recorded cycle, tab-separated (shown with spaces); `client` indexes
 //! the `clients` line (graph order: the chain in order, or source, loads,
-//! sink); `cycle_frames` and `cycle_start_us` come from
+//! sink; then the monitor, if any, which is connected to nothing); `period`
+//! is the buffer size and sample rate the server gave the clients; `t0_ns`
+//! is the origin of the clients' start and stop times (CLOCK_MONOTONIC);
+//! `threads` the thread that ran each client's process callback (0: it never
+//! ran); `xrun_ns` when each counted xrun was notified (CLOCK_MONOTONIC; the
+//! monitor's only). `cycle_frames` and `cycle_start_us` come from
 //! `jack_get_cycle_times` (the frame count identifies the cycle across
 //! clients); `jack_awake_us` is JACK's clock (`jack_get_time`) when the
 //! callback woke, which maps `cycle_start_us` onto `CLOCK_MONOTONIC` (JACK2
@@ -25,7 +34,7 @@
 use std::io::{self, Write};
 
 /// Version written on the first line.
-const FORMAT_VERSION: u32 = 1;
+const FORMAT_VERSION: u32 = 2;
 
 /// How the load clients are connected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +121,12 @@ pub struct Header {
     pub clients: Vec<String>,
     pub xruns: u64,
     pub hosting: String,
+    /// Frames per period and sample rate, as the server told the clients.
+    pub period: (u32, u32),
+    pub t0_ns: u64,
+    /// The process thread of each client (0: it never ran).
+    pub threads: Vec<i32>,
+    pub xrun_ns: Vec<u64>,
 }
 
 /// Writes the file; `samples[i]` are client `i`'s rows.
@@ -121,6 +136,17 @@ pub fn write(mut out: impl Write, header: &Header, samples: &[Vec<Sample>]) -> i
     writeln!(out, "# clients {}", header.clients.join(" "))?;
     writeln!(out, "# xruns {}", header.xruns)?;
     writeln!(out, "# hosting {}", header.hosting)?;
+    writeln!(out, "# period {} {}", header.period.0, header.period.1)?;
+    writeln!(out, "# t0_ns {}", header.t0_ns)?;
+    let threads: Vec<String> = header
+        .clients
+        .iter()
+        .zip(&header.threads)
+        .map(|(name, tid)| format!("{name}={tid}"))
+        .collect();
+    writeln!(out, "# threads {}", threads.join(" "))?;
+    let xruns: Vec<String> = header.xrun_ns.iter().map(u64::to_string).collect();
+    writeln!(out, "# xrun_ns {}", xruns.join(" "))?;
     writeln!(
         out,
         "client\tcycle_frames\tcycle_start_us\tjack_awake_us\tawake_ns\tfinished_ns\tcpu_ns"
@@ -179,6 +205,10 @@ mod tests {
             clients: vec!["load-01".into()],
             xruns: 2,
             hosting: "one process".into(),
+            period: (64, 48_000),
+            t0_ns: 5,
+            threads: vec![77],
+            xrun_ns: vec![9, 10],
         };
         let sample = Sample {
             cycle_frames: 64,
@@ -192,6 +222,8 @@ mod tests {
         write(&mut out, &header, &[vec![sample]]).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("# xruns 2\n"));
+        assert!(text.contains("# period 64 48000\n# t0_ns 5\n# threads load-01=77\n"));
+        assert!(text.contains("# xrun_ns 9 10\n"));
         assert!(text.ends_with("0\t64\t1\t2\t1500\t2000\t400\n"));
     }
 }

@@ -203,7 +203,7 @@ fn plot_metric(
         plots.push(series_plot(
             &rows,
             unit,
-            &title,
+            (metric, &title),
             &plot_stem(out_dir, metric, &kind),
         )?);
     }
@@ -249,11 +249,15 @@ fn latency_plots(
     ])
 }
 
+/// Series names the y axis lists; with more, it names the metric (the
+/// legend lists them all).
+const Y_LABEL_NAMES: usize = 4;
+
 /// One panel per configuration with the metric's series in `unit`.
 fn series_plot(
     rows: &[(&str, &Metric)],
     unit: &str,
-    title: &str,
+    (metric, title): (&str, &str),
     stem: &Path,
 ) -> Result<MetricPlot, PlotError> {
     let panels: Vec<SeriesPanel> = rows
@@ -264,11 +268,12 @@ fn series_plot(
         })
         .filter(|panel| !panel.series.is_empty())
         .collect();
-    let y_label = format!(
-        "{} ({})",
-        plot::series_names(&panels).join(", "),
-        display_unit(unit)
-    );
+    let names = plot::series_names(&panels);
+    let shown = match names.len() {
+        n if n > Y_LABEL_NAMES => metric.to_string(),
+        _ => names.join(", "),
+    };
+    let y_label = format!("{shown} ({})", display_unit(unit));
     Ok(MetricPlot {
         description: format!("{y_label} over time"),
         files: plot::time_series(stem, title, &y_label, &panels)?,

@@ -102,6 +102,16 @@ impl Budget {
         }
     }
 
+    /// The same budget with another runtime: a time-triggered `window`
+    /// keeps its deadline equal to its runtime, others keep theirs.
+    pub fn with_runtime(&self, runtime_ns: u64, window: bool) -> Budget {
+        Budget {
+            runtime_ns,
+            deadline_ns: if window { runtime_ns } else { self.deadline_ns },
+            period_ns: self.period_ns,
+        }
+    }
+
     /// The kernel's measure (runtime / period).
     pub fn bandwidth(&self) -> Bandwidth {
         Bandwidth::of(self.runtime_ns, self.period_ns)

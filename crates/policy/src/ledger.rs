@@ -8,7 +8,8 @@
 //!   sum to at most the core's capacity and pass the EDF demand test, so
 //!   every deadline — a time-triggered window's too — is met;
 //! - the global reservations' bandwidths sum to at most the shared cores'
-//!   capacity, and at least `system_cores` cores stay shared;
+//!   capacity, none exceeds one core's, and at least `system_cores` cores
+//!   stay shared;
 //! - nothing else is ever placed on a dedicated core;
 //! - a refused request leaves the ledger unchanged; a pinned grant never changes.
 //!
@@ -183,13 +184,63 @@ impl Ledger {
     }
 
     /// Changes a bandwidth cell's budget in place (same cores); refused for
-    /// pinned cells and when the new budget does not fit.
+    /// pinned cells and when the new budget does not fit, with the largest
+    /// runtime that would.
     pub fn resize(&mut self, name: &str, budget: Budget) -> Result<Grant, Refusal> {
-        let refuse = |reason: String| Refusal {
-            cell: name.to_string(),
-            reason,
-            would_fit: None,
+        let grant = self.resized(name, budget)?;
+        match self.with_grant(&grant) {
+            Ok(trial) => {
+                *self = trial;
+                Ok(grant)
+            }
+            Err(reason) => {
+                let fit = match self.largest_resize(&grant) {
+                    Some(runtime) => would_fit(runtime, &budget),
+                    None => "nothing would fit now".into(),
+                };
+                Err(refuse_resize(name, reason, Some(fit)))
+            }
+        }
+    }
+
+    /// Like [`Ledger::resize`], but when `budget` does not fit, grants the
+    /// largest runtime at the same period that does (a window's deadline
+    /// shrinking with it); `true` with a degraded grant. Refused only when
+    /// not even the kernel's minimum runtime fits, or the cell may not be
+    /// resized (pinned, dedicated, best-effort, an invalid budget).
+    pub fn resize_or_degrade(
+        &mut self,
+        name: &str,
+        budget: Budget,
+    ) -> Result<(Grant, bool), Refusal> {
+        let grant = self.resized(name, budget)?;
+        let reason = match self.with_grant(&grant) {
+            Ok(trial) => {
+                *self = trial;
+                return Ok((grant, false));
+            }
+            Err(reason) => reason,
         };
+        let Some(runtime) = self.largest_resize(&grant) else {
+            return Err(refuse_resize(
+                name,
+                reason,
+                Some("nothing would fit now".into()),
+            ));
+        };
+        let smaller = budget.with_runtime(runtime, is_window(&grant));
+        let grant = self.resized(name, smaller)?;
+        let trial = self
+            .with_grant(&grant)
+            .map_err(|reason| refuse_resize(name, reason, None))?;
+        *self = trial;
+        Ok((grant, true))
+    }
+
+    /// The cell's grant with `budget` on all its reservations, if the cell
+    /// may be resized to it (the ledger's capacity is not checked here).
+    fn resized(&self, name: &str, budget: Budget) -> Result<Grant, Refusal> {
+        let refuse = |reason: String| refuse_resize(name, reason, None);
         let old = self
             .grants
             .get(name)
@@ -212,13 +263,49 @@ impl Ledger {
         for r in &mut grant.reservations {
             r.budget = budget;
         }
-        let mut trial = self.clone();
-        trial.grants.insert(name.to_string(), grant.clone());
-        if let Some(reason) = trial.violation() {
-            return Err(refuse(reason));
-        }
-        *self = trial;
         Ok(grant)
+    }
+
+    /// This ledger with `grant` in place of its cell's, if no invariant breaks.
+    fn with_grant(&self, grant: &Grant) -> Result<Ledger, String> {
+        let mut trial = self.clone();
+        trial
+            .grants
+            .insert(grant.request.name.clone(), grant.clone());
+        match trial.violation() {
+            Some(reason) => Err(reason),
+            None => Ok(trial),
+        }
+    }
+
+    /// The largest runtime (same period, same cores) `grant`'s cell could be
+    /// resized to, if at least the kernel's minimum fits. Feasibility only
+    /// grows as a runtime shrinks, so a binary search finds it.
+    fn largest_resize(&self, grant: &Grant) -> Option<u64> {
+        let budget = grant.request.budget?;
+        let window = is_window(grant);
+        let fits = |runtime: u64| {
+            let b = budget.with_runtime(runtime, window);
+            let mut g = grant.clone();
+            g.request.budget = Some(b);
+            for r in &mut g.reservations {
+                r.budget = b;
+            }
+            self.with_grant(&g).is_ok()
+        };
+        let (mut lo, mut hi) = (MIN_RUNTIME_NS, budget.runtime_ns);
+        if hi < lo || !fits(lo) {
+            return None;
+        }
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if fits(mid) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Some(lo)
     }
 
     /// Every core's mode and reservations.
@@ -293,15 +380,7 @@ impl Ledger {
     /// it) that fits on `core`, if any.
     fn largest_runtime_on(&self, core: usize, budget: &Budget) -> Option<u64> {
         let window = budget.deadline_ns == budget.runtime_ns;
-        let with = |runtime_ns: u64| Budget {
-            runtime_ns,
-            deadline_ns: if window {
-                runtime_ns
-            } else {
-                budget.deadline_ns
-            },
-            period_ns: budget.period_ns,
-        };
+        let with = |runtime_ns: u64| budget.with_runtime(runtime_ns, window);
         let (mut lo, mut hi) = (MIN_RUNTIME_NS, budget.runtime_ns);
         self.fits_on(core, with(lo)).ok()?;
         while lo < hi {
@@ -351,6 +430,18 @@ impl Ledger {
             return Some(format!(
                 "only {shared} core(s) would stay with the rest of the system; {} must",
                 self.machine.system_cores
+            ));
+        }
+        if let Some(r) = self
+            .grants
+            .values()
+            .flat_map(|g| &g.reservations)
+            .find(|r| r.core.is_none() && r.budget.bandwidth() > self.machine.capacity)
+        {
+            return Some(format!(
+                "a global reservation of {} would exceed one core's capacity {}",
+                r.budget.bandwidth(),
+                self.machine.capacity
             ));
         }
         let global = self.global_reserved();
@@ -603,6 +694,18 @@ impl Ledger {
             _ => "nothing would fit now".into(),
         };
         (reason, Some(fit))
+    }
+}
+
+fn is_window(grant: &Grant) -> bool {
+    grant.request.policy == CellPolicy::TimeTriggered
+}
+
+fn refuse_resize(name: &str, reason: String, would_fit: Option<String>) -> Refusal {
+    Refusal {
+        cell: name.to_string(),
+        reason,
+        would_fit,
     }
 }
 

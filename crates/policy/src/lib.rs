@@ -3,17 +3,21 @@
 //! request always give the same answer, which is what the property tests and
 //! the broker's crash recovery rely on.
 //!
+//! - [`adaptive`]: the feedback controller of adaptive budgets (AQuoSA's
+//!   predictor, increment, fragments and bumps), per reserved thread.
 //! - [`bandwidth`]: fixed-point CPU bandwidth, the kernel's own arithmetic.
 //! - [`cell`]: what a cell asks for (policy, cores, budget) and its validation.
 //! - [`edf`]: uniprocessor EDF schedulability by processor demand.
 //! - [`ledger`]: capacity per core, admission control with explanations, and
 //!   placement of reservations on cores.
 
+pub mod adaptive;
 pub mod bandwidth;
 pub mod cell;
 pub mod edf;
 pub mod ledger;
 
+pub use adaptive::{Adaptive, AdaptiveConfig, AdaptiveReport, PredictorConfig, PredictorKind};
 pub use bandwidth::Bandwidth;
 pub use cell::{Budget, CellPolicy, CellRequest, CoreRequest, Placement, RequestError};
 pub use ledger::{CoreMode, CoreUsage, Grant, Ledger, Machine, Refusal, Reservation};

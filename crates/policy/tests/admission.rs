@@ -249,3 +249,165 @@ fn time_triggered_windows_pass_the_demand_test_not_a_density_test() {
         "{refusal}"
     );
 }
+
+#[test]
+fn a_resize_that_does_not_fit_says_what_would() {
+    let mut ledger = Ledger::new(machine(2, 0.90));
+    ledger.insert(&et("other", 733, 1333)).unwrap();
+    ledger.insert(&et("synth", 100, 1333)).unwrap();
+    let before = ledger.clone();
+    let refusal = ledger
+        .resize("synth", Budget::new(800_000, 1_333_000))
+        .unwrap_err();
+    assert_eq!(ledger, before);
+    assert_eq!(
+        refusal.would_fit.as_deref(),
+        Some("runtime ≤ 466 µs at period 1333 µs would fit")
+    );
+    let (grant, degraded) = ledger
+        .resize_or_degrade("synth", Budget::new(800_000, 1_333_000))
+        .unwrap();
+    assert!(degraded);
+    let runtime = grant.request.budget.unwrap().runtime_ns;
+    assert!((466_000..467_000).contains(&runtime), "{runtime}");
+    assert_eq!(ledger.violation(), None);
+}
+
+#[test]
+fn degrading_a_window_shrinks_its_deadline_with_it() {
+    let mut ledger = Ledger::new(machine(2, 0.90));
+    ledger.insert(&et("other", 5000, 10_000)).unwrap();
+    let window = request(
+        "video",
+        CellPolicy::TimeTriggered,
+        CoreRequest::Count(1),
+        Some(Budget {
+            runtime_ns: 1_000_000,
+            deadline_ns: 1_000_000,
+            period_ns: 10_000_000,
+        }),
+        Placement::Partitioned,
+    );
+    ledger.insert(&window).unwrap();
+    let asked = Budget {
+        runtime_ns: 6_000_000,
+        deadline_ns: 6_000_000,
+        period_ns: 10_000_000,
+    };
+    let (grant, degraded) = ledger.resize_or_degrade("video", asked).unwrap();
+    let b = grant.request.budget.unwrap();
+    assert!(degraded);
+    assert_eq!(b.deadline_ns, b.runtime_ns);
+    assert!(b.runtime_ns < 6_000_000);
+}
+
+#[test]
+fn only_bandwidth_cells_that_are_not_pinned_resize() {
+    let mut ledger = Ledger::new(machine(4, 0.90));
+    let mut pinned = et("pinned", 100, 1000);
+    pinned.pinned = true;
+    ledger.insert(&pinned).unwrap();
+    ledger
+        .insert(&CellRequest::dedicated("d", CoreRequest::Count(1)))
+        .unwrap();
+    ledger.insert(&CellRequest::best_effort("be", 100)).unwrap();
+    let before = ledger.clone();
+    for (name, why) in [
+        ("pinned", "pinned"),
+        ("d", "no budget"),
+        ("be", "no budget"),
+        ("nope", "no such cell"),
+    ] {
+        let err = ledger
+            .resize_or_degrade(name, Budget::new(50_000, 1_000_000))
+            .unwrap_err();
+        assert!(err.reason.contains(why), "{name}: {err}");
+    }
+    assert_eq!(ledger, before);
+}
+
+/// A budget for `grant`'s cell: a window for a time-triggered cell.
+fn resize_budget(grant: &Grant, permille: u64, period_ns: u64) -> Budget {
+    let runtime = (period_ns * permille / 1000).max(2000);
+    match grant.request.policy {
+        CellPolicy::TimeTriggered => Budget {
+            runtime_ns: runtime,
+            deadline_ns: runtime,
+            period_ns,
+        },
+        _ => Budget::new(runtime, period_ns),
+    }
+}
+
+fn with_runtime(b: Budget, runtime_ns: u64) -> Budget {
+    Budget {
+        runtime_ns,
+        deadline_ns: if b.deadline_ns == b.runtime_ns {
+            runtime_ns
+        } else {
+            b.deadline_ns
+        },
+        ..b
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn resizing_never_overbooks_and_degrades_to_the_largest_that_fits(
+        cores in 1usize..5,
+        ops in proptest::collection::vec((arb_request(), proptest::bool::weighted(0.2)), 1..15),
+        resizes in proptest::collection::vec(
+            (0usize..15, 1u64..1000, prop_oneof![Just(500_000u64), Just(1_000_000), Just(1_333_000), Just(10_000_000)], proptest::bool::weighted(0.75)),
+            1..10,
+        ),
+    ) {
+        let mut ledger = Ledger::new(machine(cores, 0.90));
+        for (mut req, pinned) in ops {
+            req.pinned = pinned;
+            let _ = ledger.insert(&req);
+        }
+        let names: Vec<String> = ledger.grants().map(|g| g.request.name.clone()).collect();
+        prop_assume!(!names.is_empty());
+        for (pick, permille, period, degrade) in resizes {
+            let name = &names[pick % names.len()];
+            let old = ledger.grant(name).unwrap().clone();
+            let asked = resize_budget(&old, permille, period);
+            let before = ledger.clone();
+            let outcome = if degrade {
+                ledger.resize_or_degrade(name, asked)
+            } else {
+                ledger.resize(name, asked).map(|g| (g, false))
+            };
+            match outcome {
+                Ok((grant, degraded)) => {
+                    prop_assert!(!old.request.pinned, "a pinned cell changed");
+                    prop_assert_eq!(ledger.grant(name), Some(&grant));
+                    let got = grant.request.budget.unwrap();
+                    prop_assert_eq!(got.period_ns, asked.period_ns);
+                    prop_assert!(grant.reservations.iter().all(|r| r.budget == got));
+                    prop_assert_eq!(
+                        grant.reservations.iter().map(|r| r.core).collect::<Vec<_>>(),
+                        old.reservations.iter().map(|r| r.core).collect::<Vec<_>>(),
+                        "a resize keeps the cores"
+                    );
+                    if degraded {
+                        prop_assert!(got.runtime_ns < asked.runtime_ns);
+                        let mut more = before.clone();
+                        let bigger = with_runtime(got, got.runtime_ns + 1);
+                        prop_assert!(more.resize(name, bigger).is_err(),
+                            "{} fits too, {} is not the largest", bigger, got);
+                    } else {
+                        prop_assert_eq!(got, asked);
+                    }
+                }
+                Err(_) => prop_assert_eq!(&ledger, &before, "a refusal changed the ledger"),
+            }
+            prop_assert_eq!(ledger.violation(), None);
+            for usage in ledger.cores() {
+                prop_assert!(usage.reserved <= usage.capacity, "core {} over capacity", usage.core);
+            }
+        }
+    }
+}

@@ -2,8 +2,8 @@
 //!
 //! It owns thin, typed wrappers over scheduling (sched_setattr/getattr), CPU
 //! affinity, cgroup cpusets (v1 and v2), memory locking, clocks, futexes,
-//! epoll/timerfd/eventfd, signals, process control, peer credentials and the
-//! /proc readers. Every failure is an [`Error`] that names the cause and the fix.
+//! epoll/timerfd/eventfd, signals, process control, peer credentials, the
+//! /proc readers and the kernel's process-events connector. Every failure is an [`Error`] that names the cause and the fix.
 //! It must never hold policy: what to ask for is decided above this layer.
 
 pub mod affinity;
@@ -20,6 +20,7 @@ pub mod net;
 pub mod nudge;
 pub mod proc;
 pub mod process;
+pub mod procevents;
 pub mod sched;
 pub mod signal;
 

@@ -105,6 +105,37 @@ pub fn is_same_process(pid: Pid, started: u64) -> bool {
     start_time(pid).is_ok_and(|t| t == started)
 }
 
+/// Whether process `pid` still runs: one of its threads exists and is
+/// neither a zombie nor dead. (A process whose leader exited before its
+/// other threads shows a zombie leader while those threads still run; an
+/// exited process not yet reaped by its parent shows only the zombie.)
+pub fn is_running(pid: Pid) -> bool {
+    threads_of(pid).unwrap_or_default().into_iter().any(|tid| {
+        stat_fields(pid, Some(tid))
+            .ok()
+            .and_then(|f| f.first().cloned())
+            .is_some_and(|state| state != "Z" && state != "X" && state != "x")
+    })
+}
+
+/// The child processes of every thread of `pid` (/proc/PID/task/TID/children,
+/// which needs CONFIG_PROC_CHILDREN; empty without it).
+pub fn children_of(pid: Pid) -> Vec<Pid> {
+    let mut children: Vec<Pid> = threads_of(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|t| read_text(&PathBuf::from(format!("/proc/{pid}/task/{t}/children"))).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect::<Vec<Pid>>()
+        })
+        .collect();
+    children.sort_unstable();
+    children.dedup();
+    children
+}
+
 /// Whether a process is a kernel thread (PF_KTHREAD in its flags).
 pub fn is_kernel_thread(pid: Pid) -> bool {
     const PF_KTHREAD: u64 = 0x0020_0000;
@@ -117,6 +148,38 @@ pub fn is_kernel_thread(pid: Pid) -> bool {
 /// The command name of a thread.
 pub fn thread_name(pid: Pid, tid: Tid) -> String {
     read_text(&PathBuf::from(format!("/proc/{pid}/task/{tid}/comm")))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// CPU time a thread of another process has run, in ns (the first field
+/// of its schedstat; `pthread_getcpuclockid` works only inside the process).
+pub fn thread_cpu_ns(pid: Pid, tid: Tid) -> Result<u64> {
+    let path = PathBuf::from(format!("/proc/{pid}/task/{tid}/schedstat"));
+    let text = read_text(&path)?;
+    text.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Io,
+                format!("read {}", path.display()),
+                "empty schedstat",
+                "the kernel needs CONFIG_SCHED_INFO",
+            )
+        })
+}
+
+/// Whether a process maps a file whose path contains `needle` (how the
+/// clients of a JACK2 server are found: they map its semaphores).
+pub fn maps_contain(pid: Pid, needle: &str) -> bool {
+    read_text(&PathBuf::from(format!("/proc/{pid}/maps")))
+        .is_ok_and(|maps| maps.lines().any(|l| l.contains(needle)))
+}
+
+/// The command name of a process.
+pub fn process_name(pid: Pid) -> String {
+    read_text(&PathBuf::from(format!("/proc/{pid}/comm")))
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
 }
@@ -219,6 +282,28 @@ mod tests {
         assert!(is_same_process(me, started));
         assert!(!is_same_process(me, started + 1));
         assert!(!is_kernel_thread(me));
+        assert!(is_running(me));
+        assert!(!is_running(i32::MAX));
+    }
+
+    #[test]
+    fn a_child_is_listed_and_its_zombie_is_not_running() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.05")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as Pid;
+        assert!(children_of(current_pid()).contains(&pid));
+        let zombie = || stat_fields(pid, None).ok().and_then(|f| f.first().cloned());
+        for _ in 0..1000 {
+            if zombie().as_deref() == Some("Z") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!is_running(pid), "a zombie has exited");
+        child.wait().unwrap();
+        assert!(!is_running(pid));
     }
 
     #[test]

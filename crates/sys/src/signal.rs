@@ -47,25 +47,49 @@ pub fn install_overrun_handler() -> Result<()> {
     if INSTALLED.swap(true, Ordering::AcqRel) {
         return Ok(());
     }
+    // SA_RESTART (in `install`): the signal must not make the interrupted
+    // thread's blocking calls fail (epoll_wait still returns EINTR, which
+    // callers handle).
+    install(libc::SIGXCPU, on_sigxcpu, "SIGXCPU, counting handler").map_err(|e| {
+        INSTALLED.store(false, Ordering::Release);
+        e.with_fix("SIGXCPU can always be caught; check that the process is not being traced")
+    })
+}
+
+/// Installs `handler` for `signal` (restarting interrupted calls).
+fn install(signal: libc::c_int, handler: extern "C" fn(libc::c_int), what: &str) -> Result<()> {
     // SAFETY: an all-zero sigaction is a valid starting value (empty flags,
     // no handler) that is filled in below.
     let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
-    action.sa_sigaction = on_sigxcpu as *const () as usize;
-    // SA_RESTART: the signal must not make the interrupted thread's blocking
-    // calls fail (epoll_wait still returns EINTR, which callers handle).
+    action.sa_sigaction = handler as *const () as usize;
     action.sa_flags = libc::SA_RESTART;
     // SAFETY: `action.sa_mask` is a valid sigset_t owned by this frame.
     unsafe { libc::sigemptyset(&mut action.sa_mask) };
     // SAFETY: `action` is fully initialised and its handler is an
-    // `extern "C" fn(c_int)` that is async-signal-safe; the old-action
-    // pointer may be null.
-    let rc = unsafe { libc::sigaction(libc::SIGXCPU, &action, std::ptr::null_mut()) };
-    if rc == 0 {
-        return Ok(());
+    // async-signal-safe `extern "C" fn(c_int)`; the old-action pointer may be null.
+    if unsafe { libc::sigaction(signal, &action, std::ptr::null_mut()) } == 0 {
+        Ok(())
+    } else {
+        Err(Error::last_os(format!("sigaction({what})")))
     }
-    INSTALLED.store(false, Ordering::Release);
-    Err(Error::last_os("sigaction(SIGXCPU, counting handler)")
-        .with_fix("SIGXCPU can always be caught; check that the process is not being traced"))
+}
+
+static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_signal: libc::c_int) {
+    STOP_REQUESTED.store(true, Ordering::Relaxed);
+}
+
+/// Makes SIGINT and SIGTERM only raise a flag ([`stop_requested`]), so that a
+/// long-running command can restore what it changed before it exits.
+pub fn catch_stop_requests() -> Result<()> {
+    install(libc::SIGINT, on_stop, "SIGINT")?;
+    install(libc::SIGTERM, on_stop, "SIGTERM")
+}
+
+/// Whether SIGINT or SIGTERM arrived since [`catch_stop_requests`].
+pub fn stop_requested() -> bool {
+    STOP_REQUESTED.load(Ordering::Relaxed)
 }
 
 /// SIGXCPU signals received by the whole process since the handler was

@@ -1,0 +1,363 @@
+//! `tessera guard`: parses the server to guard and the budget settings,
+//! then runs `tessera_guard::Guard` until the server exits, the time is up
+//! or SIGINT/SIGTERM arrives, printing a live line (redrawn in place on a
+//! terminal, a plain line every few seconds in a log, JSON lines with
+//! `--json`).
+
+use clap::{Args, Subcommand};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use tessera_broker::{BrokerError, Session};
+use tessera_guard::guard::{Budgeting, Guard, Settings, Status};
+use tessera_guard::server::Server;
+use tessera_policy::{AdaptiveConfig, PredictorConfig, PredictorKind};
+
+#[derive(Subcommand)]
+pub enum GuardTarget {
+    /// JACK2's jackd (by server name, or --pid) and its clients.
+    Jackd {
+        /// The JACK server name (jackd -n NAME); default $JACK_DEFAULT_SERVER or "default".
+        #[arg(long)]
+        server: Option<String>,
+        #[arg(long)]
+        pid: Option<i32>,
+        #[command(flatten)]
+        opts: GuardArgs,
+    },
+    /// PipeWire's daemon (this user's, or --pid) and its clients.
+    Pipewire {
+        #[arg(long)]
+        pid: Option<i32>,
+        #[command(flatten)]
+        opts: GuardArgs,
+    },
+    /// Any program's real-time threads (give its audio period).
+    Pid {
+        pid: i32,
+        #[command(flatten)]
+        opts: GuardArgs,
+    },
+}
+
+#[derive(Args)]
+pub struct GuardArgs {
+    /// The audio period when the server cannot tell it (required for `pid`).
+    #[arg(long)]
+    period: Option<String>,
+    /// Headroom over the predicted use, % (AQuoSA's -I).
+    #[arg(long, default_value_t = 20)]
+    increment: u32,
+    /// Smallest budget, % of the reservation period.
+    #[arg(long, default_value_t = 5)]
+    min: u32,
+    /// Largest budget, % of the reservation period.
+    #[arg(long, default_value_t = 95)]
+    max: u32,
+    /// Predictor over the last samples: max, mean or pNN (e.g. p99).
+    #[arg(long, default_value = "max")]
+    predictor: String,
+    /// Samples the predictor looks back over.
+    #[arg(long, default_value_t = 16)]
+    window: usize,
+    /// A fixed budget, % of the reservation period, instead of adapting.
+    #[arg(long)]
+    fixed: Option<u32>,
+    /// The core the reservations share (default: the last); `global` puts
+    /// them in the shared cores under global EDF instead.
+    #[arg(long)]
+    core: Option<String>,
+    /// Let reservations use spare bandwidth (GRUB reclaiming; the default).
+    #[arg(long, overrides_with = "no_reclaim")]
+    reclaim: bool,
+    /// Hold every thread to its budget (no reclaiming): a cycle that needs
+    /// more than the budget waits for the next period.
+    #[arg(long, overrides_with = "reclaim")]
+    no_reclaim: bool,
+    /// A new thread's budget until its use is measured, % of the period.
+    #[arg(long, default_value_t = 25)]
+    initial: u32,
+    /// How often budgets are re-decided.
+    #[arg(long, default_value = "100ms")]
+    interval: String,
+    /// Stop after this long (default: until the server exits or Ctrl-C).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Write budget set / predicted / used per thread and interval (CSV).
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// Status as JSON lines, one a second.
+    #[arg(long)]
+    json: bool,
+    /// No live line; only what changes.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub const EXAMPLES: &str = "Examples:\n  \
+    sudo tessera guard jackd                      (the JACK2 server \"default\")\n  \
+    sudo tessera guard jackd --server studio --record budgets.csv\n  \
+    sudo tessera guard pipewire --no-reclaim --increment 40\n  \
+    sudo tessera guard pid 4242 --period 1333us --fixed 40\n  \
+    sudo tessera guard jackd --json | jq .reserved_cpus\n\n\
+    Every real-time thread of the server and its clients gets a SCHED_DEADLINE\n\
+    reservation of its own (a cell named <process>-<tid>), its budget adapted to\n\
+    what it uses; everything is restored when the guard stops.";
+
+pub fn run(target: GuardTarget) -> Result<ExitCode, BrokerError> {
+    let (server, opts) = match target {
+        GuardTarget::Jackd { server, pid, opts } => {
+            let name = server
+                .or_else(|| std::env::var("JACK_DEFAULT_SERVER").ok())
+                .unwrap_or_else(|| "default".into());
+            (Server::jack(&name, pid)?, opts)
+        }
+        GuardTarget::Pipewire { pid, opts } => {
+            reexec_with_pipewire_jack()?;
+            (Server::pipewire(pid)?, opts)
+        }
+        GuardTarget::Pid { pid, opts } => (Server::process(pid)?, opts),
+    };
+    let settings = settings(&opts)?;
+    let mode = tessera_broker::Mode::detect();
+    if let Some(banner) = mode.banner() {
+        eprintln!("tessera guard: {banner}");
+        if mode == tessera_broker::Mode::BestEffort {
+            return Err(BrokerError::new(
+                "permission",
+                "a guard gives threads SCHED_DEADLINE reservations, which needs CAP_SYS_NICE",
+                "run it as root, or grant the capability: sudo setcap cap_sys_nice+ep $(which tessera)",
+            ));
+        }
+    }
+    tessera_sys::signal::catch_stop_requests()?;
+    let mut guard = Guard::start(Session::connect()?, server, settings)?;
+    if let Some(path) = &opts.record {
+        let file = std::fs::File::create(path).map_err(|e| {
+            crate::args::invalid(format!("create {}: {e}", path.display()), "check the path")
+        })?;
+        guard.record_to(Box::new(std::io::BufWriter::new(file)))?;
+    }
+    eprintln!(
+        "tessera guard: guarding {}; new threads: {}",
+        guard.server().describe(),
+        guard.mechanism()
+    );
+    let outcome = follow(&mut guard, &opts);
+    let status = guard.status();
+    for line in guard.stop() {
+        say(&opts, &line);
+    }
+    outcome?;
+    eprintln!(
+        "tessera guard: stopped after {:.0} s; {} xrun(s), {} degraded grant(s); every thread restored",
+        status.elapsed_s, status.xruns, status.degradations
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The control loop: until the server exits, time is up or a stop request.
+fn follow(guard: &mut Guard, opts: &GuardArgs) -> Result<(), BrokerError> {
+    let until = opts
+        .seconds
+        .map(|s| Instant::now() + Duration::from_secs_f64(s));
+    let mut live = LiveLine::new(opts);
+    loop {
+        for line in guard.step()? {
+            live.clear();
+            say(opts, &line);
+        }
+        if tessera_sys::signal::stop_requested() {
+            live.clear();
+            return Ok(());
+        }
+        if !guard.server_alive() {
+            live.clear();
+            eprintln!("tessera guard: {} exited", guard.server().describe());
+            return Ok(());
+        }
+        if until.is_some_and(|u| Instant::now() >= u) {
+            live.clear();
+            return Ok(());
+        }
+        live.show(&guard.status());
+    }
+}
+
+fn say(opts: &GuardArgs, line: &str) {
+    if opts.json {
+        println!("{}", serde_json::json!({ "event": line }));
+    } else {
+        eprintln!("tessera guard: {line}");
+    }
+}
+
+/// The live status: in place on a terminal, a line every 5 s in a log,
+/// a JSON line a second with `--json`.
+struct LiveLine {
+    json: bool,
+    quiet: bool,
+    terminal: bool,
+    last: Option<Instant>,
+    drawn: bool,
+}
+
+impl LiveLine {
+    fn new(opts: &GuardArgs) -> LiveLine {
+        LiveLine {
+            json: opts.json,
+            quiet: opts.quiet,
+            terminal: std::io::stderr().is_terminal(),
+            last: None,
+            drawn: false,
+        }
+    }
+
+    fn due(&self) -> bool {
+        let every = match (self.json, self.terminal) {
+            (false, false) => Duration::from_secs(5),
+            _ => Duration::from_secs(1),
+        };
+        self.last.is_none_or(|t| t.elapsed() >= every)
+    }
+
+    fn show(&mut self, status: &Status) {
+        if self.quiet || !self.due() {
+            return;
+        }
+        self.last = Some(Instant::now());
+        if self.json {
+            println!("{}", serde_json::to_string(status).unwrap_or_default());
+        } else if self.terminal {
+            eprint!("\r{}\x1b[K", summary(status));
+            self.drawn = true;
+        } else {
+            eprintln!("{}", summary(status));
+        }
+        let _ = std::io::stderr().flush();
+    }
+
+    fn clear(&mut self) {
+        if self.drawn {
+            eprint!("\r\x1b[K");
+            self.drawn = false;
+        }
+    }
+}
+
+/// "64 fr @ 48000 Hz (1333 µs) · 11 threads · set 0.52 CPU · used 0.31 · xruns 0 · degraded 0".
+pub fn summary(s: &Status) -> String {
+    let period = if s.frames > 0 {
+        format!(
+            "{} fr @ {} Hz ({:.0} µs)",
+            s.frames,
+            s.rate,
+            s.audio_period_ns as f64 / 1000.0
+        )
+    } else {
+        format!("period {:.0} µs", s.audio_period_ns as f64 / 1000.0)
+    };
+    let mut line = format!(
+        "{period} · {} thread(s) reserved · set {:.2} CPU · used {:.2} · xruns {} · degraded {}",
+        s.threads.len(),
+        s.reserved_cpus,
+        s.used_cpus,
+        s.xruns,
+        s.degradations
+    );
+    if !s.left_out.is_empty() {
+        line.push_str(&format!(" · {} left out", s.left_out.len()));
+    }
+    line
+}
+
+fn settings(opts: &GuardArgs) -> Result<Settings, BrokerError> {
+    let budgeting = match opts.fixed {
+        Some(pct) => Budgeting::Fixed { pct },
+        None => Budgeting::Adaptive(AdaptiveConfig {
+            increment_pct: opts.increment,
+            min_budget_pct: opts.min,
+            initial_budget_pct: opts.initial,
+            max_budget_pct: opts.max,
+            predictor: PredictorConfig {
+                kind: predictor(&opts.predictor)?,
+                window: opts.window,
+            },
+            ..AdaptiveConfig::default()
+        }),
+    };
+    let period_ns = opts
+        .period
+        .as_deref()
+        .map(|p| crate::args::time(p, "--period 1333us"))
+        .transpose()?
+        .map(|d| d.as_nanos() as u64);
+    let core = match opts.core.as_deref() {
+        None => tessera_guard::guard::default_core(),
+        Some("global") => None,
+        Some(n) => Some(n.parse().map_err(|_| {
+            crate::args::invalid(
+                format!("--core {n:?} is not a core number or \"global\""),
+                "e.g. --core 1, or --core global",
+            )
+        })?),
+    };
+    Ok(Settings {
+        core,
+        budgeting,
+        reclaim: !opts.no_reclaim,
+        interval: crate::args::time(&opts.interval, "--interval 100ms")?,
+        period_ns,
+    })
+}
+
+fn predictor(text: &str) -> Result<PredictorKind, BrokerError> {
+    match text {
+        "max" => Ok(PredictorKind::Max),
+        "mean" => Ok(PredictorKind::Mean),
+        p => p
+            .strip_prefix('p')
+            .and_then(|n| n.parse::<u8>().ok())
+            .filter(|n| (1..=100).contains(n))
+            .map(PredictorKind::Percentile)
+            .ok_or_else(|| {
+                crate::args::invalid(
+                    format!("--predictor {p:?} is not max, mean or pNN"),
+                    "e.g. --predictor max, --predictor mean, --predictor p99",
+                )
+            }),
+    }
+}
+
+/// PipeWire speaks JACK through its own libjack, which the dynamic loader
+/// finds only if it is first on LD_LIBRARY_PATH when the process starts (as
+/// `pw-jack` arranges): so the guard starts itself again that way.
+fn reexec_with_pipewire_jack() -> Result<(), BrokerError> {
+    use std::os::unix::process::CommandExt;
+    const MARK: &str = "TESSERA_GUARD_PW_JACK";
+    if std::env::var_os(MARK).is_some() {
+        return Ok(());
+    }
+    let dir = tessera_guard::monitor::pipewire_jack_dir().ok_or_else(|| {
+        BrokerError::new(
+            "not-found",
+            "PipeWire's JACK library is not installed",
+            "apt-get install pipewire-jack",
+        )
+    })?;
+    let path = match std::env::var("LD_LIBRARY_PATH") {
+        Ok(old) if !old.is_empty() => format!("{}:{old}", dir.display()),
+        _ => dir.display().to_string(),
+    };
+    let err = std::process::Command::new("/proc/self/exe")
+        .args(std::env::args_os().skip(1))
+        .env("LD_LIBRARY_PATH", path)
+        .env(MARK, "1")
+        .exec();
+    Err(BrokerError::new(
+        "guard",
+        format!("could not restart with PipeWire's libjack: {err}"),
+        "run it under pw-jack: pw-jack tessera guard pipewire",
+    ))
+}

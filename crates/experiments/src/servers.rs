@@ -1,0 +1,461 @@
+//! The audio servers experiments start — Debian's jackd2 on its dummy
+//! driver under a private server name, PipeWire headless in a private
+//! runtime directory (its Dummy-Driver, the quantum and rate forced through
+//! its `settings` metadata) — and the child processes around them: where a
+//! program is, how it starts pinned to a core, how it is stopped.
+//!
+//! It owns their lifecycle: a server is stopped by the PID it was started
+//! with (SIGTERM, then SIGKILL) when its handle drops, error or not, and
+//! what it leaves is removed (jackd's /dev/shm files of its private name,
+//! PipeWire's runtime directory). It must never signal a process it did not
+//! start, look a server up by name, or change the settings of any server
+//! but its own.
+
+use std::ffi::OsString;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tessera_sys::proc::Pid;
+
+/// How long a server may take to accept clients.
+const READY_WAIT: Duration = Duration::from_secs(10);
+/// How long a server may take to exit after SIGTERM before it is killed.
+const SERVER_EXIT_WAIT: Duration = Duration::from_secs(3);
+/// How often readiness and exits are looked at.
+const POLL: Duration = Duration::from_millis(20);
+/// Lines of a log quoted in an error.
+const LOG_TAIL_LINES: usize = 8;
+
+/// Distinguishes the servers one process starts.
+static SEQUENCE: AtomicUsize = AtomicUsize::new(0);
+
+pub(crate) fn unique(prefix: &str) -> String {
+    let n = SEQUENCE.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}-{}-{n}", std::process::id())
+}
+
+/// A program of this workspace beside the running executable (cargo builds
+/// every binary into one directory; tests run from its `deps/`), else the
+/// one on the PATH.
+pub fn program_beside_us(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().ok();
+    let dirs = exe
+        .as_deref()
+        .and_then(Path::parent)
+        .into_iter()
+        .flat_map(|dir| [Some(dir), dir.parent().filter(|_| dir.ends_with("deps"))])
+        .flatten();
+    for dir in dirs {
+        let path = dir.join(name);
+        if path.is_file() {
+            return path;
+        }
+    }
+    name.into()
+}
+
+/// Spawns `command` from a helper thread pinned to `core`, so that the
+/// child and every thread it creates start with that affinity (a child
+/// inherits the affinity of the thread that forked it). `package` is the
+/// Debian package to name if the program is missing.
+pub fn spawn_on(
+    command: &mut Command,
+    core: Option<usize>,
+    package: &str,
+) -> Result<Child, String> {
+    let program = command.get_program().to_string_lossy().into_owned();
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                if let Some(core) = core {
+                    tessera_sys::affinity::set_affinity(0, &[core])
+                        .map_err(|e| format!("pin {program} to CPU {core}: {e}"))?;
+                }
+                command.spawn().map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => {
+                        format!("starting {program}: {e} (Debian: apt-get install {package})")
+                    }
+                    _ => format!("starting {program}: {e}"),
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err(format!("starting {program}: the helper thread panicked")))
+    })
+}
+
+/// A child process this run started; stopped by its PID when dropped.
+pub struct OwnedChild {
+    child: Child,
+    what: String,
+    grace: Duration,
+}
+
+impl OwnedChild {
+    pub fn new(child: Child, what: impl Into<String>, grace: Duration) -> OwnedChild {
+        OwnedChild {
+            child,
+            what: what.into(),
+            grace,
+        }
+    }
+
+    pub fn pid(&self) -> Pid {
+        self.child.id() as Pid
+    }
+
+    /// Its exit status, if it exited.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Waits until it exits or `deadline` passes.
+    pub fn wait_until(&mut self, deadline: Instant) -> Option<ExitStatus> {
+        loop {
+            if let Some(status) = self.exited() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Asks it to exit (SIGTERM to its PID), kills it after the grace
+    /// time; says how it ended.
+    pub fn stop(&mut self) -> String {
+        if let Some(status) = self.exited() {
+            return format!("{} had exited ({status})", self.what);
+        }
+        let _ = tessera_sys::process::terminate(self.pid());
+        match self.wait_until(Instant::now() + self.grace) {
+            Some(status) => format!("{} stopped ({status})", self.what),
+            None => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                format!(
+                    "{} killed: no exit {:?} after SIGTERM",
+                    self.what, self.grace
+                )
+            }
+        }
+    }
+}
+
+impl Drop for OwnedChild {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The last lines of a log file, for an error message.
+pub fn log_tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join(" | ")
+}
+
+/// A log file for a child's stdout and stderr.
+fn log_to(path: &Path) -> Result<(Stdio, Stdio), String> {
+    let file = fs::File::create(path).map_err(|e| format!("create {}: {e}", path.display()))?;
+    let copy = file
+        .try_clone()
+        .map_err(|e| format!("open {}: {e}", path.display()))?;
+    Ok((file.into(), copy.into()))
+}
+
+/// What a server runs at and where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSpec {
+    pub frames: u32,
+    pub rate: u32,
+    /// jackd's `-P` (PipeWire sets its own priority).
+    pub priority: u32,
+    /// The server, and everything it starts, pinned to this CPU.
+    pub core: Option<usize>,
+    /// Its stdout and stderr.
+    pub log: PathBuf,
+}
+
+/// Waits until `ready` holds, failing early if the server exits.
+fn await_ready(
+    process: &mut OwnedChild,
+    log: &Path,
+    what: &str,
+    ready: impl Fn() -> bool,
+) -> Result<(), String> {
+    let give_up = Instant::now() + READY_WAIT;
+    while !ready() {
+        if let Some(status) = process.exited() {
+            return Err(format!(
+                "{what} exited at start ({status}): {}",
+                log_tail(log)
+            ));
+        }
+        if Instant::now() >= give_up {
+            return Err(format!(
+                "{what} not ready after {READY_WAIT:?}: {}",
+                log_tail(log)
+            ));
+        }
+        std::thread::sleep(POLL);
+    }
+    Ok(())
+}
+
+/// A jackd started here under a private name.
+pub struct JackServer {
+    process: OwnedChild,
+    name: String,
+}
+
+impl JackServer {
+    /// `jackd -n <private name> -R -P <priority> -d dummy -r RATE -p FRAMES`,
+    /// ready for clients when this returns.
+    pub fn start(program: &Path, spec: &ServerSpec) -> Result<JackServer, String> {
+        let name = unique("tessera");
+        let (out, err) = log_to(&spec.log)?;
+        let mut command = Command::new(program);
+        command
+            .env("JACK_NO_AUDIO_RESERVATION", "1")
+            .env("JACK_DEFAULT_SERVER", &name)
+            .args(["-n", &name, "-R", "-P", &spec.priority.to_string()])
+            .args(["-d", "dummy", "-r", &spec.rate.to_string()])
+            .args(["-p", &spec.frames.to_string()])
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        let child = spawn_on(&mut command, spec.core, "jackd2")?;
+        let mut server = JackServer {
+            process: OwnedChild::new(child, format!("jackd {name:?}"), SERVER_EXIT_WAIT),
+            name,
+        };
+        let socket = server.socket();
+        await_ready(&mut server.process, &spec.log, "jackd", || socket.exists())?;
+        Ok(server)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn pid(&self) -> Pid {
+        self.process.pid()
+    }
+
+    /// The environment a client of this server needs.
+    pub fn client_env(&self) -> Vec<(String, OsString)> {
+        vec![("JACK_DEFAULT_SERVER".into(), self.name.clone().into())]
+    }
+
+    /// The socket jackd listens on once it accepts clients.
+    fn socket(&self) -> PathBuf {
+        let uid = tessera_sys::caps::euid();
+        PathBuf::from(format!("/dev/shm/jack_{}_{uid}_0", self.name))
+    }
+
+    /// jackd's files of this server's name in /dev/shm (its sockets and
+    /// semaphores), which a jackd that was killed leaves behind.
+    fn leftovers(&self) -> Vec<PathBuf> {
+        let uid = tessera_sys::caps::euid();
+        let prefixes = [
+            format!("jack_{}_{uid}_", self.name),
+            format!("jack_sem.{uid}_{}_", self.name),
+        ];
+        let entries = fs::read_dir("/dev/shm").into_iter().flatten().flatten();
+        entries
+            .map(|e| e.path())
+            .filter(|p| {
+                let file = p.file_name().map(|f| f.to_string_lossy().into_owned());
+                file.is_some_and(|f| prefixes.iter().any(|x| f.starts_with(x)))
+            })
+            .collect()
+    }
+
+    /// Stops jackd now; says how it ended.
+    pub fn stop(mut self) -> String {
+        self.process.stop()
+    }
+}
+
+impl Drop for JackServer {
+    fn drop(&mut self) {
+        self.process.stop();
+        for path in self.leftovers() {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// A PipeWire daemon started here, headless, in a runtime directory of its
+/// own: its socket, and so its settings, are this run's only.
+pub struct PipeWireServer {
+    process: OwnedChild,
+    runtime_dir: PathBuf,
+}
+
+/// The packages of PipeWire's programs this module runs.
+pub const PIPEWIRE_PROGRAMS: [(&str, &str); 3] = [
+    ("pipewire", "pipewire"),
+    ("pw-metadata", "pipewire-bin"),
+    ("pw-jack", "pipewire-jack"),
+];
+
+impl PipeWireServer {
+    /// `pipewire` with a private XDG_RUNTIME_DIR, its quantum and rate
+    /// forced to the spec's and checked; ready for clients when this
+    /// returns.
+    pub fn start(spec: &ServerSpec) -> Result<PipeWireServer, String> {
+        let runtime_dir = std::env::temp_dir().join(unique("tessera-pw"));
+        create_private_dir(&runtime_dir)?;
+        let (out, err) = log_to(&spec.log)?;
+        let mut command = Command::new("pipewire");
+        command.stdin(Stdio::null()).stdout(out).stderr(err);
+        private_environment(&mut command, &runtime_dir);
+        // From here on, the handle removes the directory whatever happens.
+        let child = spawn_on(&mut command, spec.core, "pipewire").inspect_err(|_| {
+            let _ = fs::remove_dir_all(&runtime_dir);
+        })?;
+        let mut server = PipeWireServer {
+            process: OwnedChild::new(child, "pipewire", SERVER_EXIT_WAIT),
+            runtime_dir,
+        };
+        let socket = server.runtime_dir.join("pipewire-0");
+        await_ready(&mut server.process, &spec.log, "pipewire", || {
+            socket.exists()
+        })?;
+        server.force_clock(spec.frames, spec.rate)?;
+        Ok(server)
+    }
+
+    pub fn pid(&self) -> Pid {
+        self.process.pid()
+    }
+
+    /// The environment a client of this server needs (JACK clients also
+    /// need PipeWire's libjack: run them through `pw-jack`).
+    pub fn client_env(&self) -> Vec<(String, OsString)> {
+        ["XDG_RUNTIME_DIR", "PIPEWIRE_RUNTIME_DIR"]
+            .into_iter()
+            .map(|k| (k.to_string(), self.runtime_dir.clone().into_os_string()))
+            .collect()
+    }
+
+    /// `pw-metadata -n settings 0 clock.force-rate RATE` and
+    /// `clock.force-quantum FRAMES`, then reads them back.
+    fn force_clock(&self, frames: u32, rate: u32) -> Result<(), String> {
+        let settings = [
+            ("clock.force-rate", rate.to_string()),
+            ("clock.force-quantum", frames.to_string()),
+        ];
+        for (key, value) in &settings {
+            self.metadata(&["-n", "settings", "0", key, value])?;
+        }
+        let shown = self.metadata(&["-n", "settings"])?;
+        for (key, value) in &settings {
+            if !shown.contains(&format!("key:'{key}' value:'{value}'")) {
+                return Err(format!(
+                    "PipeWire did not take {key} = {value}; its settings: {}",
+                    shown.lines().collect::<Vec<_>>().join(" | ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn metadata(&self, args: &[&str]) -> Result<String, String> {
+        let mut command = Command::new("pw-metadata");
+        command.args(args).stdin(Stdio::null());
+        private_environment(&mut command, &self.runtime_dir);
+        let output = command
+            .output()
+            .map_err(|e| format!("pw-metadata: {e} (Debian: apt-get install pipewire-bin)"))?;
+        if !output.status.success() {
+            return Err(format!(
+                "pw-metadata {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Stops PipeWire now; says how it ended.
+    pub fn stop(mut self) -> String {
+        self.process.stop()
+    }
+}
+
+impl Drop for PipeWireServer {
+    fn drop(&mut self) {
+        self.process.stop();
+        let _ = fs::remove_dir_all(&self.runtime_dir);
+    }
+}
+
+/// Points a PipeWire program at the private runtime directory only (no
+/// session bus, no other remote).
+fn private_environment(command: &mut Command, runtime_dir: &Path) {
+    command
+        .env("XDG_RUNTIME_DIR", runtime_dir)
+        .env("PIPEWIRE_RUNTIME_DIR", runtime_dir)
+        .env_remove("PIPEWIRE_REMOTE")
+        .env_remove("DBUS_SESSION_BUS_ADDRESS");
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("create {}: {e}", dir.display()))
+}
+
+/// Either server, started and stopped the same way.
+pub enum AudioServer {
+    Jack(JackServer),
+    PipeWire(PipeWireServer),
+}
+
+impl AudioServer {
+    pub fn pid(&self) -> Pid {
+        match self {
+            AudioServer::Jack(s) => s.pid(),
+            AudioServer::PipeWire(s) => s.pid(),
+        }
+    }
+
+    pub fn client_env(&self) -> Vec<(String, OsString)> {
+        match self {
+            AudioServer::Jack(s) => s.client_env(),
+            AudioServer::PipeWire(s) => s.client_env(),
+        }
+    }
+
+    /// A command running JACK client `program` against this server
+    /// (through `pw-jack` for PipeWire).
+    pub fn client_command(&self, program: &Path) -> Command {
+        let mut command = match self {
+            AudioServer::Jack(_) => Command::new(program),
+            AudioServer::PipeWire(_) => {
+                let mut c = Command::new("pw-jack");
+                c.arg(program);
+                c
+            }
+        };
+        if let AudioServer::PipeWire(s) = self {
+            private_environment(&mut command, &s.runtime_dir);
+        }
+        command.envs(self.client_env());
+        command
+    }
+
+    pub fn stop(self) -> String {
+        match self {
+            AudioServer::Jack(s) => s.stop(),
+            AudioServer::PipeWire(s) => s.stop(),
+        }
+    }
+}

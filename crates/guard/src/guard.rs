@@ -1,0 +1,616 @@
+//! `tessera guard`: an audio server people already run (JACK2's jackd,
+//! PipeWire, or any process) and its clients, each real-time thread in a
+//! reservation of its own whose budget follows what the thread uses.
+//!
+//! Every real-time thread of the server and of its clients (the threads the
+//! programs themselves made SCHED_FIFO/RR) gets a cell of its own, an
+//! event-triggered reservation named `<prefix>-<tid>` (all on one core by
+//! default, or in the shared cores under global EDF),
+//! bound to the guard's process so that a guard that dies releases them.
+//! Each control interval the guard reads every reserved thread's CPU time,
+//! feeds its controller (`tessera_policy::adaptive`, AQuoSA's feedback per
+//! thread) and asks the broker for the budget it wants; admission decides,
+//! and a refusal degrades to the largest budget that fits. A client that
+//! joins and an xrun the server reports bump every controller (seed 001
+//! §3.4.5); a buffer-size change moves every reservation to the new period.
+//!
+//! It must never set a thread's scheduling itself (only the broker does), nor
+//! signal or stop the programs it guards; when it stops every thread is
+//! given back the scheduling its program set.
+
+use crate::monitor::{Monitor, Snapshot};
+use crate::server::{Server, ServerKind};
+use crate::watch::{ThreadEvent, Watch};
+use crate::{fail, GuardError};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::time::{Duration, Instant};
+use tessera_broker::Session;
+use tessera_policy::{Adaptive, AdaptiveConfig, Budget, CellRequest, Placement};
+use tessera_sys::proc::{self, Pid};
+use tessera_sys::sched::{self, Policy, Tid};
+
+/// How budgets are chosen.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Budgeting {
+    /// The feedback controller.
+    Adaptive(AdaptiveConfig),
+    /// A fixed share of the reservation period, % (the thesis's `-F`).
+    Fixed { pct: u32 },
+}
+
+/// What the guard is asked to do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub budgeting: Budgeting,
+    /// Let the reservations use spare bandwidth (GRUB, SCHED_FLAG_RECLAIM).
+    pub reclaim: bool,
+    /// How often budgets are re-decided.
+    pub interval: Duration,
+    /// The audio period when the server does not tell it (a plain process).
+    pub period_ns: Option<u64>,
+    /// Where the reservations live: on one core (`Some(core)`: an audio
+    /// graph's threads mostly run one after another, and on one core a
+    /// woken thread never waits for an inter-processor interrupt), or in
+    /// the shared cores under global EDF (`None`).
+    pub core: Option<usize>,
+}
+
+/// The core partitioned reservations go to by default: the last one (CPU 0
+/// keeps the system's housekeeping).
+pub fn default_core() -> Option<usize> {
+    tessera_sys::kernel::online_cpus().ok()?.last().copied()
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            budgeting: Budgeting::Adaptive(AdaptiveConfig::default()),
+            reclaim: false,
+            interval: Duration::from_millis(100),
+            period_ns: None,
+            core: default_core(),
+        }
+    }
+}
+
+/// A real-time thread in a reservation of its own.
+struct Reserved {
+    pid: Pid,
+    tid: Tid,
+    name: String,
+    cell: String,
+    controller: Adaptive,
+    set: Budget,
+    degraded: bool,
+    cpu_ns: u64,
+    at: Instant,
+    /// CPU time per reservation period over the last interval.
+    used_ns: u64,
+}
+
+/// A real-time thread admission refused.
+struct LeftOut {
+    pid: Pid,
+    why: String,
+    at: Instant,
+}
+
+/// One reserved thread, for the live line, `--json` and plots.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThreadStatus {
+    pub pid: Pid,
+    pub tid: Tid,
+    pub thread: String,
+    pub cell: String,
+    pub period_ns: u64,
+    pub fragments: u64,
+    /// CPU time per reservation period over the last interval.
+    pub used_ns: u64,
+    /// The predictor's estimate per reservation period.
+    pub predicted_ns: Option<u64>,
+    /// The runtime admission granted.
+    pub set_ns: u64,
+    pub degraded: bool,
+}
+
+/// The guard's state now.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Status {
+    pub server: String,
+    pub elapsed_s: f64,
+    pub audio_period_ns: u64,
+    pub frames: u32,
+    pub rate: u32,
+    pub threads: Vec<ThreadStatus>,
+    /// Real-time threads left as their program set them, and why.
+    pub left_out: Vec<String>,
+    pub xruns: u64,
+    pub joins: u64,
+    pub degradations: u64,
+    /// Σ set / period and Σ used / period, in CPUs.
+    pub reserved_cpus: f64,
+    pub used_cpus: f64,
+}
+
+/// A guard at work.
+pub struct Guard {
+    session: Session,
+    server: Server,
+    settings: Settings,
+    monitor: Option<Monitor>,
+    heard: Snapshot,
+    watch: Watch,
+    period_ns: u64,
+    reserved: BTreeMap<Tid, Reserved>,
+    /// Threads that could not be reserved: tried again after [`RESCAN`],
+    /// not every interval.
+    left_out: BTreeMap<Tid, LeftOut>,
+    clients: BTreeSet<Pid>,
+    last_scan: Instant,
+    started: Instant,
+    record: Option<Box<dyn Write + Send>>,
+}
+
+/// How often the server's clients are listed again without being told.
+const RESCAN: Duration = Duration::from_secs(2);
+
+/// The header of `--record`'s CSV.
+pub const RECORD_HEADER: &str =
+    "t_s,pid,tid,thread,period_ns,used_ns,predicted_ns,set_ns,degraded,xruns";
+
+impl Guard {
+    /// Starts guarding `server`: joins it as a JACK client (JACK2 and
+    /// PipeWire), starts watching it and its clients. Threads are reserved
+    /// by [`Guard::step`].
+    pub fn start(
+        session: Session,
+        server: Server,
+        settings: Settings,
+    ) -> Result<Guard, GuardError> {
+        let monitor = match &server.kind {
+            ServerKind::Jack { name } => Some(Monitor::open(Some(name), "tessera-guard")?),
+            ServerKind::PipeWire => Some(Monitor::open(None, "tessera-guard")?),
+            ServerKind::Process => None,
+        };
+        let heard = monitor.as_ref().map(Monitor::snapshot).unwrap_or_default();
+        let period_ns = settings
+            .period_ns
+            .or_else(|| heard.period_ns())
+            .ok_or_else(|| {
+                fail(
+                    format!("the audio period of {} is unknown", server.describe()),
+                    "give it with --period (e.g. --period 1333us for 64 frames at 48 kHz)",
+                )
+            })?;
+        let mut watch = Watch::new()?;
+        watch.add_process(server.pid)?;
+        let mut guard = Guard {
+            session,
+            server,
+            settings,
+            monitor,
+            heard,
+            watch,
+            period_ns,
+            reserved: BTreeMap::new(),
+            left_out: BTreeMap::new(),
+            clients: BTreeSet::new(),
+            last_scan: Instant::now(),
+            started: Instant::now(),
+            record: None,
+        };
+        guard.rescan_clients();
+        Ok(guard)
+    }
+
+    /// Writes one CSV row per reserved thread and interval to `out`.
+    pub fn record_to(&mut self, mut out: Box<dyn Write + Send>) -> Result<(), GuardError> {
+        writeln!(out, "{RECORD_HEADER}")
+            .map_err(|e| fail(format!("write the record: {e}"), "check the path"))?;
+        self.record = Some(out);
+        Ok(())
+    }
+
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// How new threads are seen, and how late.
+    pub fn mechanism(&self) -> String {
+        self.watch.mechanism()
+    }
+
+    /// One control interval: waits for thread events up to the interval,
+    /// places and releases threads, hears the server, adapts the budgets.
+    /// Returns what happened, one line each.
+    pub fn step(&mut self) -> Result<Vec<String>, GuardError> {
+        let mut log = Vec::new();
+        let deadline = Instant::now() + self.settings.interval;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            for event in self.watch.poll(left)? {
+                self.on_thread_event(event, &mut log);
+            }
+            if left.is_zero() {
+                break;
+            }
+        }
+        self.hear_server(&mut log);
+        if self.last_scan.elapsed() >= RESCAN {
+            self.rescan_clients();
+            self.retry_left_out(&mut log);
+        }
+        self.adapt(&mut log);
+        self.write_record();
+        Ok(log)
+    }
+
+    /// Whether the guarded server still runs.
+    pub fn server_alive(&self) -> bool {
+        self.server.is_alive()
+    }
+
+    fn on_thread_event(&mut self, event: ThreadEvent, log: &mut Vec<String>) {
+        match event {
+            ThreadEvent::Realtime { pid, tid, from, .. } => {
+                // From SCHED_DEADLINE: the program set its policy again and
+                // took its thread out of the reservation; give it a new one.
+                if matches!(from, Some(Policy::Deadline(_))) {
+                    if let Some(r) = self.reserved.remove(&tid) {
+                        log.push(format!(
+                            "thread {tid} ({}) set its own policy again, leaving its reservation",
+                            r.name
+                        ));
+                        self.release(r, log);
+                    }
+                }
+                self.reserve(pid, tid, log)
+            }
+            ThreadEvent::NotRealtime { tid, .. } | ThreadEvent::Exited { tid, .. } => {
+                self.left_out.remove(&tid);
+                if let Some(r) = self.reserved.remove(&tid) {
+                    self.release(r, log);
+                }
+            }
+            ThreadEvent::ProcessExited { pid } => {
+                self.clients.remove(&pid);
+                let gone: Vec<Tid> = self
+                    .reserved
+                    .values()
+                    .filter(|r| r.pid == pid)
+                    .map(|r| r.tid)
+                    .collect();
+                for tid in gone {
+                    if let Some(r) = self.reserved.remove(&tid) {
+                        self.release(r, log);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Gives a real-time thread a reservation of its own.
+    fn reserve(&mut self, pid: Pid, tid: Tid, log: &mut Vec<String>) {
+        if self.reserved.contains_key(&tid) || self.left_out.contains_key(&tid) {
+            return;
+        }
+        let name = proc::thread_name(pid, tid);
+        match self.open_reservation(pid, tid, &name) {
+            Ok(r) => {
+                log.push(format!(
+                    "reserved {} thread {tid} ({name}) in cell {:?}: {}",
+                    proc::process_name(pid),
+                    r.cell,
+                    r.set
+                ));
+                self.reserved.insert(tid, r);
+                // A client joining is new work for the server's own threads,
+                // which run the graph (§3.4.5); the other clients' work does
+                // not change, and the new thread holds its initial budget.
+                let server = self.server.pid;
+                self.bump(|r| r.pid == server && r.tid != tid, Adaptive::on_join);
+            }
+            Err(e) => {
+                log.push(format!(
+                    "left thread {tid} ({name}) of process {pid} as its program set it: {e}"
+                ));
+                self.left_out.insert(
+                    tid,
+                    LeftOut {
+                        pid,
+                        why: e.to_string(),
+                        at: Instant::now(),
+                    },
+                );
+            }
+        }
+    }
+
+    fn open_reservation(&mut self, pid: Pid, tid: Tid, name: &str) -> Result<Reserved, GuardError> {
+        let controller = self.controller()?;
+        let cell = format!("{}-{tid}", cell_prefix(&proc::process_name(pid)));
+        let (min, _) = controller.bounds();
+        let period = controller.reservation_period_ns();
+        // Admitted at the minimum, then raised to what is wanted: a busy
+        // machine degrades the budget instead of refusing the thread.
+        let mut request = CellRequest::event_triggered(&cell, min, period);
+        match self.settings.core {
+            Some(core) => request = request.on_cores(vec![core]),
+            None => request.placement = Placement::Global,
+        }
+        request.reclaim = self.settings.reclaim;
+        self.session.create_cell(request, true)?;
+        let attached = self.session.attach(&cell, pid, Some(tid));
+        if let Err(e) = attached {
+            let _ = self.session.destroy_cell(&cell);
+            return Err(e);
+        }
+        let mut r = Reserved {
+            pid,
+            tid,
+            name: name.to_string(),
+            cell,
+            controller,
+            set: Budget::new(min, period),
+            degraded: false,
+            cpu_ns: proc::thread_cpu_ns(pid, tid).unwrap_or(0),
+            at: Instant::now(),
+            used_ns: 0,
+        };
+        apply(&mut self.session, &mut r)?;
+        Ok(r)
+    }
+
+    fn controller(&self) -> Result<Adaptive, GuardError> {
+        let config = match &self.settings.budgeting {
+            Budgeting::Adaptive(c) => *c,
+            // A fixed budget is a controller whose bounds meet.
+            Budgeting::Fixed { pct } => AdaptiveConfig {
+                min_budget_pct: *pct,
+                max_budget_pct: *pct,
+                initial_budget_pct: *pct,
+                ..AdaptiveConfig::default()
+            },
+        };
+        Adaptive::new(config, self.period_ns)
+            .map_err(|e| fail(format!("budget settings: {e}"), e.fix.clone()))
+    }
+
+    fn release(&mut self, r: Reserved, log: &mut Vec<String>) {
+        match self.session.destroy_cell(&r.cell) {
+            Ok(()) => log.push(format!(
+                "released thread {} ({}): it left real-time scheduling or exited",
+                r.tid, r.name
+            )),
+            Err(e) => log.push(format!("released thread {} with an error: {e}", r.tid)),
+        }
+    }
+
+    fn bump(&mut self, which: impl Fn(&Reserved) -> bool, bump: fn(&mut Adaptive)) {
+        for r in self.reserved.values_mut().filter(|r| which(r)) {
+            bump(&mut r.controller);
+        }
+    }
+
+    /// Tries again the threads refused a while ago: capacity may have been
+    /// freed since (budgets shrink as the predictors learn).
+    fn retry_left_out(&mut self, log: &mut Vec<String>) {
+        let due: Vec<(Tid, Pid)> = self
+            .left_out
+            .iter()
+            .filter(|(_, l)| l.at.elapsed() >= RESCAN)
+            .map(|(&tid, l)| (tid, l.pid))
+            .collect();
+        for (tid, pid) in due {
+            self.left_out.remove(&tid);
+            if matches!(sched::get_policy(tid), Ok(p) if crate::watch::is_program_real_time(&p)) {
+                self.reserve(pid, tid, log);
+            }
+        }
+    }
+
+    /// Reads what the server said since the last interval.
+    fn hear_server(&mut self, log: &mut Vec<String>) {
+        let Some(monitor) = &self.monitor else {
+            return;
+        };
+        let now = monitor.snapshot();
+        let before = std::mem::replace(&mut self.heard, now);
+        if now.xruns > before.xruns {
+            log.push(format!(
+                "xrun reported by the server ({} so far)",
+                now.xruns
+            ));
+            self.bump(|_| true, Adaptive::on_xrun);
+        }
+        if now.joins > before.joins || now.leaves > before.leaves {
+            self.rescan_clients();
+        }
+        if let Some(period) = now.period_ns().filter(|&p| p != self.period_ns) {
+            log.push(format!(
+                "period changed: {} frames at {} Hz = {:.0} µs",
+                now.frames,
+                now.rate,
+                period as f64 / 1000.0
+            ));
+            self.period_ns = period;
+            for r in self.reserved.values_mut() {
+                let _ = r.controller.set_audio_period(period);
+            }
+        }
+    }
+
+    /// Watches the server's clients as they come and go.
+    fn rescan_clients(&mut self) {
+        self.last_scan = Instant::now();
+        for pid in self.server.clients() {
+            if self.clients.insert(pid) && self.watch.add_process(pid).is_err() {
+                self.clients.remove(&pid);
+            }
+        }
+        // The guard's own JACK client takes part in every cycle: its
+        // real-time thread is reserved like any client's.
+        let me = proc::current_pid();
+        if self.monitor.is_some() && self.clients.insert(me) {
+            let _ = self.watch.add_process(me);
+        }
+    }
+
+    /// Feeds each controller the interval's CPU time and applies the budget
+    /// it wants when that differs from what is set.
+    fn adapt(&mut self, log: &mut Vec<String>) {
+        let audio_period = self.period_ns;
+        for r in self.reserved.values_mut() {
+            let now = Instant::now();
+            let Ok(cpu) = proc::thread_cpu_ns(r.pid, r.tid) else {
+                continue;
+            };
+            let elapsed = now.duration_since(r.at).as_nanos() as u64;
+            let periods = elapsed / audio_period;
+            if periods == 0 {
+                continue;
+            }
+            let used = cpu.saturating_sub(r.cpu_ns);
+            r.controller.observe(used, periods);
+            r.used_ns = used.div_ceil(periods) * r.controller.fragments();
+            r.cpu_ns = cpu;
+            r.at = now;
+            if let Err(e) = apply(&mut self.session, r) {
+                log.push(format!(
+                    "thread {} ({}): budget not changed: {e}",
+                    r.tid, r.name
+                ));
+            }
+        }
+    }
+
+    fn write_record(&mut self) {
+        let Some(out) = self.record.as_mut() else {
+            return;
+        };
+        let t = self.started.elapsed().as_secs_f64();
+        for r in self.reserved.values() {
+            let p = r.controller.report();
+            let _ = writeln!(
+                out,
+                "{t:.3},{},{},{},{},{},{},{},{},{}",
+                r.pid,
+                r.tid,
+                r.name.replace(',', " "),
+                r.set.period_ns,
+                r.used_ns,
+                p.prediction_ns.map(|v| v * p.fragments).unwrap_or(0),
+                r.set.runtime_ns,
+                r.degraded as u8,
+                self.heard.xruns
+            );
+        }
+        let _ = out.flush();
+    }
+
+    pub fn status(&self) -> Status {
+        let threads: Vec<ThreadStatus> = self.reserved.values().map(thread_status).collect();
+        let cpus = |f: fn(&ThreadStatus) -> u64| {
+            threads
+                .iter()
+                .map(|t| f(t) as f64 / t.period_ns as f64)
+                .sum()
+        };
+        Status {
+            server: self.server.describe(),
+            elapsed_s: self.started.elapsed().as_secs_f64(),
+            audio_period_ns: self.period_ns,
+            frames: self.heard.frames,
+            rate: self.heard.rate,
+            reserved_cpus: cpus(|t| t.set_ns),
+            used_cpus: cpus(|t| t.used_ns),
+            left_out: self
+                .left_out
+                .iter()
+                .map(|(tid, l)| format!("thread {tid}: {}", l.why))
+                .collect(),
+            xruns: self.heard.xruns,
+            joins: self.heard.joins,
+            degradations: self
+                .reserved
+                .values()
+                .map(|r| r.controller.report().degradations)
+                .sum(),
+            threads,
+        }
+    }
+
+    /// Gives every thread back the scheduling its program set.
+    pub fn stop(mut self) -> Vec<String> {
+        let mut log = Vec::new();
+        let all: Vec<Reserved> = std::mem::take(&mut self.reserved).into_values().collect();
+        for r in all {
+            self.release(r, &mut log);
+        }
+        log
+    }
+}
+
+/// Asks admission for the budget the controller wants, when it differs
+/// from what is set, and records what was granted.
+fn apply(session: &mut Session, r: &mut Reserved) -> Result<(), GuardError> {
+    let Some(wanted) = r.controller.update() else {
+        return Ok(());
+    };
+    let reply = session.resize_cell(&r.cell, wanted, true)?;
+    r.controller.granted(reply.budget, reply.degraded);
+    r.set = reply.budget;
+    r.degraded = reply.degraded;
+    Ok(())
+}
+
+fn thread_status(r: &Reserved) -> ThreadStatus {
+    let p = r.controller.report();
+    ThreadStatus {
+        pid: r.pid,
+        tid: r.tid,
+        thread: r.name.clone(),
+        cell: r.cell.clone(),
+        period_ns: r.set.period_ns,
+        fragments: p.fragments,
+        used_ns: r.used_ns,
+        predicted_ns: p.prediction_ns.map(|v| v * p.fragments),
+        set_ns: r.set.runtime_ns,
+        degraded: r.degraded,
+    }
+}
+
+/// A cell-name prefix from a process name: letters, digits, '-' and '_'.
+fn cell_prefix(process: &str) -> String {
+    let clean: String = process
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(32)
+        .collect();
+    match clean.trim_start_matches('-') {
+        "" => "thread".to_string(),
+        s => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cell_names_are_valid_for_any_process_name() {
+        assert_eq!(cell_prefix("jackd"), "jackd");
+        assert_eq!(cell_prefix("jack_simple_cli"), "jack_simple_cli");
+        assert_eq!(cell_prefix("pw data loop"), "pw_data_loop");
+        assert_eq!(cell_prefix("--"), "thread");
+        assert_eq!(cell_prefix(""), "thread");
+    }
+}

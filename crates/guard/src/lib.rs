@@ -1,0 +1,24 @@
+//! Unmodified programs in cells. Audio programs (JACK2, PipeWire, ALSA and
+//! RtAudio code) make their own audio threads real-time after they start;
+//! this crate finds those threads as they appear and gives each its own
+//! reservation, and, for the audio servers people run, adapts every
+//! reservation's budget to what the thread uses (seed 001 §3.4).
+//!
+//! It reaches the kernel only through `tessera-sys` and decides admission
+//! only through the broker: it must never set a thread's scheduling itself.
+
+#![forbid(unsafe_code)]
+
+pub mod follow;
+pub mod guard;
+pub mod monitor;
+pub mod server;
+pub mod supervise;
+pub mod watch;
+
+pub use tessera_broker::BrokerError as GuardError;
+
+/// A guard's error: what went wrong and the fix.
+pub(crate) fn fail(message: impl Into<String>, fix: impl Into<String>) -> GuardError {
+    GuardError::new("guard", message, fix)
+}

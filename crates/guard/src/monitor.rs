@@ -1,0 +1,163 @@
+//! What the audio server tells its clients, heard by a JACK client of the
+//! guard's own: the period (buffer size and sample rate), xruns, and clients
+//! coming and going. JACK2 is reached through Debian's libjack; PipeWire
+//! through its JACK library (`pw-jack`: the process must start with
+//! PipeWire's libjack first on LD_LIBRARY_PATH, see [`pipewire_jack_dir`]).
+//!
+//! The callbacks only bump atomics: the guard reads them on its own
+//! schedule, so nothing here allocates, locks or blocks on the client's
+//! real-time thread. It must never connect ports or change the server's
+//! settings.
+
+use crate::{fail, GuardError};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Counters the callbacks raise.
+#[derive(Debug, Default)]
+struct Heard {
+    frames: AtomicU32,
+    rate: AtomicU32,
+    xruns: AtomicU64,
+    joins: AtomicU64,
+    leaves: AtomicU64,
+}
+
+/// What the server has said so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Snapshot {
+    /// Frames per period.
+    pub frames: u32,
+    /// Frames per second.
+    pub rate: u32,
+    pub xruns: u64,
+    /// Clients that registered since the monitor joined.
+    pub joins: u64,
+    pub leaves: u64,
+}
+
+impl Snapshot {
+    /// The audio period, if the server has told it.
+    pub fn period_ns(&self) -> Option<u64> {
+        (self.frames > 0 && self.rate > 0)
+            .then(|| self.frames as u64 * 1_000_000_000 / self.rate as u64)
+    }
+}
+
+struct Notifications(Arc<Heard>);
+
+impl jack::NotificationHandler for Notifications {
+    fn sample_rate(&mut self, _: &jack::Client, rate: jack::Frames) -> jack::Control {
+        self.0.rate.store(rate, Ordering::Relaxed);
+        jack::Control::Continue
+    }
+
+    fn client_registration(&mut self, _: &jack::Client, _: &str, registered: bool) {
+        let counter = if registered {
+            &self.0.joins
+        } else {
+            &self.0.leaves
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn xrun(&mut self, _: &jack::Client) -> jack::Control {
+        self.0.xruns.fetch_add(1, Ordering::Relaxed);
+        jack::Control::Continue
+    }
+}
+
+struct Cycles(Arc<Heard>);
+
+impl jack::ProcessHandler for Cycles {
+    fn process(&mut self, _: &jack::Client, _: &jack::ProcessScope) -> jack::Control {
+        jack::Control::Continue
+    }
+
+    fn buffer_size(&mut self, _: &jack::Client, frames: jack::Frames) -> jack::Control {
+        self.0.frames.store(frames, Ordering::Relaxed);
+        jack::Control::Continue
+    }
+}
+
+/// The guard's JACK client, active while it lives.
+pub struct Monitor {
+    heard: Arc<Heard>,
+    _client: jack::AsyncClient<Notifications, Cycles>,
+}
+
+impl Monitor {
+    /// Joins the JACK server `server` (JACK2's name; PipeWire ignores it) as
+    /// client `name`, never starting a server.
+    pub fn open(server: Option<&str>, name: &str) -> Result<Monitor, GuardError> {
+        if let Some(s) = server {
+            std::env::set_var("JACK_DEFAULT_SERVER", s);
+        }
+        let (client, _status) = jack::Client::new(name, jack::ClientOptions::NO_START_SERVER)
+            .map_err(|e| {
+                fail(
+                    format!("could not join the JACK server as a client: {e}"),
+                    "is the server running, under this user, with this server name (-n / JACK_DEFAULT_SERVER)?",
+                )
+            })?;
+        let heard = Arc::new(Heard::default());
+        heard.frames.store(client.buffer_size(), Ordering::Relaxed);
+        heard
+            .rate
+            .store(client.sample_rate() as u32, Ordering::Relaxed);
+        let client = client
+            .activate_async(Notifications(heard.clone()), Cycles(heard.clone()))
+            .map_err(|e| {
+                fail(
+                    format!("could not activate the guard's JACK client: {e}"),
+                    "",
+                )
+            })?;
+        Ok(Monitor {
+            heard,
+            _client: client,
+        })
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let h = &self.heard;
+        Snapshot {
+            frames: h.frames.load(Ordering::Relaxed),
+            rate: h.rate.load(Ordering::Relaxed),
+            xruns: h.xruns.load(Ordering::Relaxed),
+            joins: h.joins.load(Ordering::Relaxed),
+            leaves: h.leaves.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Where PipeWire keeps its libjack (what `pw-jack` puts first on
+/// LD_LIBRARY_PATH), if it is installed.
+pub fn pipewire_jack_dir() -> Option<PathBuf> {
+    [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib",
+    ]
+    .iter()
+    .map(|lib| PathBuf::from(lib).join("pipewire-0.3/jack"))
+    .find(|dir| dir.join("libjack.so.0").exists())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_period_comes_from_frames_and_rate() {
+        let s = Snapshot {
+            frames: 64,
+            rate: 48_000,
+            ..Snapshot::default()
+        };
+        assert_eq!(s.period_ns(), Some(1_333_333));
+        assert_eq!(Snapshot::default().period_ns(), None);
+    }
+}
