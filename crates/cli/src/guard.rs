@@ -131,7 +131,7 @@ pub fn run(target: GuardTarget) -> Result<ExitCode, BrokerError> {
             ));
         }
     }
-    tessera_sys::signal::catch_stop_requests()?;
+    tessera_sys::process::catch_termination()?;
     let mut guard = Guard::start(Session::connect()?, server, settings)?;
     if let Some(path) = &opts.record {
         let file = std::fs::File::create(path).map_err(|e| {
@@ -168,7 +168,7 @@ fn follow(guard: &mut Guard, opts: &GuardArgs) -> Result<(), BrokerError> {
             live.clear();
             say(opts, &line);
         }
-        if tessera_sys::signal::stop_requested() {
+        if tessera_sys::process::take_termination().is_some() {
             live.clear();
             return Ok(());
         }
@@ -350,7 +350,14 @@ fn reexec_with_pipewire_jack() -> Result<(), BrokerError> {
         Ok(old) if !old.is_empty() => format!("{}:{old}", dir.display()),
         _ => dir.display().to_string(),
     };
-    let err = std::process::Command::new("/proc/self/exe")
+    let exe = std::env::current_exe().map_err(|e| {
+        BrokerError::new(
+            "guard",
+            format!("where is this program: {e}"),
+            "run it by its full path",
+        )
+    })?;
+    let err = std::process::Command::new(exe)
         .args(std::env::args_os().skip(1))
         .env("LD_LIBRARY_PATH", path)
         .env(MARK, "1")

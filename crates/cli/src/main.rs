@@ -139,7 +139,7 @@ fn daemon(
             eprintln!("tessera daemon: recovered: {n}");
         }
         if let Ok(exe) = std::env::current_exe() {
-            tessera_guard::supervise::keep_running(&broker.config.guard, exe, |line| {
+            tessera_guard::supervise::keep_running(broker.config.guard.clone(), exe, |line| {
                 eprintln!("tessera daemon: {line}")
             });
         }

@@ -5,10 +5,11 @@
 //! timeline and time every cycle.
 //!
 //! It owns one configuration's processes and scratch directory: started
-//! server first, then the guard, then (at the release) the clients; stopped
-//! the other way round — the clients end on their own at the end of the
-//! run, the guard gets SIGTERM by its PID before the server does — and the
-//! directory is removed, on error too. It must never signal a process it
+//! server first, then the clients' process (pinned like the server; its
+//! clients open on the timeline once the release sends it t0), then the
+//! guard; stopped the other way round — the clients end on their own at the
+//! end of the run, the guard gets SIGTERM by its PID before the server does
+//! — and the directory is removed, on error too. It must never signal a process it
 //! did not start nor judge the numbers ([`figures`] reports them).
 
 mod budgets;
@@ -75,7 +76,6 @@ pub struct AudioServerRun {
     scratch: Scratch,
     subject: AudioServerSubject,
     sched: ServerSched,
-    core: Option<usize>,
     total: Duration,
     t0: Option<u64>,
 }
@@ -104,6 +104,7 @@ impl AudioServerRun {
         }
         let scratch = Scratch::create()?;
         let server = start_server(subject, &sched, scenario.core, &scratch)?;
+        let peer = start_peer(&server, subject, scenario, &scratch)?;
         let guard = match &sched {
             ServerSched::Guard(settings) => {
                 let args = settings.args();
@@ -112,29 +113,24 @@ impl AudioServerRun {
             ServerSched::Fifo(_) => None,
         };
         Ok(AudioServerRun {
-            peer: None,
+            peer: Some(peer),
             guard,
             server: Some(server),
             scratch,
             subject: subject.clone(),
             sched,
-            core: scenario.core,
             total: scenario.total(),
             t0: None,
         })
     }
 
-    /// Starts the clients on the run's timeline from `t0`.
+    /// Starts the clients' timeline at `t0`.
     pub fn release(&mut self, t0: u64) -> Result<(), String> {
-        let server = self.server.as_ref().expect("started");
-        let mut command = server.client_command(&servers::program_beside_us("tessera-jack-peer"));
-        command.args(peer_args(&self.subject, self.total, t0));
-        command.arg("--out").arg(self.scratch.file("peer.tsv"));
-        let log = fs::File::create(self.scratch.file("peer.log")).map_err(|e| e.to_string())?;
-        let log_err = log.try_clone().map_err(|e| e.to_string())?;
-        command.stdin(Stdio::null()).stdout(log).stderr(log_err);
-        let child = servers::spawn_on(&mut command, self.core, "pipewire-jack")?;
-        self.peer = Some(OwnedChild::new(child, "tessera-jack-peer", CHILD_GRACE));
+        let peer = self.peer.as_mut().expect("started");
+        peer.tell(&t0.to_string()).map_err(|e| {
+            let log = servers::log_tail(&self.scratch.file("peer.log"));
+            format!("{e}: {log}")
+        })?;
         self.t0 = Some(t0);
         Ok(())
     }
@@ -269,6 +265,24 @@ fn start_server(
     }
 }
 
+/// `tessera-jack-peer` with the subject's clients, pinned like the server,
+/// waiting for t0 on its stdin.
+fn start_peer(
+    server: &AudioServer,
+    subject: &AudioServerSubject,
+    scenario: &Scenario,
+    scratch: &Scratch,
+) -> Result<OwnedChild, String> {
+    let mut command = server.client_command(&servers::program_beside_us("tessera-jack-peer"));
+    command.args(peer_args(subject, scenario.total()));
+    command.arg("--out").arg(scratch.file("peer.tsv"));
+    let log = fs::File::create(scratch.file("peer.log")).map_err(|e| e.to_string())?;
+    let log_err = log.try_clone().map_err(|e| e.to_string())?;
+    command.stdin(Stdio::piped()).stdout(log).stderr(log_err);
+    let child = servers::spawn_on(&mut command, scenario.core, "pipewire-jack")?;
+    Ok(OwnedChild::new(child, "tessera-jack-peer", CHILD_GRACE))
+}
+
 /// `tessera guard jackd --server NAME --pid PID …` (or `pipewire --pid
 /// PID …`), in the server's environment, recording into the scratch
 /// directory. Refused with the reason when this build has no guard.
@@ -337,8 +351,9 @@ fn guard_available(tessera: &Path) -> Result<(), String> {
 }
 
 /// The peer's command line for the subject's clients on the run's
-/// timeline: a chain, a monitor, each client's load, start and stop.
-fn peer_args(subject: &AudioServerSubject, total: Duration, t0: u64) -> Vec<String> {
+/// timeline (its origin on stdin): a chain, a monitor, each client's load,
+/// start and stop.
+fn peer_args(subject: &AudioServerSubject, total: Duration) -> Vec<String> {
     let list = |f: &dyn Fn(&crate::scenario::AudioClient) -> String| {
         subject.clients.iter().map(f).collect::<Vec<_>>().join(",")
     };
@@ -355,7 +370,7 @@ fn peer_args(subject: &AudioServerSubject, total: Duration, t0: u64) -> Vec<Stri
         "--stops".into(),
         list(&|c| c.stop.map_or("-".into(), |s| s.as_secs_f64().to_string())),
         "--t0-ns".into(),
-        t0.to_string(),
+        "stdin".into(),
         "--seconds".into(),
         total.as_secs_f64().to_string(),
     ]

@@ -123,9 +123,21 @@ impl OwnedChild {
         }
     }
 
-    /// Asks it to exit (SIGTERM to its PID), kills it after the grace
-    /// time; says how it ended.
+    /// Writes `line` to its stdin (piped at spawn) and closes it.
+    pub fn tell(&mut self, line: &str) -> Result<(), String> {
+        use std::io::Write;
+        let mut stdin = self
+            .child
+            .stdin
+            .take()
+            .ok_or(format!("{}: no stdin to write to", self.what))?;
+        writeln!(stdin, "{line}").map_err(|e| format!("{}: {e}", self.what))
+    }
+
+    /// Asks it to exit (its stdin closed, SIGTERM to its PID), kills it
+    /// after the grace time; says how it ended.
     pub fn stop(&mut self) -> String {
+        drop(self.child.stdin.take());
         if let Some(status) = self.exited() {
             return format!("{} had exited ({status})", self.what);
         }

@@ -144,8 +144,8 @@ pub struct Guard {
     watch: Watch,
     period_ns: u64,
     reserved: BTreeMap<Tid, Reserved>,
-    /// Threads that could not be reserved: tried again after [`RESCAN`],
-    /// not every interval.
+    /// Threads that could not be reserved: tried again after
+    /// [`RETRY_LEFT_OUT`], not every interval.
     left_out: BTreeMap<Tid, LeftOut>,
     clients: BTreeSet<Pid>,
     last_scan: Instant,
@@ -155,6 +155,10 @@ pub struct Guard {
 
 /// How often the server's clients are listed again without being told.
 const RESCAN: Duration = Duration::from_secs(2);
+
+/// How long a refused thread waits before it is tried again: long enough
+/// for the others' initial budgets to give way to measured ones.
+const RETRY_LEFT_OUT: Duration = Duration::from_millis(500);
 
 /// The header of `--record`'s CSV.
 pub const RECORD_HEADER: &str =
@@ -239,8 +243,8 @@ impl Guard {
         self.hear_server(&mut log);
         if self.last_scan.elapsed() >= RESCAN {
             self.rescan_clients();
-            self.retry_left_out(&mut log);
         }
+        self.retry_left_out(&mut log);
         self.adapt(&mut log);
         self.write_record();
         Ok(log)
@@ -400,7 +404,7 @@ impl Guard {
         let due: Vec<(Tid, Pid)> = self
             .left_out
             .iter()
-            .filter(|(_, l)| l.at.elapsed() >= RESCAN)
+            .filter(|(_, l)| l.at.elapsed() >= RETRY_LEFT_OUT)
             .map(|(&tid, l)| (tid, l.pid))
             .collect();
         for (tid, pid) in due {

@@ -103,9 +103,7 @@ impl Monitor {
             })?;
         let heard = Arc::new(Heard::default());
         heard.frames.store(client.buffer_size(), Ordering::Relaxed);
-        heard
-            .rate
-            .store(client.sample_rate() as u32, Ordering::Relaxed);
+        heard.rate.store(client.sample_rate(), Ordering::Relaxed);
         let client = client
             .activate_async(Notifications(heard.clone()), Cycles(heard.clone()))
             .map_err(|e| {

@@ -18,8 +18,8 @@ const RESTART_AFTER: Duration = Duration::from_secs(5);
 
 /// Starts a thread per entry that keeps its guard running; `log` gets a line
 /// when one starts or ends.
-pub fn keep_running(entries: &[GuardEntry], exe: PathBuf, log: fn(&str)) {
-    for entry in entries.iter().cloned() {
+pub fn keep_running(entries: Vec<GuardEntry>, exe: PathBuf, log: fn(&str)) {
+    for entry in entries {
         let exe = exe.clone();
         let _ = std::thread::Builder::new()
             .name("tessera-guards".into())

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use client::{LoadClient, XrunCounter};
-use options::{Options, USAGE, WARM_UP};
+use options::{Options, Origin, USAGE, WARM_UP};
 use record::Sample;
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 
@@ -91,7 +91,7 @@ fn run(options: &Options) -> Result<(), String> {
     // No page faults in callbacks: the recording buffers reserved below are
     // resident before the first cycle.
     tessera_sys::mem::lock_all_memory().map_err(|e| format!("locking memory: {e}"))?;
-    tessera_sys::signal::catch_stop_requests().map_err(|e| e.to_string())?;
+    tessera_sys::process::catch_termination().map_err(|e| e.to_string())?;
     let mut peer = Peer::new(options);
     for index in 0..peer.slots.len() {
         if peer.slots[index].start.is_none() {
@@ -99,13 +99,16 @@ fn run(options: &Options) -> Result<(), String> {
         }
     }
     peer.rewire()?;
-    let t0 = options
-        .t0_ns
-        .unwrap_or_else(|| monotonic_ns() + WARM_UP.as_nanos() as u64);
+    let t0 = match options.t0 {
+        Origin::AfterWarmUp => monotonic_ns() + WARM_UP.as_nanos() as u64,
+        Origin::At(ns) => ns,
+        Origin::Stdin => t0_from_stdin()?,
+    };
     for (at, event) in peer.timeline(t0) {
         if !wait_until(at) {
             break;
         }
+        log(t0, &event, &peer);
         match event {
             Event::Open(index) => peer.open(index).and_then(|()| peer.rewire())?,
             Event::Close(index) => peer.close(index).and_then(|()| peer.rewire())?,
@@ -114,16 +117,42 @@ fn run(options: &Options) -> Result<(), String> {
         }
     }
     peer.recording.store(false, Ordering::Release);
+    log(t0, &Event::End, &peer);
     for index in 0..peer.slots.len() {
         peer.close(index)?;
     }
     peer.write(t0)
 }
 
+/// One line on stderr per event (never from a process callback): the
+/// caller's log then shows how far the timeline got.
+fn log(t0: u64, event: &Event, peer: &Peer) {
+    let t = (monotonic_ns() as i64 - t0 as i64) as f64 / 1e9;
+    let what = match event {
+        Event::Open(i) => format!("open {}", peer.slots[*i].name),
+        Event::Close(i) => format!("close {}", peer.slots[*i].name),
+        Event::Record => "recording".into(),
+        Event::End => "end: closing every client".into(),
+    };
+    eprintln!("tessera-jack-peer: {t:+.3} s {what}");
+}
+
+/// The origin the caller sends once it releases the run (a closed stdin
+/// means it gave up).
+fn t0_from_stdin() -> Result<u64, String> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .map_err(|e| format!("reading t0 from stdin: {e}"))?;
+    line.trim()
+        .parse()
+        .map_err(|_| format!("no t0 on stdin ({:?})", line.trim()))
+}
+
 /// Sleeps until `at` (CLOCK_MONOTONIC ns); false if a stop was requested.
 fn wait_until(at: u64) -> bool {
     loop {
-        if tessera_sys::signal::stop_requested() {
+        if tessera_sys::process::take_termination().is_some() {
             return false;
         }
         let now = monotonic_ns();

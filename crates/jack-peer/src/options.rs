@@ -1,7 +1,8 @@
 //! The peer's command line: the topology, each client's load, when each
 //! client opens and closes (a staircase, `--start-every 5`, or a list of
 //! times, `--starts 15,30 --stops 60,60`), the time origin shared with the
-//! caller (`--t0-ns`, CLOCK_MONOTONIC) and the recording's length.
+//! caller (`--t0-ns`, CLOCK_MONOTONIC, given or read from stdin once the
+//! clients that open at launch are open) and the recording's length.
 //!
 //! It only parses and checks; it must never touch JACK.
 
@@ -16,7 +17,7 @@ pub const WARM_UP: Duration = Duration::from_millis(500);
 
 pub const USAGE: &str = "usage: tessera-jack-peer --topology chain|fan-out [--loads 10] \
      [--load 0.05 | --load 0.1,0.1,...] [--start-every S | --starts S1,S2,...] [--stops T1,-,...] \
-     [--t0-ns NS] [--monitor] [--seconds 20] --out FILE\n  \
+     [--t0-ns NS|stdin] [--monitor] [--seconds 20] --out FILE\n  \
      (server: $JACK_DEFAULT_SERVER; under PipeWire run it through pw-jack; times in s from t0)";
 
 #[derive(Debug, Clone, PartialEq)]
@@ -29,8 +30,8 @@ pub struct Options {
     pub starts: Vec<Option<Duration>>,
     /// When each load closes, from t0 (None: at the end).
     pub stops: Vec<Option<Duration>>,
-    /// The origin (CLOCK_MONOTONIC ns): recording runs from t0 for `seconds`.
-    pub t0_ns: Option<u64>,
+    /// The origin: recording runs from t0 for `seconds`.
+    pub t0: Origin,
     /// An extra client, connected to nothing and doing nothing, open from
     /// launch to the end: it records every cycle and counts the xruns.
     pub monitor: bool,
@@ -54,6 +55,17 @@ impl Options {
     }
 }
 
+/// Where t0 (CLOCK_MONOTONIC ns) comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Origin {
+    /// [`WARM_UP`] after the clients that open at launch are open.
+    #[default]
+    AfterWarmUp,
+    At(u64),
+    /// A line on stdin, read once the clients that open at launch are open.
+    Stdin,
+}
+
 #[derive(Default)]
 struct Raw {
     topology: Option<Topology>,
@@ -62,7 +74,7 @@ struct Raw {
     start_every: Option<f64>,
     starts: Option<Vec<Option<f64>>>,
     stops: Option<Vec<Option<f64>>>,
-    t0_ns: Option<u64>,
+    t0: Origin,
     monitor: bool,
     seconds: Option<f64>,
     out: Option<PathBuf>,
@@ -95,7 +107,8 @@ impl Raw {
             "--start-every" => self.start_every = Some(number(&value)?),
             "--starts" => self.starts = Some(list(&value)?),
             "--stops" => self.stops = Some(list(&value)?),
-            "--t0-ns" => self.t0_ns = Some(value.parse().map_err(|e| format!("{flag}: {e}"))?),
+            "--t0-ns" if value == "stdin" => self.t0 = Origin::Stdin,
+            "--t0-ns" => self.t0 = Origin::At(value.parse().map_err(|e| format!("{flag}: {e}"))?),
             "--seconds" => self.seconds = Some(number(&value)?),
             "--out" => self.out = Some(value.into()),
             _ => return Err(format!("unknown flag {flag}")),
@@ -140,7 +153,7 @@ impl Raw {
             load_fractions,
             starts: starts.into_iter().map(time).collect(),
             stops: stops.into_iter().map(time).collect(),
-            t0_ns: self.t0_ns,
+            t0: self.t0,
             monitor: self.monitor,
             seconds: self.seconds.unwrap_or(20.0),
             out,
@@ -187,7 +200,7 @@ mod tests {
         assert_eq!((o.topology, o.loads, o.seconds), (Topology::FanOut, 3, 2.0));
         assert_eq!(o.load_fractions, [0.05; 3]);
         assert!(o.starts.iter().chain(&o.stops).all(Option::is_none));
-        assert!(!o.monitor && o.t0_ns.is_none());
+        assert!(!o.monitor && o.t0 == Origin::AfterWarmUp);
     }
 
     #[test]
@@ -195,7 +208,9 @@ mod tests {
         let o = parse("--loads 3 --start-every 5 --monitor --t0-ns 7 --out x").unwrap();
         let s: Vec<f64> = o.starts.iter().map(|s| s.unwrap().as_secs_f64()).collect();
         assert_eq!(s, [0.0, 5.0, 10.0]);
-        assert!(o.monitor && o.t0_ns == Some(7));
+        assert!(o.monitor && o.t0 == Origin::At(7));
+        let o = parse("--t0-ns stdin --out x").unwrap();
+        assert_eq!(o.t0, Origin::Stdin);
     }
 
     #[test]

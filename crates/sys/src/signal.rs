@@ -74,24 +74,6 @@ fn install(signal: libc::c_int, handler: extern "C" fn(libc::c_int), what: &str)
     }
 }
 
-static STOP_REQUESTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_stop(_signal: libc::c_int) {
-    STOP_REQUESTED.store(true, Ordering::Relaxed);
-}
-
-/// Makes SIGINT and SIGTERM only raise a flag ([`stop_requested`]), so that a
-/// long-running command can restore what it changed before it exits.
-pub fn catch_stop_requests() -> Result<()> {
-    install(libc::SIGINT, on_stop, "SIGINT")?;
-    install(libc::SIGTERM, on_stop, "SIGTERM")
-}
-
-/// Whether SIGINT or SIGTERM arrived since [`catch_stop_requests`].
-pub fn stop_requested() -> bool {
-    STOP_REQUESTED.load(Ordering::Relaxed)
-}
-
 /// SIGXCPU signals received by the whole process since the handler was
 /// installed.
 pub fn total_overruns() -> u64 {

@@ -157,8 +157,12 @@ impl PeriodicTask {
         self.stop.store(true, Ordering::Relaxed);
     }
 
+    /// Waits for the task's thread; a task never started ends at once (its
+    /// start channel closes here).
     pub fn join(self) -> PeriodicStats {
-        self.handle.join().unwrap_or_else(|_| PeriodicStats {
+        let PeriodicTask { handle, start, .. } = self;
+        drop(start);
+        handle.join().unwrap_or_else(|_| PeriodicStats {
             name: "panicked".into(),
             response_us: Vec::new(),
             late: 0,
@@ -228,6 +232,26 @@ mod tests {
         assert!(
             stats.response_us.iter().all(|&r| r >= 100.0),
             "each job burned its work"
+        );
+    }
+
+    #[test]
+    fn a_task_never_started_joins_at_once() {
+        let spec = PeriodicSpec::new(
+            "t",
+            Duration::from_millis(5),
+            Duration::from_micros(100),
+            Duration::from_millis(100),
+        );
+        let task = PeriodicTask::spawn(spec, || Ok(())).unwrap();
+        task.stop();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(task.join().released()));
+        let released = rx.recv_timeout(Duration::from_secs(10));
+        assert_eq!(
+            released,
+            Ok(0),
+            "join must not wait for a start that never comes"
         );
     }
 

@@ -52,6 +52,8 @@ pub struct Headline {
     pub xruns: u64,
     pub late: u64,
     pub incomplete: u64,
+    /// Cycles late or incomplete (or both).
+    pub failed: u64,
     pub lost: u64,
     /// Bandwidth reserved ÷ used, over every guarded thread.
     pub reserved_per_used: Option<f64>,
@@ -66,8 +68,8 @@ impl Headline {
             .map_or("–".to_string(), |r| format!("{r:.2}"));
         format!(
             "{HEADLINE} {}: {} cycles, {} xruns, {} late cycles, {} incomplete cycles, \
-             {} periods lost, reserved ÷ used {ratio}",
-            self.sched, self.cycles, self.xruns, self.late, self.incomplete, self.lost
+             {} failed cycles, {} periods lost, reserved ÷ used {ratio}",
+            self.sched, self.cycles, self.xruns, self.late, self.incomplete, self.failed, self.lost
         )
     }
 
@@ -89,6 +91,7 @@ impl Headline {
                 "xruns" => headline.xruns = number,
                 "late cycles" => headline.late = number,
                 "incomplete cycles" => headline.incomplete = number,
+                "failed cycles" => headline.failed = number,
                 "periods lost" => headline.lost = number,
                 _ => return None,
             }
@@ -100,7 +103,7 @@ impl Headline {
     /// fraction of the cycles due (xruns are the server's own count of
     /// the same failures, and PipeWire's JACK clients hear of none).
     fn failed(&self) -> f64 {
-        let failed = self.late + self.incomplete + self.lost;
+        let failed = self.failed + self.lost;
         failed as f64 / (self.cycles + self.lost).max(1) as f64
     }
 }
@@ -218,7 +221,8 @@ pub(super) fn measure(
         .iter()
         .filter_map(|c| Some((window.t(c.start_ns), c.end_to_end()?)))
         .collect();
-    let late = end_to_end.iter().filter(|(_, e)| *e > period_ns).count() as u64;
+    let is_late = |c: &Cycle| c.end_to_end().is_some_and(|e| e > period_ns);
+    let late = measured.iter().filter(|c| is_late(c)).count() as u64;
     let xruns = match record.client(MONITOR) {
         Some(_) => record
             .xrun_ns
@@ -233,6 +237,10 @@ pub(super) fn measure(
         xruns,
         late,
         incomplete: measured.iter().filter(|c| c.missing > 0).count() as u64,
+        failed: measured
+            .iter()
+            .filter(|c| is_late(c) || c.missing > 0)
+            .count() as u64,
         lost,
         reserved_per_used: None,
     };
@@ -308,8 +316,8 @@ pub fn report_section(results: &RunResults) -> String {
         return String::new();
     }
     let mut text = "\n## The audio server: xruns and failed cycles\n\n\
-        | configuration | scheduling | cycles | xruns | late cycles | incomplete | periods lost \
-        | end-to-end p99 (µs) | reserved ÷ used |\n|---|---|--:|--:|--:|--:|--:|--:|--:|\n"
+        | configuration | scheduling | cycles | xruns | late | incomplete | failed (late or incomplete) \
+        | periods lost | end-to-end p99 (µs) | reserved ÷ used |\n|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n"
         .to_string();
     for (name, h, p99) in &rows {
         let ratio = h
@@ -318,8 +326,8 @@ pub fn report_section(results: &RunResults) -> String {
         let p99 = p99.map_or("–".into(), |p| format!("{p:.1}"));
         let _ = writeln!(
             text,
-            "| {name} | {} | {} | {} | {} | {} | {} | {p99} | {ratio} |",
-            h.sched, h.cycles, h.xruns, h.late, h.incomplete, h.lost
+            "| {name} | {} | {} | {} | {} | {} | {} | {} | {p99} | {ratio} |",
+            h.sched, h.cycles, h.xruns, h.late, h.incomplete, h.failed, h.lost
         );
     }
     text.push_str(&comparison(&rows));
@@ -435,8 +443,8 @@ mod tests {
         };
         let (metrics, h, notes) = measure(&record, &subject(), &window);
         assert_eq!(
-            (h.cycles, h.xruns, h.late, h.incomplete, h.lost),
-            (3, 1, 1, 1, 1)
+            (h.cycles, h.xruns, h.late, h.incomplete, h.failed, h.lost),
+            (3, 1, 1, 1, 2, 1)
         );
         let e2e = metrics.iter().find(|m| m.name == END_TO_END).unwrap();
         assert_eq!((e2e.summary.count, e2e.summary.misses), (3, Some(1)));
@@ -460,6 +468,7 @@ mod tests {
             xruns: 2,
             late: 3,
             incomplete: 0,
+            failed: 3,
             lost: 1,
             reserved_per_used: Some(1.5),
         };
@@ -468,6 +477,7 @@ mod tests {
             sched: "fifo:15".into(),
             xruns: 50,
             late: 30,
+            failed: 30,
             reserved_per_used: None,
             ..h.clone()
         };
@@ -484,7 +494,7 @@ mod tests {
         }
         let section = report_section(&results);
         assert!(
-            section.contains("| guard | guard:reclaim | 1000 | 2 | 3 | 0 | 1 | – | 1.50 |"),
+            section.contains("| guard | guard:reclaim | 1000 | 2 | 3 | 0 | 3 | 1 | – | 1.50 |"),
             "{section}"
         );
         assert!(
