@@ -83,7 +83,7 @@ fn an_audio_server_parses_with_its_clients_and_schedulings() {
         return;
     }
     let text = format!(
-        "{JACK}\n[[configuration]]\nname = \"g\"\nsubject = \"guard:reclaim,fixed=95\"\n\n\
+        "{JACK}\n[[configuration]]\nname = \"g\"\nsubject = \"guard:no-reclaim,fixed=95\"\n\n\
          [[configuration]]\nname = \"plain default\"\n"
     );
     let s = Scenario::parse(&text, "audio.toml").unwrap();
@@ -102,11 +102,11 @@ fn an_audio_server_parses_with_its_clients_and_schedulings() {
         .iter()
         .map(|c| c.server.as_ref().unwrap().describe())
         .collect();
-    assert_eq!(scheds, ["fifo:15", "guard:reclaim,fixed=95", "fifo:15"]);
+    assert_eq!(scheds, ["fifo:15", "guard:no-reclaim,fixed=95", "fifo:15"]);
     let Some(ServerSched::Guard(g)) = &s.configurations[1].server else {
         panic!()
     };
-    assert_eq!(g.args(), ["--reclaim", "--fixed", "95"]);
+    assert_eq!(g.args(), ["--no-reclaim", "--fixed", "95"]);
     assert!(s.configurations.iter().all(|c| c.needs_privilege()));
     let Subject::AudioServer(short) = s.scaled(0.5).subject else {
         panic!()

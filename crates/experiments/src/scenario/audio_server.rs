@@ -3,7 +3,7 @@
 //! load clients in a chain — listed one by one (`[[subject.client]]`) or
 //! started as a staircase (`[subject.staircase]`) — and how a
 //! configuration schedules it: `fifo:P` / `fifo` (as the server sets
-//! itself), or `guard[:reclaim|fixed=PCT|increment=PCT]` (the same, plus
+//! itself), or `guard[:no-reclaim|fixed=PCT|increment=PCT]` (the same, plus
 //! `tessera guard`).
 //!
 //! Owns that part of parsing and validation, with the line of every
@@ -89,7 +89,8 @@ pub enum ServerSched {
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GuardSettings {
-    pub reclaim: bool,
+    /// Hold every thread to its budget (the guard reclaims by default).
+    pub no_reclaim: bool,
     /// A fixed budget, % of the period per thread, instead of adapting.
     pub fixed: Option<u32>,
     /// Headroom over the predicted use, %.
@@ -100,8 +101,8 @@ impl GuardSettings {
     /// Its options on `tessera guard`'s command line.
     pub fn args(&self) -> Vec<String> {
         let mut args = Vec::new();
-        if self.reclaim {
-            args.push("--reclaim".to_string());
+        if self.no_reclaim {
+            args.push("--no-reclaim".to_string());
         }
         if let Some(p) = self.fixed {
             args.extend(["--fixed".to_string(), p.to_string()]);
@@ -114,7 +115,7 @@ impl GuardSettings {
 }
 
 const SCHED_FORMS: &str = "fifo:P (jackd -P P), fifo (the server's own priority), guard, \
-                           guard:reclaim, guard:fixed=PCT, guard:increment=PCT (options joined by commas)";
+                           guard:no-reclaim, guard:fixed=PCT, guard:increment=PCT (options joined by commas)";
 /// Lowest jackd -P: JACK2 runs its clients 5 below the server.
 const MIN_JACK_PRIORITY: u32 = 6;
 const MAX_JACK_PRIORITY: u32 = 94;
@@ -156,8 +157,8 @@ impl ServerSched {
             ServerSched::Fifo(None) => "fifo".into(),
             ServerSched::Guard(g) => {
                 let mut options = Vec::new();
-                if g.reclaim {
-                    options.push("reclaim".to_string());
+                if g.no_reclaim {
+                    options.push("no-reclaim".to_string());
                 }
                 options.extend(g.fixed.map(|p| format!("fixed={p}")));
                 options.extend(g.increment.map(|p| format!("increment={p}")));
@@ -204,12 +205,12 @@ fn guard_settings(options: &str) -> Result<GuardSettings, String> {
     };
     for option in options.split(',').map(str::trim).filter(|o| !o.is_empty()) {
         match option.split_once('=') {
-            None if option == "reclaim" => settings.reclaim = true,
+            None if option == "no-reclaim" => settings.no_reclaim = true,
             Some(("fixed", v)) => settings.fixed = Some(percent("fixed", v, 1..101)?),
             Some(("increment", v)) => settings.increment = Some(percent("increment", v, 0..1001)?),
             _ => {
                 return Err(format!(
-                    "unknown guard option {option:?} (reclaim, fixed=PCT, increment=PCT)"
+                    "unknown guard option {option:?} (no-reclaim, fixed=PCT, increment=PCT)"
                 ))
             }
         }
