@@ -237,12 +237,7 @@ impl Session {
         pid: i32,
         tid: Option<i32>,
     ) -> Result<Vec<i32>, BrokerError> {
-        self.typed(Request::Attach {
-            cell: cell.into(),
-            pid,
-            tid,
-            cpuset_only: false,
-        })
+        self.attach_as(cell, pid, tid, false)
     }
 
     /// Puts threads of `pid` (all, or only `tid`) into `cell`'s cpuset at
@@ -254,11 +249,21 @@ impl Session {
         pid: i32,
         tid: Option<i32>,
     ) -> Result<Vec<i32>, BrokerError> {
+        self.attach_as(cell, pid, tid, true)
+    }
+
+    fn attach_as(
+        &mut self,
+        cell: &str,
+        pid: i32,
+        tid: Option<i32>,
+        cpuset_only: bool,
+    ) -> Result<Vec<i32>, BrokerError> {
         self.typed(Request::Attach {
             cell: cell.into(),
             pid,
             tid,
-            cpuset_only: true,
+            cpuset_only,
         })
     }
 
