@@ -5,6 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 start=$SECONDS
+# The programs the tests start (tessera, tessera-jack-peer,
+# tessera-thread-probe) are built first: `cargo test` builds a package's
+# binaries only for that package's own tests.
+cargo build --workspace --locked --bins 2>&1
 cargo test --workspace --locked --no-fail-fast 2>&1
 # The lock-free structures' model checks build with --cfg loom in a target
 # directory of their own, so the main build is not invalidated.
