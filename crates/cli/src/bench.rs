@@ -10,23 +10,24 @@ use tessera_experiments::peer;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
-    /// tessera's engine vs Debian's jackd2 (dummy driver) vs cyclictest: 64 frames at 48 kHz, a chain and a fan-out of 10 loads.
+    /// tessera's engine vs Debian's jackd2 and PipeWire (dummy drivers) vs cyclictest: 64 frames at 48 kHz, a chain and a fan-out of 10 loads.
     #[command(after_help = "Examples:\n  \
         sudo tessera bench peer\n  \
         sudo flock /tmp/tessera-machine.lock tessera bench peer --seconds 5 --out results/peer\n\n\
-        Needs jackd2, rt-tests and tessera-jack-peer (built next to tessera).")]
+        Needs jackd2, pipewire, pipewire-bin, pipewire-jack, rt-tests and tessera-jack-peer\n\
+        (built next to tessera). The JACK clients run on PipeWire through pw-jack.")]
     Peer(PeerArgs),
 }
 
 #[derive(Args)]
 pub struct PeerArgs {
-    /// Measured seconds per configuration (5 configurations run one after the other).
+    /// Measured seconds per configuration (7 configurations run one after the other).
     #[arg(long, default_value_t = 20.0)]
     pub seconds: f64,
     /// Report directory (default results/peer-<time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// SCHED_FIFO priority of jackd, tessera's threads and cyclictest.
+    /// SCHED_FIFO priority of jackd, tessera's threads and cyclictest (PipeWire sets its own).
     #[arg(long, default_value_t = 70)]
     pub priority: u32,
     /// Run without a 0 µs CPU wake-up latency target (cyclictest then runs with --laptop).
@@ -49,7 +50,8 @@ fn bench_peer(args: PeerArgs) -> Result<ExitCode, BrokerError> {
     options.priority = args.priority;
     options.cpu_latency_target = !args.no_latency_target;
     eprintln!(
-        "tessera bench peer: 5 configurations of {:.0} s each, results in {}",
+        "tessera bench peer: {} configurations of {:.0} s each, results in {}",
+        peer::CONFIGURATIONS,
         options.seconds,
         options.out_dir.display()
     );

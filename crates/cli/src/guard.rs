@@ -49,8 +49,9 @@ pub struct GuardArgs {
     /// Headroom over the predicted use, % (AQuoSA's -I).
     #[arg(long, default_value_t = 20)]
     increment: u32,
-    /// Smallest budget, % of the reservation period.
-    #[arg(long, default_value_t = 5)]
+    /// Smallest budget, % of the reservation period (per thread: the
+    /// server's and the guard's own threads use 1–2 %).
+    #[arg(long, default_value_t = 1)]
     min: u32,
     /// Largest budget, % of the reservation period.
     #[arg(long, default_value_t = 95)]
@@ -61,7 +62,9 @@ pub struct GuardArgs {
     /// Samples the predictor looks back over.
     #[arg(long, default_value_t = 16)]
     window: usize,
-    /// A fixed budget, % of the reservation period, instead of adapting.
+    /// Instead of adapting: a fixed share of the period for the server and
+    /// its clients together, % (AQuoSA's -F), split equally among the
+    /// reserved threads.
     #[arg(long)]
     fixed: Option<u32>,
     /// The core the reservations share (default: the last); `global` puts

@@ -14,6 +14,7 @@
 
 mod budgets;
 mod figures;
+mod ground_truth;
 
 pub use budgets::{BUDGET, THREAD_PREDICTED, THREAD_SET, THREAD_USED};
 pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, PERIOD};
@@ -99,15 +100,19 @@ impl AudioServerRun {
         };
         let sched = config.server.clone().expect("validated with the subject");
         let peer = servers::program_beside_us("tessera-jack-peer");
-        if !is_program(&peer) {
+        if !servers::is_program(&peer) {
             return Err("tessera-jack-peer is not built: cargo build -p tessera-jack-peer".into());
         }
         let scratch = Scratch::create()?;
-        let server = start_server(subject, &sched, scenario.core, &scratch)?;
-        let peer = start_peer(&server, subject, scenario, &scratch)?;
+        let core = pinned_core(&sched, scenario.core);
+        let server = start_server(subject, &sched, core, &scratch)?;
+        let peer = start_peer(&server, subject, core, scenario.total(), &scratch)?;
         let guard = match &sched {
             ServerSched::Guard(settings) => {
-                let args = settings.args();
+                let mut args = settings.args();
+                if let Some(core) = scenario.core {
+                    args.extend(["--core".to_string(), core.to_string()]);
+                }
                 Some(start_guard(&server, &args, &scratch, scenario.total())?)
             }
             ServerSched::Fifo(_) => None,
@@ -231,6 +236,8 @@ pub fn metrics(data: AudioServerData, scenario: &Scenario, t0: u64) -> (Vec<Metr
             metrics.extend(budget_metrics);
             headline.reserved_per_used = ratio;
             notes.extend(budget_notes);
+            let truths = ground_truth::compare(&rows, &record, t0, warmup_s);
+            notes.extend(ground_truth::note(&truths));
         }
         Some(Err(e)) => notes.push(format!("guard's record: {e}")),
         None => {}
@@ -240,8 +247,16 @@ pub fn metrics(data: AudioServerData, scenario: &Scenario, t0: u64) -> (Vec<Metr
     (metrics, notes)
 }
 
-fn is_program(path: &Path) -> bool {
-    path.is_file() || tessera_workloads::external::installed(&path.to_string_lossy())
+/// The core the server and its clients start pinned to: the scenario's
+/// under plain FIFO; none under the guard, which places each real-time
+/// thread on its own core in a reservation. (Cells of the tasks may have
+/// made the scenario's core an exclusive cpuset already: nothing outside
+/// them can be pinned there.)
+fn pinned_core(sched: &ServerSched, core: Option<usize>) -> Option<usize> {
+    match sched {
+        ServerSched::Fifo(_) => core,
+        ServerSched::Guard(_) => None,
+    }
 }
 
 fn start_server(
@@ -270,16 +285,17 @@ fn start_server(
 fn start_peer(
     server: &AudioServer,
     subject: &AudioServerSubject,
-    scenario: &Scenario,
+    core: Option<usize>,
+    total: Duration,
     scratch: &Scratch,
 ) -> Result<OwnedChild, String> {
     let mut command = server.client_command(&servers::program_beside_us("tessera-jack-peer"));
-    command.args(peer_args(subject, scenario.total()));
+    command.args(peer_args(subject, total));
     command.arg("--out").arg(scratch.file("peer.tsv"));
     let log = fs::File::create(scratch.file("peer.log")).map_err(|e| e.to_string())?;
     let log_err = log.try_clone().map_err(|e| e.to_string())?;
     command.stdin(Stdio::piped()).stdout(log).stderr(log_err);
-    let child = servers::spawn_on(&mut command, scenario.core, "pipewire-jack")?;
+    let child = servers::spawn_on(&mut command, core, "pipewire-jack")?;
     Ok(OwnedChild::new(child, "tessera-jack-peer", CHILD_GRACE))
 }
 

@@ -56,6 +56,11 @@ pub fn program_beside_us(name: &str) -> PathBuf {
     name.into()
 }
 
+/// Whether `program` can be run: a file at that path, or a name on the PATH.
+pub fn is_program(program: &Path) -> bool {
+    program.is_file() || tessera_workloads::external::installed(&program.to_string_lossy())
+}
+
 /// Spawns `command` from a helper thread pinned to `core`, so that the
 /// child and every thread it creates start with that affinity (a child
 /// inherits the affinity of the thread that forked it). `package` is the
@@ -217,6 +222,19 @@ fn await_ready(
     Ok(())
 }
 
+/// JACK2 keeps 8 servers in its registry (/dev/shm/jack-shm-registry) and
+/// reclaims the entry of a killed server only for a server of the same
+/// name: after 8 killed servers of other names no jackd starts.
+fn explain_full_registry(error: String) -> String {
+    match error.contains("Too many servers already active") {
+        true => format!(
+            "{error} (JACK's server registry is full of killed servers: with no jackd \
+             running, remove it: rm -r /dev/shm/jack-shm-registry /dev/shm/jack_db-*)"
+        ),
+        false => error,
+    }
+}
+
 /// A jackd started here under a private name.
 pub struct JackServer {
     process: OwnedChild,
@@ -245,7 +263,8 @@ impl JackServer {
             name,
         };
         let socket = server.socket();
-        await_ready(&mut server.process, &spec.log, "jackd", || socket.exists())?;
+        await_ready(&mut server.process, &spec.log, "jackd", || socket.exists())
+            .map_err(explain_full_registry)?;
         Ok(server)
     }
 

@@ -36,7 +36,10 @@ use tessera_sys::sched::{self, Policy, Tid};
 pub enum Budgeting {
     /// The feedback controller.
     Adaptive(AdaptiveConfig),
-    /// A fixed share of the reservation period, % (the thesis's `-F`).
+    /// A fixed share of the reservation period for the server and its
+    /// clients together, % (the thesis's `-F`, where JACK was one
+    /// reservation), split equally among the reserved threads: mainline
+    /// reserves one thread per reservation.
     Fixed { pct: u32 },
 }
 
@@ -301,6 +304,8 @@ impl Guard {
             return;
         }
         let name = proc::thread_name(pid, tid);
+        // A fixed share makes room for the newcomer first.
+        self.reshare(self.reserved.len() + 1, log);
         match self.open_reservation(pid, tid, &name) {
             Ok(r) => {
                 log.push(format!(
@@ -317,6 +322,7 @@ impl Guard {
                 self.bump(|r| r.pid == server && r.tid != tid, Adaptive::on_join);
             }
             Err(e) => {
+                self.reshare(self.reserved.len(), log);
                 log.push(format!(
                     "left thread {tid} ({name}) of process {pid} as its program set it: {e}"
                 ));
@@ -367,19 +373,37 @@ impl Guard {
         Ok(r)
     }
 
+    /// A new thread's controller (with a fixed share, one of
+    /// `self.reserved.len() + 1` threads).
     fn controller(&self) -> Result<Adaptive, GuardError> {
         let config = match &self.settings.budgeting {
             Budgeting::Adaptive(c) => *c,
-            // A fixed budget is a controller whose bounds meet.
-            Budgeting::Fixed { pct } => AdaptiveConfig {
-                min_budget_pct: *pct,
-                max_budget_pct: *pct,
-                initial_budget_pct: *pct,
-                ..AdaptiveConfig::default()
-            },
+            Budgeting::Fixed { pct } => fixed_config(share_of(*pct, self.reserved.len() + 1)),
         };
         Adaptive::new(config, self.period_ns)
             .map_err(|e| fail(format!("budget settings: {e}"), e.fix.clone()))
+    }
+
+    /// With a fixed share, gives each of `threads` reserved threads its
+    /// equal part; shrinking ones are resized before growing ones so that
+    /// admission sees the room.
+    fn reshare(&mut self, threads: usize, log: &mut Vec<String>) {
+        let Budgeting::Fixed { pct } = self.settings.budgeting else {
+            return;
+        };
+        let Ok(controller) = Adaptive::new(fixed_config(share_of(pct, threads)), self.period_ns)
+        else {
+            return;
+        };
+        let wanted = controller.wanted().runtime_ns;
+        let mut order: Vec<&mut Reserved> = self.reserved.values_mut().collect();
+        order.sort_by_key(|r| r.set.runtime_ns < wanted);
+        for r in order {
+            r.controller = controller.clone();
+            if let Err(e) = apply(&mut self.session, r) {
+                log.push(format!("thread {} ({}): share not set: {e}", r.tid, r.name));
+            }
+        }
     }
 
     fn release(&mut self, r: Reserved, log: &mut Vec<String>) {
@@ -390,6 +414,7 @@ impl Guard {
             )),
             Err(e) => log.push(format!("released thread {} with an error: {e}", r.tid)),
         }
+        self.reshare(self.reserved.len(), log);
     }
 
     fn bump(&mut self, which: impl Fn(&Reserved) -> bool, bump: fn(&mut Adaptive)) {
@@ -557,6 +582,21 @@ impl Guard {
     }
 }
 
+/// A fixed budget: a controller whose bounds meet.
+fn fixed_config(pct: u32) -> AdaptiveConfig {
+    AdaptiveConfig {
+        min_budget_pct: pct,
+        max_budget_pct: pct,
+        initial_budget_pct: pct,
+        ..AdaptiveConfig::default()
+    }
+}
+
+/// One of `threads` equal parts of `pct` %, at least 1 %.
+fn share_of(pct: u32, threads: usize) -> u32 {
+    (pct / threads.max(1) as u32).max(1)
+}
+
 /// Asks admission for the budget the controller wants, when it differs
 /// from what is set, and records what was granted.
 fn apply(session: &mut Session, r: &mut Reserved) -> Result<(), GuardError> {
@@ -616,5 +656,15 @@ mod tests {
         assert_eq!(cell_prefix("pw data loop"), "pw_data_loop");
         assert_eq!(cell_prefix("--"), "thread");
         assert_eq!(cell_prefix(""), "thread");
+    }
+
+    #[test]
+    fn a_fixed_share_is_split_equally_and_never_below_one_percent() {
+        assert_eq!(share_of(95, 1), 95);
+        assert_eq!(share_of(95, 13), 7);
+        assert_eq!(share_of(95, 0), 95);
+        assert_eq!(share_of(5, 13), 1);
+        let c = fixed_config(7);
+        assert_eq!((c.min_budget_pct, c.max_budget_pct, c.initial_budget_pct), (7, 7, 7));
     }
 }

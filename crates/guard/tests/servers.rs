@@ -43,6 +43,25 @@ impl Drop for Started {
     }
 }
 
+/// Removes the /dev/shm files a killed jackd of this name leaves.
+struct JackFiles(String);
+
+impl Drop for JackFiles {
+    fn drop(&mut self) {
+        let uid = tessera_sys::caps::euid();
+        let prefixes = [
+            format!("jack_{}_{uid}_", self.0),
+            format!("jack_sem.{uid}_{}_", self.0),
+        ];
+        for entry in std::fs::read_dir("/dev/shm").into_iter().flatten().flatten() {
+            let file = entry.file_name().to_string_lossy().into_owned();
+            if prefixes.iter().any(|p| file.starts_with(p)) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
 /// Steps the guard until `done` holds or 10 s pass.
 fn step_until(guard: &mut Guard, what: &str, done: impl Fn(&Guard) -> bool) {
     let start = Instant::now();
@@ -83,7 +102,11 @@ fn jackd_and_its_clients_get_reservations_of_their_own() {
     let Some(m) = privileged("guard-jackd") else {
         return;
     };
-    let name = format!("tessera-guard-test-{}", std::process::id());
+    // One name for every run: a jackd that is killed keeps its entry in
+    // JACK's server registry (8 entries), and only a server of the same
+    // name reclaims it.
+    let name = "tessera-guard-test".to_string();
+    let _files = JackFiles(name.clone());
     let mut jackd = Started::spawn(
         Command::new("jackd")
             .args([
@@ -141,7 +164,8 @@ fn pipewire_and_its_clients_get_reservations_of_their_own() {
         rerun_with_pipewire_jack(&jack_dir);
         return;
     }
-    let runtime = scratch_runtime_dir();
+    let scratch = ScratchDir::create();
+    let runtime = scratch.0.clone();
     let mut pipewire = Started::spawn(Command::new("pipewire").env("XDG_RUNTIME_DIR", &runtime));
     std::env::set_var("XDG_RUNTIME_DIR", &runtime);
     let pw_pid = pipewire.pid();
@@ -179,7 +203,6 @@ fn pipewire_and_its_clients_get_reservations_of_their_own() {
         m.session().list().unwrap().is_empty(),
         "no cell left behind"
     );
-    let _ = std::fs::remove_dir_all(&runtime);
 }
 
 /// A client of the server starts: its real-time thread gets a cell of its
@@ -265,10 +288,22 @@ fn rerun_with_pipewire_jack(jack_dir: &std::path::Path) {
     );
 }
 
-fn scratch_runtime_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tessera-pw-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// PipeWire's private runtime directory, removed when dropped (after the
+/// server, which is declared after it).
+struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    fn create() -> ScratchDir {
+        let dir = std::env::temp_dir().join(format!("tessera-pw-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        ScratchDir(dir)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn wait_for<T>(f: impl Fn() -> Option<T>) -> T {

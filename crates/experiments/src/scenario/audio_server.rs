@@ -91,7 +91,8 @@ pub enum ServerSched {
 pub struct GuardSettings {
     /// Hold every thread to its budget (the guard reclaims by default).
     pub no_reclaim: bool,
-    /// A fixed budget, % of the period per thread, instead of adapting.
+    /// A fixed share of the period for the server and its clients
+    /// together, %, split among their threads, instead of adapting.
     pub fixed: Option<u32>,
     /// Headroom over the predicted use, %.
     pub increment: Option<u32>,
