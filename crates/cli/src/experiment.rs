@@ -5,7 +5,7 @@
 
 use crate::args::invalid;
 use clap::{Args, Subcommand};
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tessera_broker::BrokerError;
@@ -133,19 +133,35 @@ pub struct LoadCommon {
     pub json: bool,
 }
 
-fn progress_line(p: &Progress) {
-    eprint!(
-        "\r  [{}/{}] {} — {:.0}/{:.0} s\x1b[K",
-        p.index,
-        p.count,
-        p.configuration,
-        p.elapsed.min(p.total).as_secs_f64(),
-        p.total.as_secs_f64()
-    );
-    if p.elapsed >= p.total {
-        eprintln!();
+/// The run's progress: one line redrawn in place on a terminal; in a log,
+/// a plain line when a configuration starts, every 10 s, and at its end.
+fn progress_line() -> impl FnMut(&Progress) {
+    let terminal = std::io::stderr().is_terminal();
+    let mut last: Option<(usize, u64)> = None;
+    move |p: &Progress| {
+        let done = p.elapsed >= p.total;
+        let line = format!(
+            "  [{}/{}] {} — {:.0}/{:.0} s",
+            p.index,
+            p.count,
+            p.configuration,
+            p.elapsed.min(p.total).as_secs_f64(),
+            p.total.as_secs_f64()
+        );
+        if terminal {
+            eprint!("\r{line}\x1b[K");
+            if done {
+                eprintln!();
+            }
+        } else {
+            let step = (p.index, p.elapsed.as_secs() / 10);
+            if last != Some(step) || done {
+                eprintln!("{line}");
+            }
+            last = Some(step);
+        }
+        let _ = std::io::stderr().flush();
     }
-    let _ = std::io::stderr().flush();
 }
 
 fn print_outcome(results: &RunResults, dir: &std::path::Path, json: bool) -> ExitCode {
@@ -202,7 +218,7 @@ pub fn music_demo(
     let out_dir = opts
         .out
         .unwrap_or_else(|| PathBuf::from(format!("results/demo-{stamp}")));
-    let outcome = runner::run(&scenario, &out_dir, progress_line)?;
+    let outcome = runner::run(&scenario, &out_dir, progress_line())?;
     let results = &outcome.results;
     if opts.json {
         println!("{}", serde_json::to_string(results).unwrap_or_default());
@@ -243,7 +259,7 @@ fn run_scenario(
         scenario.total().as_secs_f64(),
         scenario.warmup.as_secs_f64()
     );
-    let outcome = runner::run(scenario, &out_dir, progress_line)?;
+    let outcome = runner::run(scenario, &out_dir, progress_line())?;
     Ok(print_outcome(&outcome.results, &outcome.report_dir, json))
 }
 

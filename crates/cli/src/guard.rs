@@ -62,9 +62,9 @@ pub struct GuardArgs {
     /// Samples the predictor looks back over.
     #[arg(long, default_value_t = 16)]
     window: usize,
-    /// Instead of adapting: a fixed share of the period for the server and
-    /// its clients together, % (AQuoSA's -F), split equally among the
-    /// reserved threads.
+    /// Instead of adapting: a fixed share, % of what admission lets
+    /// reservations have on a core, for the server and its clients together
+    /// (AQuoSA's -F), split equally among the reserved threads.
     #[arg(long)]
     fixed: Option<u32>,
     /// The core the reservations share (default: the last); `global` puts
@@ -262,11 +262,12 @@ pub fn summary(s: &Status) -> String {
         format!("period {:.0} µs", s.audio_period_ns as f64 / 1000.0)
     };
     let mut line = format!(
-        "{period} · {} thread(s) reserved · set {:.2} CPU · used {:.2} · xruns {} · degraded {}",
+        "{period} · {} thread(s) reserved · set {:.2} CPU · used {:.2} · xruns {} · skipped {} · degraded {}",
         s.threads.len(),
         s.reserved_cpus,
         s.used_cpus,
         s.xruns,
+        s.skipped_periods,
         s.degradations
     );
     if !s.left_out.is_empty() {

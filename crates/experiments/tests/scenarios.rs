@@ -131,7 +131,13 @@ fn the_graph_engine_needs_a_slot_per_thread_in_a_reserved_cell() {
 
 #[test]
 fn shipped_scenarios_parse() {
-    for name in ["example", "thesis-4.4", "probe"] {
+    for name in [
+        "example",
+        "thesis-4.4",
+        "thesis-4.5-engine",
+        "thesis-4.6-engine",
+        "probe",
+    ] {
         let path = repo(&format!("scenarios/{name}.toml"));
         let s = Scenario::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
         assert!(!s.configurations.is_empty(), "{name}");

@@ -27,7 +27,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::time::{Duration, Instant};
 use tessera_broker::Session;
-use tessera_policy::{Adaptive, AdaptiveConfig, Budget, CellRequest, Placement};
+use tessera_policy::{
+    compress, Adaptive, AdaptiveConfig, Bandwidth, Budget, CellRequest, Placement,
+};
 use tessera_sys::proc::{self, Pid};
 use tessera_sys::sched::{self, Policy, Tid};
 
@@ -88,6 +90,8 @@ struct Reserved {
     set: Budget,
     degraded: bool,
     cpu_ns: u64,
+    /// Its voluntary context switches at `at`.
+    switches: u64,
     at: Instant,
     /// CPU time per reservation period over the last interval.
     used_ns: u64,
@@ -130,6 +134,8 @@ pub struct Status {
     /// Real-time threads left as their program set them, and why.
     pub left_out: Vec<String>,
     pub xruns: u64,
+    /// Periods the graph did not run (heard by the guard's own client).
+    pub skipped_periods: u64,
     pub joins: u64,
     pub degradations: u64,
     /// Σ set / period and Σ used / period, in CPUs.
@@ -146,6 +152,10 @@ pub struct Guard {
     heard: Snapshot,
     watch: Watch,
     period_ns: u64,
+    /// A fixed share's total, % of a core: the share asked for, of what
+    /// admission lets reservations have on a core (as AQuoSA's `-F` was a
+    /// share of the bandwidth AQuoSA had).
+    fixed_total_pct: u32,
     reserved: BTreeMap<Tid, Reserved>,
     /// Threads that could not be reserved: tried again after
     /// [`RETRY_LEFT_OUT`], not every interval.
@@ -155,6 +165,13 @@ pub struct Guard {
     started: Instant,
     record: Option<Box<dyn Write + Send>>,
 }
+
+/// Share of the guard's core kept out of the squeeze, so that a thread
+/// that turns real-time finds room to open its reservation (at 1 %).
+const NEWCOMER_ROOM: f64 = 0.02;
+
+/// The smallest budget a reservation opens with.
+const MIN_OPENING_NS: u64 = 2_000;
 
 /// How often the server's clients are listed again without being told.
 const RESCAN: Duration = Duration::from_secs(2);
@@ -172,7 +189,7 @@ impl Guard {
     /// PipeWire), starts watching it and its clients. Threads are reserved
     /// by [`Guard::step`].
     pub fn start(
-        session: Session,
+        mut session: Session,
         server: Server,
         settings: Settings,
     ) -> Result<Guard, GuardError> {
@@ -191,6 +208,13 @@ impl Guard {
                     "give it with --period (e.g. --period 1333us for 64 frames at 48 kHz)",
                 )
             })?;
+        let fixed_total_pct = match settings.budgeting {
+            Budgeting::Fixed { pct } => {
+                let capacity = session.status()?.capacity_per_core.as_fraction();
+                (f64::from(pct) * capacity).floor() as u32
+            }
+            Budgeting::Adaptive(_) => 0,
+        };
         let mut watch = Watch::new()?;
         watch.add_process(server.pid)?;
         let mut guard = Guard {
@@ -201,6 +225,7 @@ impl Guard {
             heard,
             watch,
             period_ns,
+            fixed_total_pct,
             reserved: BTreeMap::new(),
             left_out: BTreeMap::new(),
             clients: BTreeSet::new(),
@@ -341,10 +366,11 @@ impl Guard {
     fn open_reservation(&mut self, pid: Pid, tid: Tid, name: &str) -> Result<Reserved, GuardError> {
         let controller = self.controller()?;
         let cell = format!("{}-{tid}", cell_prefix(&proc::process_name(pid)));
-        let (min, _) = controller.bounds();
         let period = controller.reservation_period_ns();
-        // Admitted at the minimum, then raised to what is wanted: a busy
-        // machine degrades the budget instead of refusing the thread.
+        // Admitted at the least the controller could ever want (1 % of the
+        // period), then raised to what is wanted: a busy machine degrades
+        // the budget instead of refusing the thread.
+        let min = controller.bounds().0.min(MIN_OPENING_NS.max(period / 100));
         let mut request = CellRequest::event_triggered(&cell, min, period);
         match self.settings.core {
             Some(core) => request = request.on_cores(vec![core]),
@@ -366,10 +392,12 @@ impl Guard {
             set: Budget::new(min, period),
             degraded: false,
             cpu_ns: proc::thread_cpu_ns(pid, tid).unwrap_or(0),
+            switches: proc::thread_voluntary_switches(pid, tid).unwrap_or(0),
             at: Instant::now(),
             used_ns: 0,
         };
-        apply(&mut self.session, &mut r)?;
+        let wanted = r.controller.wanted();
+        apply(&mut self.session, &mut r, wanted)?;
         Ok(r)
     }
 
@@ -378,7 +406,9 @@ impl Guard {
     fn controller(&self) -> Result<Adaptive, GuardError> {
         let config = match &self.settings.budgeting {
             Budgeting::Adaptive(c) => *c,
-            Budgeting::Fixed { pct } => fixed_config(share_of(*pct, self.reserved.len() + 1)),
+            Budgeting::Fixed { .. } => {
+                fixed_config(share_of(self.fixed_total_pct, self.reserved.len() + 1))
+            }
         };
         Adaptive::new(config, self.period_ns)
             .map_err(|e| fail(format!("budget settings: {e}"), e.fix.clone()))
@@ -388,11 +418,11 @@ impl Guard {
     /// equal part; shrinking ones are resized before growing ones so that
     /// admission sees the room.
     fn reshare(&mut self, threads: usize, log: &mut Vec<String>) {
-        let Budgeting::Fixed { pct } = self.settings.budgeting else {
+        if !matches!(self.settings.budgeting, Budgeting::Fixed { .. }) {
             return;
-        };
-        let Ok(controller) = Adaptive::new(fixed_config(share_of(pct, threads)), self.period_ns)
-        else {
+        }
+        let share = share_of(self.fixed_total_pct, threads);
+        let Ok(controller) = Adaptive::new(fixed_config(share), self.period_ns) else {
             return;
         };
         let wanted = controller.wanted().runtime_ns;
@@ -400,7 +430,8 @@ impl Guard {
         order.sort_by_key(|r| r.set.runtime_ns < wanted);
         for r in order {
             r.controller = controller.clone();
-            if let Err(e) = apply(&mut self.session, r) {
+            let wanted = r.controller.wanted();
+            if let Err(e) = apply(&mut self.session, r, wanted) {
                 log.push(format!("thread {} ({}): share not set: {e}", r.tid, r.name));
             }
         }
@@ -452,6 +483,17 @@ impl Guard {
                 "xrun reported by the server ({} so far)",
                 now.xruns
             ));
+        }
+        if now.skipped > before.skipped {
+            log.push(format!(
+                "the graph skipped {} period(s) ({} so far)",
+                now.skipped - before.skipped,
+                now.skipped
+            ));
+        }
+        // PipeWire never reports xruns to JACK clients: a skipped period
+        // is an overrun too.
+        if now.xruns > before.xruns || now.skipped > before.skipped {
             self.bump(|_| true, Adaptive::on_xrun);
         }
         if now.joins > before.joins || now.leaves > before.leaves {
@@ -487,32 +529,86 @@ impl Guard {
         }
     }
 
-    /// Feeds each controller the interval's CPU time and applies the budget
-    /// it wants when that differs from what is set.
+    /// Feeds each controller the interval's CPU time, then applies the
+    /// budgets they want — squeezed alike when together they want more than
+    /// the guard's core holds — shrinking ones first, so that admission sees
+    /// the room the growing ones need.
     fn adapt(&mut self, log: &mut Vec<String>) {
-        let audio_period = self.period_ns;
-        for r in self.reserved.values_mut() {
-            let now = Instant::now();
-            let Ok(cpu) = proc::thread_cpu_ns(r.pid, r.tid) else {
-                continue;
-            };
-            let elapsed = now.duration_since(r.at).as_nanos() as u64;
-            let periods = elapsed / audio_period;
-            if periods == 0 {
-                continue;
-            }
-            let used = cpu.saturating_sub(r.cpu_ns);
-            r.controller.observe(used, periods);
-            r.used_ns = used.div_ceil(periods) * r.controller.fragments();
-            r.cpu_ns = cpu;
-            r.at = now;
-            if let Err(e) = apply(&mut self.session, r) {
+        self.observe();
+        let targets = self.targets();
+        let mut order: Vec<&mut Reserved> = self.reserved.values_mut().collect();
+        order.sort_by_key(|r| targets[&r.tid].runtime_ns > r.set.runtime_ns);
+        for r in order {
+            if let Err(e) = apply(&mut self.session, r, targets[&r.tid]) {
                 log.push(format!(
                     "thread {} ({}): budget not changed: {e}",
                     r.tid, r.name
                 ));
             }
         }
+    }
+
+    /// Gives each controller the CPU time its thread used since the last
+    /// interval, per cycle it ran: the audio periods elapsed, or fewer when
+    /// the thread woke fewer times (each cycle ends in a wait) — a thread
+    /// held short of its need runs fewer cycles, and per period it would
+    /// seem to need less and less, its budget following it down.
+    fn observe(&mut self) {
+        let audio_period = self.period_ns;
+        for r in self.reserved.values_mut() {
+            let now = Instant::now();
+            let Ok(cpu) = proc::thread_cpu_ns(r.pid, r.tid) else {
+                continue;
+            };
+            let elapsed = now.duration_since(r.at).as_nanos() as u64 / audio_period;
+            if elapsed == 0 {
+                continue;
+            }
+            let woken = match proc::thread_voluntary_switches(r.pid, r.tid) {
+                Ok(switches) => {
+                    switches.saturating_sub(std::mem::replace(&mut r.switches, switches))
+                }
+                Err(_) => elapsed,
+            };
+            let used = cpu.saturating_sub(r.cpu_ns);
+            r.controller.observe(used, elapsed.min(woken.max(1)));
+            r.used_ns = used.div_ceil(elapsed) * r.controller.fragments();
+            r.cpu_ns = cpu;
+            r.at = now;
+        }
+    }
+
+    /// What each thread's budget should be: what its controller wants,
+    /// compressed to the room on the guard's core.
+    fn targets(&mut self) -> BTreeMap<Tid, Budget> {
+        let wanted: Vec<Budget> = self
+            .reserved
+            .values()
+            .map(|r| r.controller.wanted())
+            .collect();
+        let targets = match self.room() {
+            Some(room) => {
+                let floors: Vec<u64> = self
+                    .reserved
+                    .values()
+                    .map(|r| r.controller.bounds().0)
+                    .collect();
+                compress(&wanted, &floors, room)
+            }
+            None => wanted,
+        };
+        self.reserved.keys().copied().zip(targets).collect()
+    }
+
+    /// The bandwidth the guard's reservations may share: what its core has
+    /// free plus what they hold, less [`NEWCOMER_ROOM`]. None under global
+    /// EDF (admission alone decides there) or when the broker cannot say.
+    fn room(&mut self) -> Option<Bandwidth> {
+        let core = self.settings.core?;
+        let status = self.session.status().ok()?;
+        let usage = status.cores.iter().find(|c| c.core == core)?;
+        let held: Bandwidth = self.reserved.values().map(|r| r.set.bandwidth()).sum();
+        Some((usage.free() + held).saturating_sub(Bandwidth::from_fraction(NEWCOMER_ROOM)))
     }
 
     fn write_record(&mut self) {
@@ -561,6 +657,7 @@ impl Guard {
                 .map(|(tid, l)| format!("thread {tid}: {}", l.why))
                 .collect(),
             xruns: self.heard.xruns,
+            skipped_periods: self.heard.skipped,
             joins: self.heard.joins,
             degradations: self
                 .reserved
@@ -597,14 +694,16 @@ fn share_of(pct: u32, threads: usize) -> u32 {
     (pct / threads.max(1) as u32).max(1)
 }
 
-/// Asks admission for the budget the controller wants, when it differs
-/// from what is set, and records what was granted.
-fn apply(session: &mut Session, r: &mut Reserved) -> Result<(), GuardError> {
-    let Some(wanted) = r.controller.update() else {
+/// Asks admission for `target`, when it differs from what is set, and
+/// records what was granted: degraded when it is less than the controller
+/// wants (a squeezed target, or admission's largest that fit).
+fn apply(session: &mut Session, r: &mut Reserved, target: Budget) -> Result<(), GuardError> {
+    let Some(ask) = r.controller.update_to(target) else {
         return Ok(());
     };
-    let reply = session.resize_cell(&r.cell, wanted, true)?;
-    r.controller.granted(reply.budget, reply.degraded);
+    let reply = session.resize_cell(&r.cell, ask, true)?;
+    let short = reply.budget.runtime_ns < r.controller.wanted().runtime_ns;
+    r.controller.granted(reply.budget, reply.degraded || short);
     r.set = reply.budget;
     r.degraded = reply.degraded;
     Ok(())
@@ -665,6 +764,9 @@ mod tests {
         assert_eq!(share_of(95, 0), 95);
         assert_eq!(share_of(5, 13), 1);
         let c = fixed_config(7);
-        assert_eq!((c.min_budget_pct, c.max_budget_pct, c.initial_budget_pct), (7, 7, 7));
+        assert_eq!(
+            (c.min_budget_pct, c.max_budget_pct, c.initial_budget_pct),
+            (7, 7, 7)
+        );
     }
 }

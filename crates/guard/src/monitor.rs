@@ -1,6 +1,9 @@
 //! What the audio server tells its clients, heard by a JACK client of the
 //! guard's own: the period (buffer size and sample rate), xruns, and clients
-//! coming and going. JACK2 is reached through Debian's libjack; PipeWire
+//! coming and going, and the periods the graph skipped (the frame time
+//! jumped by more than one period between two cycles of the monitor) —
+//! PipeWire's libjack sends JACK clients no xrun callbacks, so skipped
+//! periods are how an overrun is heard there. JACK2 is reached through Debian's libjack; PipeWire
 //! through its JACK library (`pw-jack`: the process must start with
 //! PipeWire's libjack first on LD_LIBRARY_PATH, see [`pipewire_jack_dir`]).
 //!
@@ -20,6 +23,7 @@ struct Heard {
     frames: AtomicU32,
     rate: AtomicU32,
     xruns: AtomicU64,
+    skipped: AtomicU64,
     joins: AtomicU64,
     leaves: AtomicU64,
 }
@@ -32,6 +36,8 @@ pub struct Snapshot {
     /// Frames per second.
     pub rate: u32,
     pub xruns: u64,
+    /// Periods the graph did not run, from the frame time's jumps.
+    pub skipped: u64,
     /// Clients that registered since the monitor joined.
     pub joins: u64,
     pub leaves: u64,
@@ -68,17 +74,42 @@ impl jack::NotificationHandler for Notifications {
     }
 }
 
-struct Cycles(Arc<Heard>);
+struct Cycles {
+    heard: Arc<Heard>,
+    /// The frame time of the previous cycle (None after a buffer-size
+    /// change, when the next jump means nothing).
+    last_frame: Option<jack::Frames>,
+}
 
 impl jack::ProcessHandler for Cycles {
-    fn process(&mut self, _: &jack::Client, _: &jack::ProcessScope) -> jack::Control {
+    fn process(&mut self, _: &jack::Client, scope: &jack::ProcessScope) -> jack::Control {
+        let now = scope.last_frame_time();
+        let frames = scope.n_frames();
+        if let Some(last) = self.last_frame {
+            let skipped = skipped_periods(last, now, frames);
+            if skipped > 0 {
+                self.heard.skipped.fetch_add(skipped, Ordering::Relaxed);
+            }
+        }
+        self.last_frame = Some(now);
         jack::Control::Continue
     }
 
     fn buffer_size(&mut self, _: &jack::Client, frames: jack::Frames) -> jack::Control {
-        self.0.frames.store(frames, Ordering::Relaxed);
+        self.heard.frames.store(frames, Ordering::Relaxed);
+        self.last_frame = None;
         jack::Control::Continue
     }
+}
+
+/// Whole periods of `frames` between two cycles starting at frame times
+/// `last` and `now`, beyond the one expected (frame times wrap at 2³²).
+fn skipped_periods(last: jack::Frames, now: jack::Frames, frames: jack::Frames) -> u64 {
+    if frames == 0 {
+        return 0;
+    }
+    let advanced = now.wrapping_sub(last);
+    u64::from((advanced / frames).saturating_sub(1))
 }
 
 /// The guard's JACK client, active while it lives.
@@ -105,7 +136,13 @@ impl Monitor {
         heard.frames.store(client.buffer_size(), Ordering::Relaxed);
         heard.rate.store(client.sample_rate(), Ordering::Relaxed);
         let client = client
-            .activate_async(Notifications(heard.clone()), Cycles(heard.clone()))
+            .activate_async(
+                Notifications(heard.clone()),
+                Cycles {
+                    heard: heard.clone(),
+                    last_frame: None,
+                },
+            )
             .map_err(|e| {
                 fail(
                     format!("could not activate the guard's JACK client: {e}"),
@@ -124,6 +161,7 @@ impl Monitor {
             frames: h.frames.load(Ordering::Relaxed),
             rate: h.rate.load(Ordering::Relaxed),
             xruns: h.xruns.load(Ordering::Relaxed),
+            skipped: h.skipped.load(Ordering::Relaxed),
             joins: h.joins.load(Ordering::Relaxed),
             leaves: h.leaves.load(Ordering::Relaxed),
         }
@@ -157,5 +195,17 @@ mod tests {
         };
         assert_eq!(s.period_ns(), Some(1_333_333));
         assert_eq!(Snapshot::default().period_ns(), None);
+    }
+
+    #[test]
+    fn only_jumps_beyond_one_period_are_skipped_periods() {
+        assert_eq!(skipped_periods(1000, 1064, 64), 0);
+        assert_eq!(skipped_periods(1000, 1000 + 3 * 64, 64), 2);
+        assert_eq!(skipped_periods(1000, 1000 + 64 + 10, 64), 0);
+        // The frame time wraps.
+        assert_eq!(skipped_periods(u32::MAX - 31, 32 + 64, 64), 1);
+        // Standing still (a restart) or no period known: nothing.
+        assert_eq!(skipped_periods(1000, 1000, 64), 0);
+        assert_eq!(skipped_periods(1000, 5000, 0), 0);
     }
 }

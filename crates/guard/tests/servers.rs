@@ -53,7 +53,11 @@ impl Drop for JackFiles {
             format!("jack_{}_{uid}_", self.0),
             format!("jack_sem.{uid}_{}_", self.0),
         ];
-        for entry in std::fs::read_dir("/dev/shm").into_iter().flatten().flatten() {
+        for entry in std::fs::read_dir("/dev/shm")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let file = entry.file_name().to_string_lossy().into_owned();
             if prefixes.iter().any(|p| file.starts_with(p)) {
                 let _ = std::fs::remove_file(entry.path());

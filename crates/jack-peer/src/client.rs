@@ -4,8 +4,13 @@
 //! which thread runs it; [`XrunCounter`] counts the server's xrun
 //! notifications (and, for the monitor, when each came).
 //!
-//! The process callback must never allocate: samples go into a vector
-//! reserved before activation and stop being recorded when it is full.
+//! The process callback must never allocate nor wait: samples go into a
+//! vector reserved before activation, taken with `try_lock` (the main
+//! thread locks it only once recording has stopped, so the callback never
+//! finds it taken while it matters), and stop being recorded when it is
+//! full. The record is read before the clients close: JACK2 ends a client's
+//! thread with `pthread_cancel`, which may abort the process (a thread held
+//! in a reservation at that moment), and the run's record must survive it.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,27 +23,32 @@ pub struct LoadClient {
     input: jack::Port<jack::AudioIn>,
     output: jack::Port<jack::AudioOut>,
     busy_ns: u64,
-    samples: Vec<Sample>,
+    samples: Arc<Mutex<Vec<Sample>>>,
     recording: Arc<AtomicBool>,
+    /// Raised at the end: cycles do no work, so the threads are parked in
+    /// JACK's wait when the clients close.
+    quiet: Arc<AtomicBool>,
     /// The thread running the process callback (0 until the first cycle).
     tid: Arc<AtomicI32>,
 }
 
 impl LoadClient {
     /// A client busy `busy_s` seconds of CPU time per cycle, recording up to
-    /// `capacity` cycles while `recording` is raised.
+    /// `capacity` cycles while `recording` is raised, idle once `quiet` is.
     pub fn new(
         client: &jack::Client,
         busy_s: f64,
         capacity: usize,
         recording: Arc<AtomicBool>,
+        quiet: Arc<AtomicBool>,
     ) -> Result<LoadClient, jack::Error> {
         Ok(LoadClient {
             input: client.register_port("in", jack::AudioIn::default())?,
             output: client.register_port("out", jack::AudioOut::default())?,
             busy_ns: (busy_s * 1e9) as u64,
-            samples: Vec::with_capacity(capacity),
+            samples: Arc::new(Mutex::new(Vec::with_capacity(capacity))),
             recording,
+            quiet,
             tid: Arc::new(AtomicI32::new(0)),
         })
     }
@@ -48,8 +58,9 @@ impl LoadClient {
         Arc::clone(&self.tid)
     }
 
-    pub fn into_samples(self) -> Vec<Sample> {
-        self.samples
+    /// Where the samples go; lock it only after recording stopped.
+    pub fn samples(&self) -> Arc<Mutex<Vec<Sample>>> {
+        Arc::clone(&self.samples)
     }
 
     /// Spins like tessera's `Load` node; returns the CPU time it took.
@@ -72,6 +83,9 @@ impl jack::ProcessHandler for LoadClient {
             self.tid
                 .store(tessera_sys::proc::current_tid(), Ordering::Relaxed);
         }
+        if self.quiet.load(Ordering::Acquire) {
+            return jack::Control::Continue;
+        }
         // JACK's own clock at the same moment: maps its cycle start onto
         // CLOCK_MONOTONIC whatever clock this libjack reads.
         let jack_awake_us = client.time();
@@ -80,9 +94,10 @@ impl jack::ProcessHandler for LoadClient {
         let recording = self.recording.load(Ordering::Acquire);
         // JACK2 reports the cycle's start as its frame timer's wake-up
         // estimate, in µs of its own clock.
-        if let (true, Ok(times)) = (recording, scope.cycle_times()) {
-            if self.samples.len() < self.samples.capacity() {
-                self.samples.push(Sample {
+        let samples = recording.then(|| self.samples.try_lock().ok()).flatten();
+        if let (Some(mut samples), Ok(times)) = (samples, scope.cycle_times()) {
+            if samples.len() < samples.capacity() {
+                samples.push(Sample {
                     cycle_frames: times.current_frames,
                     cycle_start_us: times.current_usecs,
                     jack_awake_us,

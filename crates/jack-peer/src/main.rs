@@ -40,15 +40,23 @@ const SERVER_WAIT: Duration = Duration::from_secs(10);
 const CYCLE_MARGIN: f64 = 1.25;
 /// Longest sleep between looks at SIGINT/SIGTERM.
 const POLL: Duration = Duration::from_millis(50);
+/// How long the cycles under way get to finish once the run ends.
+const SETTLE: Duration = Duration::from_millis(50);
 /// Room for xrun times.
 const MAX_XRUN_TIMES: usize = 100_000;
 
 fn main() -> ExitCode {
-    let outcome = Options::parse(std::env::args().skip(1)).and_then(|options| run(&options));
-    match outcome {
-        Ok(()) => ExitCode::SUCCESS,
+    let options = match Options::parse(std::env::args().skip(1)) {
+        Ok(options) => options,
         Err(message) => {
             eprintln!("tessera-jack-peer: {message}\n{USAGE}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run(&options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("tessera-jack-peer: {message}");
             ExitCode::FAILURE
         }
     }
@@ -64,7 +72,7 @@ struct Slot {
     stop: Option<Duration>,
     active: Option<Active>,
     tid: Option<Arc<AtomicI32>>,
-    samples: Vec<Sample>,
+    samples: Arc<Mutex<Vec<Sample>>>,
 }
 
 /// What happens on the timeline, in order of time.
@@ -81,6 +89,7 @@ struct Peer<'a> {
     options: &'a Options,
     slots: Vec<Slot>,
     recording: Arc<AtomicBool>,
+    quiet: Arc<AtomicBool>,
     xruns: Arc<AtomicU64>,
     xrun_times: Arc<Mutex<Vec<u64>>>,
     wires: BTreeSet<(String, String)>,
@@ -117,11 +126,16 @@ fn run(options: &Options) -> Result<(), String> {
         }
     }
     peer.recording.store(false, Ordering::Release);
+    peer.quiet.store(true, Ordering::Release);
     log(t0, &Event::End, &peer);
+    // The cycles under way finish (and stop touching the samples) before
+    // the record is written, and the record before any client closes.
+    std::thread::sleep(SETTLE);
+    peer.write(t0)?;
     for index in 0..peer.slots.len() {
         peer.close(index)?;
     }
-    peer.write(t0)
+    Ok(())
 }
 
 /// One line on stderr per event (never from a process callback): the
@@ -187,7 +201,7 @@ impl<'a> Peer<'a> {
                     stop: pick(&options.stops),
                     active: None,
                     tid: None,
-                    samples: Vec::new(),
+                    samples: Arc::default(),
                 }
             })
             .collect();
@@ -199,13 +213,14 @@ impl<'a> Peer<'a> {
                 stop: None,
                 active: None,
                 tid: None,
-                samples: Vec::new(),
+                samples: Arc::default(),
             });
         }
         Peer {
             options,
             slots,
             recording: Arc::new(AtomicBool::new(false)),
+            quiet: Arc::new(AtomicBool::new(false)),
             xruns: Arc::new(AtomicU64::new(0)),
             xrun_times: Arc::new(Mutex::new(Vec::with_capacity(MAX_XRUN_TIMES))),
             wires: BTreeSet::new(),
@@ -251,6 +266,7 @@ impl<'a> Peer<'a> {
             self.slots[index].fraction * period_s,
             capacity,
             Arc::clone(&self.recording),
+            Arc::clone(&self.quiet),
         )
         .map_err(|e| format!("registering ports of {name}: {e}"))?;
         let counting = self.counts_xruns(index);
@@ -259,6 +275,7 @@ impl<'a> Peer<'a> {
             notifications = notifications.with_times(Arc::clone(&self.xrun_times));
         }
         self.slots[index].tid = Some(handler.thread_id());
+        self.slots[index].samples = handler.samples();
         let active = client
             .activate_async(notifications, handler)
             .map_err(|e| format!("activating {name}: {e}"))?;
@@ -266,14 +283,13 @@ impl<'a> Peer<'a> {
         Ok(())
     }
 
-    /// Deactivates and closes the slot's client, keeping its samples.
+    /// Deactivates and closes the slot's client (its samples stay).
     fn close(&mut self, index: usize) -> Result<(), String> {
         let slot = &mut self.slots[index];
         if let Some(active) = slot.active.take() {
-            let (_, _, handler) = active
+            active
                 .deactivate()
                 .map_err(|e| format!("deactivating {}: {e}", slot.name))?;
-            slot.samples = handler.into_samples();
         }
         Ok(())
     }
@@ -317,7 +333,7 @@ impl<'a> Peer<'a> {
         Ok(())
     }
 
-    fn write(self, t0: u64) -> Result<(), String> {
+    fn write(&self, t0: u64) -> Result<(), String> {
         let xrun_ns = self
             .xrun_times
             .lock()
@@ -337,7 +353,16 @@ impl<'a> Peer<'a> {
                 .collect(),
             xrun_ns,
         };
-        let samples: Vec<Vec<Sample>> = self.slots.into_iter().map(|s| s.samples).collect();
+        let samples: Vec<Vec<Sample>> = self
+            .slots
+            .iter()
+            .map(|s| {
+                s.samples
+                    .lock()
+                    .map(|mut v| std::mem::take(&mut *v))
+                    .unwrap_or_default()
+            })
+            .collect();
         let out = &self.options.out;
         let file =
             std::fs::File::create(out).map_err(|e| format!("creating {}: {e}", out.display()))?;

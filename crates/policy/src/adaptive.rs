@@ -39,6 +39,7 @@
 //! a degraded grant is counted, and the next [`Adaptive::wanted`] still asks
 //! for what the load needs, since capacity may have been freed meanwhile.
 
+use crate::bandwidth::Bandwidth;
 use crate::cell::{Budget, RequestError, MIN_RUNTIME_NS};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -348,15 +349,20 @@ impl Adaptive {
     /// (the thesis calls `qres_set_params` only when Q or P changed) by
     /// more than the hysteresis, or a bump or a period change stands.
     pub fn update(&self) -> Option<Budget> {
-        let wanted = self.wanted();
+        self.update_to(self.wanted())
+    }
+
+    /// [`Adaptive::update`] towards `target` instead of what the load
+    /// wants (a budget [`compress`]ed to share a full core).
+    pub fn update_to(&self, target: Budget) -> Option<Budget> {
         let Some(held) = self.granted else {
-            return Some(wanted);
+            return Some(target);
         };
         let band = pct_of(held.runtime_ns, self.config.hysteresis_pct);
-        let changed = held.period_ns != wanted.period_ns
-            || wanted.runtime_ns.abs_diff(held.runtime_ns) > band
-            || (self.hold_ns.is_some() && wanted != held);
-        changed.then_some(wanted)
+        let changed = held.period_ns != target.period_ns
+            || target.runtime_ns.abs_diff(held.runtime_ns) > band
+            || (self.hold_ns.is_some() && target != held);
+        changed.then_some(target)
     }
 
     /// Records what admission gave; `degraded` when it was less than asked.
@@ -437,6 +443,35 @@ impl Adaptive {
             samples: self.samples.len(),
         }
     }
+}
+
+/// Shares `room` among reservations that together want more than it
+/// holds: each keeps its floor, and the rest of the room is divided in
+/// proportion to what each wants above its floor — so a full core squeezes
+/// every thread alike instead of refusing the last to ask. Wants that fit
+/// are returned unchanged; floors that do not fit are returned as they are
+/// (admission then refuses or degrades).
+pub fn compress(wanted: &[Budget], floors: &[u64], room: Bandwidth) -> Vec<Budget> {
+    let total: Bandwidth = wanted.iter().map(Budget::bandwidth).sum();
+    if total <= room {
+        return wanted.to_vec();
+    }
+    let floor_of = |(b, f): (&Budget, &u64)| Budget::new((*f).min(b.runtime_ns), b.period_ns);
+    let floored: Vec<Budget> = wanted.iter().zip(floors).map(floor_of).collect();
+    let floor_total: Bandwidth = floored.iter().map(Budget::bandwidth).sum();
+    if floor_total >= room {
+        return floored;
+    }
+    let spare = room - floor_total;
+    let above = total - floor_total;
+    wanted
+        .iter()
+        .zip(&floored)
+        .map(|(w, f)| {
+            let extra = (w.runtime_ns - f.runtime_ns) as u128 * spare.0 as u128 / above.0 as u128;
+            Budget::new(f.runtime_ns + extra as u64, w.period_ns)
+        })
+        .collect()
 }
 
 fn check_period(audio_period_ns: u64) -> Result<(), RequestError> {

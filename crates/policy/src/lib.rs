@@ -17,7 +17,9 @@ pub mod cell;
 pub mod edf;
 pub mod ledger;
 
-pub use adaptive::{Adaptive, AdaptiveConfig, AdaptiveReport, PredictorConfig, PredictorKind};
+pub use adaptive::{
+    compress, Adaptive, AdaptiveConfig, AdaptiveReport, PredictorConfig, PredictorKind,
+};
 pub use bandwidth::Bandwidth;
 pub use cell::{Budget, CellPolicy, CellRequest, CoreRequest, Placement, RequestError};
 pub use ledger::{CoreMode, CoreUsage, Grant, Ledger, Machine, Refusal, Reservation};

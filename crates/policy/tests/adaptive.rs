@@ -352,3 +352,49 @@ proptest! {
         prop_assert_eq!(after.runtime_ns as u128, kept.clamp(min as u128, max as u128));
     }
 }
+
+#[test]
+fn wants_that_fit_the_room_are_left_alone() {
+    let wanted = [Budget::new(400_000, P128), Budget::new(200_000, P128)];
+    let out = compress(&wanted, &[13_333, 13_333], Bandwidth::from_fraction(0.9));
+    assert_eq!(out, wanted);
+}
+
+#[test]
+fn floors_that_do_not_fit_are_returned_for_admission_to_judge() {
+    let wanted = [Budget::new(1_000_000, P128), Budget::new(1_000_000, P128)];
+    let out = compress(&wanted, &[700_000, 700_000], Bandwidth::from_fraction(0.9));
+    assert!(out.iter().all(|b| b.runtime_ns == 700_000), "{out:?}");
+}
+
+proptest! {
+    /// A full core squeezes every reservation alike: the results fit the
+    /// room (to the bandwidth's rounding), none falls below its floor or
+    /// rises above its want, and a larger want never gets less.
+    #[test]
+    fn compression_fits_the_room_keeps_floors_and_order(
+        wants in proptest::collection::vec(20_000u64..1_300_000, 1..14),
+        room_pct in 10u64..=90,
+    ) {
+        let floor = 13_333;
+        let wanted: Vec<Budget> = wants.iter().map(|&w| Budget::new(w, P128)).collect();
+        let floors = vec![floor; wanted.len()];
+        let room = Bandwidth::from_fraction(room_pct as f64 / 100.0);
+        let out = compress(&wanted, &floors, room);
+        prop_assert_eq!(out.len(), wanted.len());
+        let floors_fit = floor as f64 / P128 as f64 * wanted.len() as f64 <= room_pct as f64 / 100.0;
+        for (o, w) in out.iter().zip(&wanted) {
+            prop_assert!(o.runtime_ns >= floor.min(w.runtime_ns) && o.runtime_ns <= w.runtime_ns);
+            prop_assert_eq!(o.period_ns, w.period_ns);
+        }
+        if floors_fit {
+            let total: Bandwidth = out.iter().map(Budget::bandwidth).sum();
+            prop_assert!(total.0 <= room.0 + wanted.len() as u64, "{} > {}", total, room);
+        }
+        for (i, j) in (0..wanted.len()).flat_map(|i| (0..wanted.len()).map(move |j| (i, j))) {
+            if wanted[i].runtime_ns >= wanted[j].runtime_ns {
+                prop_assert!(out[i].runtime_ns >= out[j].runtime_ns);
+            }
+        }
+    }
+}

@@ -170,6 +170,25 @@ pub fn thread_cpu_ns(pid: Pid, tid: Tid) -> Result<u64> {
         })
 }
 
+/// How many times a thread of another process gave up the CPU of its own
+/// accord (`voluntary_ctxt_switches` in its status): an audio thread does
+/// once per cycle, when it waits for the next.
+pub fn thread_voluntary_switches(pid: Pid, tid: Tid) -> Result<u64> {
+    let path = PathBuf::from(format!("/proc/{pid}/task/{tid}/status"));
+    let text = read_text(&path)?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Io,
+                format!("read {}", path.display()),
+                "no voluntary_ctxt_switches line",
+                "a kernel of 2.6.23 or later reports it",
+            )
+        })
+}
+
 /// Whether a process maps a file whose path contains `needle` (how the
 /// clients of a JACK2 server are found: they map its semaphores).
 pub fn maps_contain(pid: Pid, needle: &str) -> bool {

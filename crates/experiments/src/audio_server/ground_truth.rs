@@ -16,6 +16,9 @@
 use super::budgets::BudgetRow;
 use crate::peer_record::PeerRecord;
 
+/// The peer's client that only listens (`tessera-jack-peer --monitor`).
+const MONITOR: &str = "monitor";
+
 /// One client's comparison.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct ClientTruth {
@@ -47,7 +50,8 @@ pub(super) fn compare(
         .threads
         .iter()
         .enumerate()
-        .filter(|(_, &tid)| tid != 0)
+        // The peer's monitor does no work: its ratio says nothing.
+        .filter(|(client, &tid)| tid != 0 && record.clients[*client] != MONITOR)
         .filter_map(|(client, &tid)| {
             let mut guarded: Vec<&BudgetRow> = rows
                 .iter()
@@ -110,21 +114,23 @@ pub(super) fn note(truths: &[ClientTruth]) -> Option<String> {
     if truths.is_empty() {
         return None;
     }
-    let ratios: Vec<f64> = truths
+    let ratio = |t: &ClientTruth| t.measured_mean_ns / t.true_mean_ns.max(1.0);
+    let lo = truths.iter().map(ratio).fold(f64::INFINITY, f64::min);
+    let worst = truths
         .iter()
-        .map(|t| t.measured_mean_ns / t.true_mean_ns.max(1.0))
-        .collect();
-    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = ratios.iter().copied().fold(0.0, f64::max);
+        .max_by(|a, b| ratio(a).total_cmp(&ratio(b)))
+        .expect("not empty");
+    let hi = ratio(worst);
     let cycles: usize = truths.iter().map(|t| t.cycles).sum();
     let over_prediction: usize = truths.iter().map(|t| t.over_prediction).sum();
     let over_budget: usize = truths.iter().map(|t| t.over_budget).sum();
     Some(format!(
         "ground truth ({} clients' own callback CPU time, {cycles} cycles): the guard's \
-         measured use is {lo:.2}–{hi:.2} × the callback's; {over_prediction} cycles \
+         measured use is {lo:.2}–{hi:.2} × the callback's (highest: {}); {over_prediction} cycles \
          ({:.3} %) needed more than the prediction, {over_budget} ({:.3} %) more than \
          the budget in force",
         truths.len(),
+        worst.client,
         100.0 * over_prediction as f64 / cycles as f64,
         100.0 * over_budget as f64 / cycles as f64,
     ))
@@ -168,10 +174,10 @@ mod tests {
             threads: vec![11],
             period: (128, 96_000),
             rows: vec![
-                cycle(0.5, 100_000),   // before any decision: not counted
-                cycle(1.05, 100_000),  // within prediction
-                cycle(1.06, 130_000),  // over the prediction, within budget
-                cycle(2.05, 150_000),  // over the later, smaller budget
+                cycle(0.5, 100_000),  // before any decision: not counted
+                cycle(1.05, 100_000), // within prediction
+                cycle(1.06, 130_000), // over the prediction, within budget
+                cycle(2.05, 150_000), // over the later, smaller budget
             ],
             ..PeerRecord::default()
         };
@@ -185,7 +191,10 @@ mod tests {
         assert_eq!((t.cycles, t.over_prediction, t.over_budget), (3, 2, 1));
         assert!((t.measured_mean_ns - 110_000.0).abs() < 1e-6);
         let note = note(&truth).unwrap();
-        assert!(note.contains("3 cycles") && note.contains("0.87–0.87"), "{note}");
+        assert!(
+            note.contains("3 cycles") && note.contains("0.87–0.87"),
+            "{note}"
+        );
     }
 
     #[test]
