@@ -14,4 +14,6 @@ cargo test --workspace --locked --no-fail-fast 2>&1
 # directory of their own, so the main build is not invalidated.
 RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
   cargo test --locked --release -p tessera-graph --test loom 2>&1
+RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom \
+  cargo test --locked --release -p tessera-channel --test loom 2>&1
 echo "tests: all passed in $((SECONDS - start)) s"

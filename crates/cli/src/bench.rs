@@ -1,12 +1,15 @@
 //! `tessera bench`: benchmarks against the real peers, run on this machine
 //! and reported (tables, JSON, a report directory); never judged pass/fail.
-//! Thin: the runs live in `tessera_experiments`.
+//! Thin: the runs live in `tessera_experiments` and `tessera_channel::bench`.
 
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
-use std::process::ExitCode;
+use std::process::{Command, ExitCode};
+use std::time::Duration;
 use tessera_broker::BrokerError;
+use tessera_channel::{bench as channel_bench, ChannelError};
 use tessera_experiments::peer;
+use tessera_measure::Summary;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -17,6 +20,12 @@ pub enum BenchCommand {
         Needs jackd2, pipewire, pipewire-bin, pipewire-jack, rt-tests and tessera-jack-peer\n\
         (built next to tessera). The JACK clients run on PipeWire through pw-jack.")]
     Peer(PeerArgs),
+    /// A message to another process through a tessera channel (its reader asleep) vs a same-process rtrb hand-off plus one futex wake-up: p50, p99 and their ratios.
+    #[command(after_help = "Examples:\n  \
+        tessera bench channel\n  \
+        flock /tmp/tessera-machine.lock tessera bench channel --messages 5000 --json\n\n\
+        Needs no privileges; the receiving process is this program run again.")]
+    Channel(ChannelArgs),
 }
 
 #[derive(Args)]
@@ -38,9 +47,26 @@ pub struct PeerArgs {
     pub json: bool,
 }
 
+#[derive(Args)]
+pub struct ChannelArgs {
+    /// Messages per configuration.
+    #[arg(long, default_value_t = 2000)]
+    pub messages: usize,
+    /// Pause before each message, in µs (long enough for the reader to fall asleep).
+    #[arg(long, default_value_t = 500)]
+    pub interval_us: u64,
+    /// Print the results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Run as the receiving process of a run, on this abstract socket (internal).
+    #[arg(long, hide = true)]
+    pub receiver: Option<String>,
+}
+
 pub fn run(command: BenchCommand) -> Result<ExitCode, BrokerError> {
     match command {
         BenchCommand::Peer(args) => bench_peer(args),
+        BenchCommand::Channel(args) => bench_channel(args),
     }
 }
 
@@ -66,5 +92,57 @@ fn bench_peer(args: PeerArgs) -> Result<ExitCode, BrokerError> {
         println!("\n{}", outcome.table);
         println!("report: {}/README.md", outcome.report_dir.display());
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn channel_failed(e: ChannelError) -> BrokerError {
+    BrokerError::new("channel", e.to_string(), e.fix())
+}
+
+fn bench_channel(args: ChannelArgs) -> Result<ExitCode, BrokerError> {
+    if let Some(socket) = args.receiver {
+        channel_bench::serve_receiver(&socket).map_err(channel_failed)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| BrokerError::new("channel", format!("find this program: {e}"), ""))?;
+    let mut receiver = Command::new(exe);
+    receiver.args(["bench", "channel", "--receiver"]);
+    let options = channel_bench::Options {
+        messages: args.messages,
+        interval: Duration::from_micros(args.interval_us),
+    };
+    eprintln!(
+        "tessera bench channel: {} messages per configuration, one every {} µs",
+        options.messages, args.interval_us
+    );
+    let samples = channel_bench::run(&options, receiver).map_err(channel_failed)?;
+    let in_us = |ns: &[f64]| ns.iter().map(|ns| ns / 1e3).collect::<Vec<_>>();
+    let across = Summary::from_samples(&in_us(&samples.cross_process_ns), None);
+    let within = Summary::from_samples(&in_us(&samples.same_process_ns), None);
+    let (p50_ratio, p99_ratio) = (across.p50 / within.p50, across.p99 / within.p99);
+    if args.json {
+        let json = serde_json::json!({
+            "messages": options.messages, "interval_us": args.interval_us,
+            "cross_process_us": across, "same_process_us": within,
+            "p50_ratio": p50_ratio, "p99_ratio": p99_ratio,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json).unwrap_or_default()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("configuration                         count  p50 (µs)  p99 (µs)  max (µs)");
+    for (name, s) in [
+        ("across processes (tessera channel)", &across),
+        ("same process (rtrb + futex wake)", &within),
+    ] {
+        println!(
+            "{name:<36} {:>6} {:>9.1} {:>9.1} {:>9.1}",
+            s.count, s.p50, s.p99, s.max
+        );
+    }
+    println!("ratio across/same: p50 {p50_ratio:.2}, p99 {p99_ratio:.2} (goal: p99 at most 2)");
     Ok(ExitCode::SUCCESS)
 }

@@ -2,10 +2,17 @@
 //! real-time path (no lock, no allocation; a wake is one system call and only
 //! waiting blocks).
 //!
-//! Uses the process-private operations (`FUTEX_WAIT_PRIVATE`,
-//! `FUTEX_WAKE_PRIVATE`): the word must not be shared with another process.
+//! [`wait`] and [`wake`] use the process-private operations
+//! (`FUTEX_WAIT_PRIVATE`, `FUTEX_WAKE_PRIVATE`), which the kernel keys by
+//! address in this process: cheaper, but blind to other processes.
+//! [`wait_shared`] and [`wake_shared`] key the word by the memory object
+//! behind it (a `MAP_SHARED` mapping of a memfd), so a waiter and a waker in
+//! two processes that map the same object meet. A word is used with one pair
+//! only: a private wake never reaches a shared waiter.
+//!
 //! This module never decides when to wait or whom to wake; the protocols that
-//! do (worker sleep, cycle completion) live in the graph engine.
+//! do (worker sleep, cycle completion, channel wake-ups) live in the graph
+//! engine and the channel layer.
 
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
@@ -28,6 +35,22 @@ pub enum WaitOutcome {
 /// `None`). The kernel compares and sleeps atomically, so a [`wake`] issued
 /// after the word changed cannot be lost.
 pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> WaitOutcome {
+    futex_wait(word, expected, timeout, libc::FUTEX_PRIVATE_FLAG)
+}
+
+/// [`wait`] on a word in memory shared with other processes: it is woken by
+/// [`wake_shared`] from any process that maps the same object.
+pub fn wait_shared(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> WaitOutcome {
+    futex_wait(word, expected, timeout, 0)
+}
+
+/// FUTEX_WAIT with `flags` (private or not) added to the operation.
+fn futex_wait(
+    word: &AtomicU32,
+    expected: u32,
+    timeout: Option<Duration>,
+    flags: libc::c_int,
+) -> WaitOutcome {
     let timespec = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs() as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
@@ -43,7 +66,7 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> WaitO
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            libc::FUTEX_WAIT | flags,
             expected,
             timeout_ptr,
         )
@@ -65,6 +88,17 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> WaitO
 /// many were woken. Change the word before waking, or a thread about to wait
 /// may sleep through the wake.
 pub fn wake(word: &AtomicU32, count: u32) -> usize {
+    futex_wake(word, count, libc::FUTEX_PRIVATE_FLAG)
+}
+
+/// Wakes at most `count` threads, in any process, sleeping in
+/// [`wait_shared`] on `word`; returns how many were woken.
+pub fn wake_shared(word: &AtomicU32, count: u32) -> usize {
+    futex_wake(word, count, 0)
+}
+
+/// FUTEX_WAKE with `flags` (private or not) added to the operation.
+fn futex_wake(word: &AtomicU32, count: u32, flags: libc::c_int) -> usize {
     let count = count.min(i32::MAX as u32) as libc::c_int;
     // SAFETY: `word` is a live, aligned 32-bit atomic; FUTEX_WAKE only uses
     // its address as a key and never dereferences the remaining arguments.
@@ -72,7 +106,7 @@ pub fn wake(word: &AtomicU32, count: u32) -> usize {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            libc::FUTEX_WAKE | flags,
             count,
         )
     };
@@ -108,8 +142,11 @@ mod tests {
         );
     }
 
-    #[test]
-    fn wake_releases_a_waiter() {
+    type Wait = fn(&AtomicU32, u32, Option<Duration>) -> WaitOutcome;
+
+    /// A thread waiting with `wait` returns once the word changed and
+    /// `wake` was called.
+    fn assert_wake_releases_a_waiter(wait: Wait, wake: fn(&AtomicU32, u32) -> usize) {
         let word = Arc::new(AtomicU32::new(0));
         let waiter = {
             let word = Arc::clone(&word);
@@ -120,7 +157,17 @@ mod tests {
             })
         };
         word.store(1, Ordering::Release);
-        wake_all(&word);
+        wake(&word, u32::MAX);
         waiter.join().unwrap();
+    }
+
+    #[test]
+    fn wake_releases_a_waiter() {
+        assert_wake_releases_a_waiter(wait, wake);
+    }
+
+    #[test]
+    fn wake_shared_releases_a_shared_waiter() {
+        assert_wake_releases_a_waiter(wait_shared, wake_shared);
     }
 }

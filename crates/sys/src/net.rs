@@ -56,6 +56,11 @@ fn set_int_option(socket: &impl AsRawFd, option: libc::c_int, value: libc::c_int
 }
 
 fn int_option(socket: &impl AsRawFd, option: libc::c_int) -> Result<usize> {
+    socket_int_option(socket, option).map(|value| value.max(0) as usize)
+}
+
+/// An int-valued SOL_SOCKET option, as the kernel gives it.
+pub(crate) fn socket_int_option(socket: &impl AsRawFd, option: libc::c_int) -> Result<libc::c_int> {
     let mut value: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `value` is a writable c_int and `len` its size.
@@ -71,7 +76,7 @@ fn int_option(socket: &impl AsRawFd, option: libc::c_int) -> Result<usize> {
     if rc != 0 {
         return Err(Error::last_os(format!("getsockopt({option})")));
     }
-    Ok(value.max(0) as usize)
+    Ok(value)
 }
 
 /// Asks for a receive buffer of `bytes` and returns what the kernel gave

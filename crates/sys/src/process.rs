@@ -173,7 +173,7 @@ fn read_once(fd: RawFd, buf: &mut [u8]) -> isize {
 
 /// Whether `fd` is readable (data or end-of-file) within `ms`; a signal
 /// restarts the wait. Async-signal-safe.
-fn readable_within(fd: RawFd, ms: i32) -> bool {
+pub(crate) fn readable_within(fd: RawFd, ms: i32) -> bool {
     let mut pfd = libc::pollfd {
         fd,
         events: libc::POLLIN,
