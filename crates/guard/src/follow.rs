@@ -482,7 +482,7 @@ impl Follower {
         let role = self.role_of(tid);
         if self.reservations == 0 {
             if !role.is_some_and(Role::is_member) {
-                self.join(pid, tid, name, policy, out);
+                self.place_best_effort(pid, tid, name, policy, out);
             }
             return;
         }
@@ -686,7 +686,8 @@ impl Follower {
         }
     }
 
-    /// A thread that is not real-time: the cell's cpuset at its own policy.
+    /// A thread that is not real-time: the cell's cpuset at its own policy
+    /// (or, in a cell without reservations, the cell's policy).
     fn place_best_effort(
         &mut self,
         pid: Pid,
@@ -695,44 +696,32 @@ impl Follower {
         policy: Policy,
         out: &mut Vec<FollowEvent>,
     ) {
-        if self.reservations == 0 {
-            return self.join(pid, tid, name, policy, out);
+        // A cell without reservations is joined whole (its cpuset, and its
+        // policy where it has one).
+        let join = self.reservations == 0;
+        let attached = match join {
+            true => self.session.attach(&self.cell, pid, Some(tid)),
+            false => self.session.attach_cpuset_only(&self.cell, pid, Some(tid)),
+        };
+        if let Err(e) = attached {
+            return self.failed(pid, tid, name, e, out);
         }
-        match self.session.attach_cpuset_only(&self.cell, pid, Some(tid)) {
-            Ok(_) => {
-                self.set_role(pid, tid, &name, Role::BestEffort);
-                out.push(FollowEvent::BestEffort {
-                    pid,
-                    tid,
-                    name,
-                    policy,
-                });
-            }
-            Err(e) => self.failed(pid, tid, name, e, out),
-        }
-    }
-
-    /// A thread joining a cell without reservations.
-    fn join(
-        &mut self,
-        pid: Pid,
-        tid: Tid,
-        name: String,
-        policy: Policy,
-        out: &mut Vec<FollowEvent>,
-    ) {
-        match self.session.attach(&self.cell, pid, Some(tid)) {
-            Ok(_) => {
-                self.set_role(pid, tid, &name, Role::Joined);
-                out.push(FollowEvent::Joined {
-                    pid,
-                    tid,
-                    name,
-                    policy,
-                });
-            }
-            Err(e) => self.failed(pid, tid, name, e, out),
-        }
+        let role = if join { Role::Joined } else { Role::BestEffort };
+        self.set_role(pid, tid, &name, role);
+        out.push(match join {
+            true => FollowEvent::Joined {
+                pid,
+                tid,
+                name,
+                policy,
+            },
+            false => FollowEvent::BestEffort {
+                pid,
+                tid,
+                name,
+                policy,
+            },
+        });
     }
 
     /// Takes a member out of the cell (its policy is kept unless it still
