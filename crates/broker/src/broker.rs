@@ -1,6 +1,6 @@
 //! The broker's operations on its state and the kernel: create, resize and
 //! destroy cells, attach and detach threads, reap dead clients, recover after a
-//! crash, reset the machine.
+//! crash, reset the machine; register, look up and list services.
 //!
 //! Every operation either completes and is persisted, or fails with a
 //! [`BrokerError`] and leaves ledger, state and kernel as they were. It must
@@ -13,11 +13,13 @@ use crate::layout::Layout;
 use crate::paths::Paths;
 use crate::placement::{self, Enforcement};
 use crate::protocol::{CellInfo, ResizeReply, StatusReport};
+use crate::registry::{self, ServiceEntry, ServiceInfo};
 use crate::state::{CellState, Member, Owner, State};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use tessera_policy::{Bandwidth, Budget, CellPolicy, CellRequest, Ledger, Placement, Refusal};
 use tessera_sys::cgroup::Hierarchy;
+use tessera_sys::ipc::PeerCredentials;
 use tessera_sys::sched::{self, Policy};
 use tessera_sys::{proc, ErrorKind};
 
@@ -161,6 +163,8 @@ impl Broker {
     fn recover(&mut self, old: State) -> Vec<String> {
         let mut notes = Vec::new();
         self.state.snapshot = old.snapshot.clone();
+        // Services are processes of their own: stale ones go on lookup.
+        self.state.services = old.services.clone();
         let mut survivors = Vec::new();
         for (name, cell) in old.cells {
             let Some(grant) = old.ledger.grant(&name).cloned() else {
@@ -746,7 +750,10 @@ impl Broker {
                 }
             }
         }
+        // Services are not the machine's settings: they keep their names.
+        let services = std::mem::take(&mut self.state.services);
         self.state = State::new(Ledger::new(self.facts.machine.clone()));
+        self.state.services = services;
         self.persist()?;
         Ok(report)
     }
@@ -787,6 +794,38 @@ impl Broker {
                 slots.saturating_sub(cell.members.iter().filter(|m| m.slot.is_some()).count())
             }),
         })
+    }
+
+    /// Registers `entry` (its name, socket and owner checked) for its
+    /// process; a live holder of the name keeps it, a stale one is replaced.
+    pub fn register_service(&mut self, entry: ServiceEntry) -> Outcome<ServiceEntry> {
+        registry::check_name(&entry.name)?;
+        registry::check_socket(&entry.socket, entry.owner_uid)?;
+        self.state.services.register(entry.clone())?;
+        self.persist()?;
+        Ok(entry)
+    }
+
+    /// Removes service `name` (its owner or root).
+    pub fn unregister_service(&mut self, name: &str, uid: u32) -> Outcome<()> {
+        self.state.services.unregister(name, uid)?;
+        self.persist()
+    }
+
+    /// The live service `name` if its policy admits `caller`; a stale entry
+    /// met on the way is removed.
+    pub fn open_service(&mut self, name: &str, caller: &PeerCredentials) -> Outcome<ServiceEntry> {
+        let found = self.state.services.lookup(name).cloned();
+        if self.state.services.take_stale(name).is_some() {
+            self.persist()?;
+        }
+        let entry = found?;
+        entry.admit(caller)?;
+        Ok(entry)
+    }
+
+    pub fn list_services(&self) -> Vec<ServiceInfo> {
+        self.state.services.list()
     }
 
     pub fn status(&self) -> StatusReport {

@@ -10,6 +10,7 @@ use crate::broker::{Broker, BrokerError};
 use crate::config::{group_id, Config};
 use crate::paths::Paths;
 use crate::protocol::{HelloReply, Request, RequestLine, Response, WireError, PROTOCOL_VERSION};
+use crate::registry::ServiceEntry;
 use crate::state::{Owner, ProcessId};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -84,6 +85,28 @@ pub fn handle(
         )),
         Request::Status => json(serde_json::to_value(broker.status())),
         Request::Reset => json(serde_json::to_value(broker.reset(peer.uid)?)),
+        Request::RegisterService {
+            name,
+            socket,
+            policy,
+        } => {
+            let entry = ServiceEntry {
+                name,
+                socket,
+                process: ProcessId::of(peer.pid)?,
+                owner_uid: peer.uid,
+                policy,
+            };
+            json(serde_json::to_value(broker.register_service(entry)?))
+        }
+        Request::UnregisterService { name } => {
+            broker.unregister_service(&name, peer.uid)?;
+            Ok(serde_json::Value::Null)
+        }
+        Request::OpenService { name } => {
+            json(serde_json::to_value(broker.open_service(&name, &peer)?))
+        }
+        Request::ListServices => json(serde_json::to_value(broker.list_services())),
     }
 }
 

@@ -4,6 +4,10 @@
 //! or leaked — dead clients' cells are released, a killed broker recovers
 //! from its state file, `reset` restores the machine exactly.
 //!
+//! Services (the network service, …) register a name and a socket with the
+//! broker, and clients open them by name, checked against each service's
+//! policy ([`registry`]).
+//!
 //! The same [`Broker`] serves the daemon (`tessera daemon`, a Unix socket
 //! speaking [`protocol`]) and runs embedded in a process when no daemon is
 //! running; [`Session`] picks one. Decisions come from `tessera-policy`; only
@@ -17,10 +21,12 @@ pub mod layout;
 pub mod paths;
 pub mod placement;
 pub mod protocol;
+pub mod registry;
 pub mod session;
 pub mod state;
 
 pub use broker::{Broker, BrokerError};
 pub use facts::{Facts, Mode};
 pub use protocol::{CellInfo, Request, Response, StatusReport};
-pub use session::Session;
+pub use registry::{ServiceEntry, ServiceInfo, ServicePolicy};
+pub use session::{ServiceRegistration, Session};

@@ -11,8 +11,10 @@
 //! It must never carry behaviour: only the shapes of messages.
 
 use crate::facts::Mode;
+use crate::registry::ServicePolicy;
 use crate::state::Member;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use tessera_policy::{Bandwidth, Budget, CellRequest, CoreUsage, Grant};
 
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -64,6 +66,22 @@ pub enum Request {
     Status,
     /// Destroy every cell and restore the machine (root only).
     Reset,
+    /// Register the requesting process as service `name`, listening on
+    /// `socket`, admitting its owner, root and whom `policy` lists.
+    RegisterService {
+        name: String,
+        socket: PathBuf,
+        #[serde(default)]
+        policy: ServicePolicy,
+    },
+    UnregisterService {
+        name: String,
+    },
+    /// Where service `name` listens, if its policy admits the requester.
+    OpenService {
+        name: String,
+    },
+    ListServices,
 }
 
 /// The envelope of a request line.
@@ -216,6 +234,45 @@ mod tests {
             serde_json::from_str::<RequestLine>(r#"{"v":1,"op":"resize-cell","name":"x"}"#)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn the_documented_service_requests_parse() {
+        let register: RequestLine = serde_json::from_str(
+            r#"{"v":1,"id":3,"op":"register-service","name":"net","socket":"/run/tessera-net.sock","policy":{"uids":[1000],"gids":[29]}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            register.request,
+            Request::RegisterService {
+                name: "net".into(),
+                socket: "/run/tessera-net.sock".into(),
+                policy: ServicePolicy {
+                    uids: vec![1000],
+                    gids: vec![29]
+                }
+            }
+        );
+        let owner_only: RequestLine = serde_json::from_str(
+            r#"{"v":1,"op":"register-service","name":"net","socket":"/run/tessera-net.sock"}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            owner_only.request,
+            Request::RegisterService { policy, .. } if policy == ServicePolicy::default()
+        ));
+        let open: RequestLine =
+            serde_json::from_str(r#"{"v":1,"id":4,"op":"open-service","name":"net"}"#).unwrap();
+        assert_eq!(open.request, Request::OpenService { name: "net".into() });
+        for op in ["list-services", "unregister-service"] {
+            let text = format!(r#"{{"v":1,"id":1,"op":"{op}","name":"net"}}"#);
+            assert!(serde_json::from_str::<RequestLine>(&text).is_ok(), "{op}");
+        }
+        let info: crate::registry::ServiceInfo = serde_json::from_str(
+            r#"{"name":"net","socket":"/run/tessera-net.sock","pid":812,"start_time":90412,"owner_uid":0,"policy":{"uids":[1000],"gids":[]},"alive":true}"#,
+        )
+        .unwrap();
+        assert_eq!((info.entry.process.pid, info.alive), (812, true));
     }
 
     #[test]

@@ -2,8 +2,11 @@
 //! otherwise the broker embedded in this process, working on the same state
 //! file under an exclusive lock so that clients never race.
 //!
-//! Both speak the same [`Request`]s and give the same answers. It must never
-//! hold the lock between operations (other clients would block).
+//! Both speak the same [`Request`]s and give the same answers; the embedded
+//! broker takes the caller's identity from the kernel too (SO_PEERCRED of a
+//! socket pair this process makes). Opening a service ends here: the broker
+//! says where it listens, the session connects. It must never hold the lock
+//! between operations (other clients would block).
 
 use crate::broker::BrokerError;
 use crate::broker::{Broker, ResetReport};
@@ -14,11 +17,12 @@ use crate::protocol::{
     CellInfo, HelloReply, Request, RequestLine, ResizeReply, Response, StatusReport,
     PROTOCOL_VERSION,
 };
+use crate::registry::{ServiceEntry, ServiceInfo, ServicePolicy};
 use serde::de::DeserializeOwned;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tessera_policy::{Budget, CellRequest};
 use tessera_sys::ipc::PeerCredentials;
@@ -77,13 +81,30 @@ pub fn hold_lock(paths: &Paths, patience: Duration) -> Result<File, BrokerError>
     }
 }
 
-fn self_credentials() -> PeerCredentials {
-    PeerCredentials {
-        pid: tessera_sys::proc::current_pid(),
-        uid: tessera_sys::caps::euid(),
-        // Decisions use only pid and uid.
-        gid: 0,
-    }
+/// This process's pid, effective uid and effective gid as the kernel
+/// records them for a socket's peer: the same facts the daemon reads from
+/// its clients (a socket pair's peer is the process that made it).
+fn own_credentials() -> Result<PeerCredentials, BrokerError> {
+    let (ours, _theirs) = UnixStream::pair().map_err(|e| {
+        BrokerError::new(
+            "internal",
+            format!("create a socket pair to read this process's credentials: {e}"),
+            "raise the open-file limit (ulimit -n)",
+        )
+    })?;
+    Ok(tessera_sys::ipc::peer_credentials(&ours)?)
+}
+
+/// The daemon at `socket` refused the connection (file permissions).
+fn not_accepted(socket: &Path) -> BrokerError {
+    BrokerError::new(
+        "permission",
+        format!(
+            "the tessera daemon at {} does not accept you",
+            socket.display()
+        ),
+        "ask its admin to set socket_group in /etc/tessera/daemon.toml and add you to that group",
+    )
 }
 
 impl Session {
@@ -99,16 +120,31 @@ impl Session {
             match UnixStream::connect(&socket) {
                 Ok(stream) => return Self::over(socket, stream),
                 Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                    return Err(BrokerError::new(
-                        "permission",
-                        format!("the tessera daemon at {} does not accept you", socket.display()),
-                        "ask its admin to set socket_group in /etc/tessera/daemon.toml and add you to that group",
-                    ))
+                    return Err(not_accepted(&socket))
                 }
                 Err(_) => {}
             }
         }
         Ok(Session::Embedded { paths })
+    }
+
+    /// The daemon at `paths` and nothing else: an error when none answers.
+    pub fn daemon_at(paths: &Paths) -> Result<Session, BrokerError> {
+        let socket = paths.socket();
+        match UnixStream::connect(&socket) {
+            Ok(stream) => Self::over(socket, stream),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                Err(not_accepted(&socket))
+            }
+            Err(e) => Err(BrokerError::new(
+                "busy",
+                format!("no tessera daemon answers on {}: {e}", socket.display()),
+                format!(
+                    "start one: `tessera daemon --run-dir {}`",
+                    paths.dir.display()
+                ),
+            )),
+        }
     }
 
     /// The embedded broker at `paths`, even if a daemon runs (tests, recovery).
@@ -194,7 +230,7 @@ impl Session {
                 let label = format!("embedded (pid {})", tessera_sys::proc::current_pid());
                 let (mut broker, _notes) = Broker::open(paths.clone(), Config::default(), label)?;
                 broker.reap();
-                handle(&mut broker, request, self_credentials())
+                handle(&mut broker, request, own_credentials()?)
             }
         }
     }
@@ -299,6 +335,115 @@ impl Session {
 
     pub fn reset(&mut self) -> Result<ResetReport, BrokerError> {
         self.typed(Request::Reset)
+    }
+
+    /// Registers this process as service `name` listening on `socket` (an
+    /// absolute path it has bound), admitting its owner, root and whom
+    /// `policy` lists. Prefer [`ServiceRegistration`], which unregisters
+    /// when dropped.
+    pub fn register_service(
+        &mut self,
+        name: &str,
+        socket: &Path,
+        policy: ServicePolicy,
+    ) -> Result<ServiceEntry, BrokerError> {
+        self.typed(Request::RegisterService {
+            name: name.into(),
+            socket: socket.into(),
+            policy,
+        })
+    }
+
+    pub fn unregister_service(&mut self, name: &str) -> Result<(), BrokerError> {
+        self.call(Request::UnregisterService { name: name.into() })
+            .map(drop)
+    }
+
+    /// Opens service `name`: the broker checks this process against the
+    /// service's policy and says where it listens; the stream returned is
+    /// connected there. The service checks again when it accepts.
+    pub fn open_service(&mut self, name: &str) -> Result<UnixStream, BrokerError> {
+        let entry: ServiceEntry = self.typed(Request::OpenService { name: name.into() })?;
+        connect_service(&entry)
+    }
+
+    /// The registered services, each with whether its process still runs.
+    pub fn list_services(&mut self) -> Result<Vec<ServiceInfo>, BrokerError> {
+        self.typed(Request::ListServices)
+    }
+}
+
+/// Connects to a service the broker admitted us to.
+fn connect_service(entry: &ServiceEntry) -> Result<UnixStream, BrokerError> {
+    UnixStream::connect(&entry.socket).map_err(|e| {
+        let (code, fix) = match e.kind() {
+            std::io::ErrorKind::PermissionDenied => (
+                "permission",
+                format!(
+                    "ask the service's owner (uid {}) to make its socket connectable for you (its policy admits you)",
+                    entry.owner_uid
+                ),
+            ),
+            _ => (
+                "not-found",
+                format!("is `tessera serve {}` running? restart it", entry.name),
+            ),
+        };
+        BrokerError::new(
+            code,
+            format!(
+                "service {:?} (pid {}) does not answer on {}: {e}",
+                entry.name,
+                entry.process.pid,
+                entry.socket.display()
+            ),
+            fix,
+        )
+    })
+}
+
+/// A service's registration, held for as long as it serves: dropping it
+/// unregisters the name (a service that crashes leaves a stale entry,
+/// removed by the next registration or lookup of the name).
+pub struct ServiceRegistration {
+    session: Session,
+    entry: ServiceEntry,
+    registered: bool,
+}
+
+impl ServiceRegistration {
+    /// Registers this process as service `name` on `socket` through `session`,
+    /// which the registration keeps to unregister.
+    pub fn register(
+        mut session: Session,
+        name: &str,
+        socket: &Path,
+        policy: ServicePolicy,
+    ) -> Result<ServiceRegistration, BrokerError> {
+        let entry = session.register_service(name, socket, policy)?;
+        Ok(ServiceRegistration {
+            session,
+            entry,
+            registered: true,
+        })
+    }
+
+    pub fn entry(&self) -> &ServiceEntry {
+        &self.entry
+    }
+
+    /// Unregisters now, with the broker's answer (dropping ignores it).
+    pub fn unregister(mut self) -> Result<(), BrokerError> {
+        self.registered = false;
+        self.session.unregister_service(&self.entry.name)
+    }
+}
+
+impl Drop for ServiceRegistration {
+    fn drop(&mut self) {
+        if self.registered {
+            let _ = self.session.unregister_service(&self.entry.name);
+        }
     }
 }
 

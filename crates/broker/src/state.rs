@@ -1,11 +1,13 @@
 //! The broker's persistent state: the ledger, every cell's owner and members
 //! with what each member's scheduling looked like before tessera touched it,
-//! and the machine settings to restore. Saved atomically after every change
-//! so that a broker killed at any point recovers.
+//! the machine settings to restore, and the registered services. Saved
+//! atomically after every change so that a broker killed at any point
+//! recovers.
 //!
 //! It must never hold anything that cannot be re-derived or restored: no
 //! file descriptors, no raw pointers, only facts.
 
+use crate::registry::Services;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -91,6 +93,9 @@ pub struct State {
     pub ledger: Ledger,
     pub cells: BTreeMap<String, CellState>,
     pub snapshot: Snapshot,
+    /// Absent from state files written before services existed.
+    #[serde(default)]
+    pub services: Services,
 }
 
 impl State {
@@ -100,6 +105,7 @@ impl State {
             ledger,
             cells: BTreeMap::new(),
             snapshot: Snapshot::default(),
+            services: Services::default(),
         }
     }
 

@@ -14,6 +14,7 @@ use crate::mapped::{MappedRing, Shape};
 use crate::protocol::{ConsumerRing, ProducerRing, Readiness, RingEnd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
+use tessera_sys::event::EventFd;
 use tessera_sys::ipc;
 use tessera_sys::pidfd::PidFd;
 use tessera_sys::shm::SharedMemory;
@@ -33,10 +34,32 @@ impl Channel {
     /// A channel named `name` (for the peer and in /proc/PID/fd) of `slots`
     /// slots (a power of two) of `slot_size` bytes, in a new sealed memfd.
     pub fn create(name: &str, slot_size: usize, slots: usize) -> Result<Channel, ChannelError> {
+        Channel::new(name, slot_size, slots, None)
+    }
+
+    /// A channel whose consumer waits on `doorbell` (an eventfd it watches
+    /// with others in one epoll, see [`Consumer::arm`]) instead of a futex;
+    /// the producer signals it whenever it finds the consumer asleep. One
+    /// doorbell may serve many channels of one consuming thread.
+    pub fn with_doorbell(
+        name: &str,
+        slot_size: usize,
+        slots: usize,
+        doorbell: &EventFd,
+    ) -> Result<Channel, ChannelError> {
+        Channel::new(name, slot_size, slots, Some(doorbell.try_clone()?))
+    }
+
+    fn new(
+        name: &str,
+        slot_size: usize,
+        slots: usize,
+        doorbell: Option<EventFd>,
+    ) -> Result<Channel, ChannelError> {
         handover::check_name(name)?;
         let shape = Shape::new(slot_size, slots)?;
         let memory = SharedMemory::create(&format!("tessera-channel:{name}"), shape.mapping_len())?;
-        let ring = MappedRing::create(&memory, shape)?;
+        let ring = MappedRing::create(&memory, shape, doorbell)?;
         Ok(Channel {
             name: name.to_string(),
             memory,
@@ -63,6 +86,9 @@ impl Channel {
     fn hand_over(self, socket: &UnixStream, end: End) -> Result<(MappedRing, Link), ChannelError> {
         let peer = ipc::peer_pidfd(socket)?;
         handover::send_end(socket, end, &self.name, &self.memory)?;
+        if let Some(doorbell) = self.ring.doorbell() {
+            handover::send_doorbell(socket, doorbell)?;
+        }
         let link = Link::new(self.name, &self.ring, peer);
         Ok((self.ring, link))
     }
@@ -72,7 +98,10 @@ impl Channel {
 /// handed it over.
 fn open_end(socket: &UnixStream, end: End) -> Result<(MappedRing, Link), ChannelError> {
     let (name, memory) = handover::receive_end(socket, end)?;
-    let ring = MappedRing::open(&memory)?;
+    let mut ring = MappedRing::open(&memory)?;
+    if ring.expects_doorbell() {
+        ring.attach_doorbell(handover::receive_doorbell(socket)?);
+    }
     let link = Link::new(name, &ring, ipc::peer_pidfd(socket)?);
     Ok((ring, link))
 }
@@ -252,6 +281,38 @@ impl Consumer {
                 taken => Ok(taken),
             },
         )
+    }
+
+    /// Before a wait on this channel's doorbell together with other
+    /// descriptors: says whether a message (or the close) is already there,
+    /// in which case the caller must not sleep. After the wait, or instead
+    /// of it, [`Self::disarm`]. Only for a channel made
+    /// [`Channel::with_doorbell`]; real-time safe.
+    pub fn arm(&mut self) -> Result<Readiness, ChannelError> {
+        self.ring.arm()
+    }
+
+    pub fn disarm(&self) {
+        self.ring.disarm()
+    }
+
+    /// `PeerGone` if the process at the other end has died: a caller that
+    /// waits for this channel elsewhere (its doorbell) asks between waits,
+    /// as `pop_wait` does. One poll of a pidfd.
+    pub fn check_peer(&self) -> Result<(), ChannelError> {
+        match self.link.peer.has_exited() {
+            true => Err(ChannelError::PeerGone {
+                pid: self.link.peer.pid(),
+            }),
+            false => Ok(()),
+        }
+    }
+
+    /// The doorbell producers ring when they find this consumer armed, to
+    /// watch (with epoll) beside other descriptors; `None` for a channel
+    /// without one.
+    pub fn doorbell(&self) -> Option<&EventFd> {
+        self.ring.memory().doorbell()
     }
 
     /// Waits at most `timeout` until a message is there.

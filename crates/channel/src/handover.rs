@@ -11,9 +11,10 @@
 
 use crate::error::ChannelError;
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
+use tessera_sys::event::EventFd;
 use tessera_sys::ipc::{self, PeerCredentials};
 use tessera_sys::shm::SharedMemory;
 
@@ -52,6 +53,9 @@ impl End {
 
 /// The kind of a record that refuses instead of handing over.
 const REFUSAL: u8 = 3;
+/// The kind of the record that follows an end whose consumer waits on a
+/// doorbell: the eventfd comes with it.
+const DOORBELL: u8 = 4;
 
 /// Checks a channel's name: 1 to [`MAX_NAME`] bytes without NUL.
 pub fn check_name(name: &str) -> Result<(), ChannelError> {
@@ -110,9 +114,28 @@ pub fn send_end(
     Ok(())
 }
 
-/// Receives `end` of a channel: its name and its memory, or the service's
-/// refusal.
-pub fn receive_end(socket: &UnixStream, end: End) -> Result<(String, SharedMemory), ChannelError> {
+/// Sends the consumer's doorbell, after the end of a channel whose header
+/// announces one.
+pub fn send_doorbell(socket: &UnixStream, doorbell: &EventFd) -> Result<(), ChannelError> {
+    let record = encode(DOORBELL, "doorbell");
+    let sent = ipc::send_with_fd(socket, &record, doorbell.as_fd())?;
+    (&*socket).write_all(&record[sent..])?;
+    Ok(())
+}
+
+/// Receives the doorbell [`send_doorbell`] sent, checked to be an eventfd.
+pub fn receive_doorbell(socket: &UnixStream) -> Result<EventFd, ChannelError> {
+    let (kind, _, fd) = receive_record(socket)?;
+    match (kind, fd) {
+        (DOORBELL, Some(fd)) => Ok(EventFd::from_received(fd)?),
+        _ => Err(ChannelError::Setup(
+            "the channel's header announced a doorbell, but none came".into(),
+        )),
+    }
+}
+
+/// One record and the descriptor that came with it.
+fn receive_record(socket: &UnixStream) -> Result<(u8, String, Option<OwnedFd>), ChannelError> {
     let mut record = [0u8; RECORD_LEN];
     let (received, fd) = ipc::receive_with_fd(socket, &mut record)?;
     if received == 0 {
@@ -122,6 +145,13 @@ pub fn receive_end(socket: &UnixStream, end: End) -> Result<(String, SharedMemor
     }
     (&*socket).read_exact(&mut record[received..])?;
     let (kind, text) = decode(&record)?;
+    Ok((kind, text, fd))
+}
+
+/// Receives `end` of a channel: its name and its memory, or the service's
+/// refusal.
+pub fn receive_end(socket: &UnixStream, end: End) -> Result<(String, SharedMemory), ChannelError> {
+    let (kind, text, fd) = receive_record(socket)?;
     if kind == REFUSAL {
         return Err(ChannelError::Refused { reason: text });
     }

@@ -37,3 +37,4 @@ pub mod protocol;
 pub use endpoint::{Channel, Consumer, Link, Producer, PEER_CHECK};
 pub use error::ChannelError;
 pub use mapped::{MAX_MAPPING, MAX_SLOT_SIZE};
+pub use protocol::Readiness;

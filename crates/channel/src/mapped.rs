@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! offset      what                                 written by
-//! 0           magic, version, slot size, slots     the creator, before the hand-over
+//! 0           magic, version, slot size, slots,    the creator, before the hand-over
+//!             doorbell (u32: 1 if one follows)
 //! 128         head (u64)                           producer
 //! 256         tail (u64)                           consumer
 //! 384         consumer sleeping (u32, futex word)  consumer; producer clears it
@@ -23,16 +24,18 @@ use crate::error::ChannelError;
 use crate::protocol::{FlagWord, IndexWord, RingMemory};
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
+use tessera_sys::event::EventFd;
 use tessera_sys::futex;
 use tessera_sys::shm::{SharedMapping, SharedMemory};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"tsschan\0");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const LINE: usize = 128;
 const MAGIC_AT: usize = 0;
 const VERSION_AT: usize = 8;
 const SLOT_SIZE_AT: usize = 12;
 const SLOT_COUNT_AT: usize = 16;
+const DOORBELL_AT: usize = 20;
 const HEAD_AT: usize = LINE;
 const TAIL_AT: usize = 2 * LINE;
 const CONSUMER_SLEEPING_AT: usize = 3 * LINE;
@@ -108,20 +111,34 @@ impl Shape {
 pub struct MappedRing {
     mapping: SharedMapping,
     shape: Shape,
+    /// The consumer's doorbell, when it waits on one (both ends hold it;
+    /// the producer rings it).
+    doorbell: Option<EventFd>,
 }
 
 impl MappedRing {
     /// Maps a new channel's memory and records its shape (the creator's
     /// side; the hand-over after it orders these stores before the peer's
     /// loads).
-    pub fn create(memory: &SharedMemory, shape: Shape) -> Result<MappedRing, ChannelError> {
+    /// `doorbell`: the consumer waits on it, and it is handed over after
+    /// the memory.
+    pub fn create(
+        memory: &SharedMemory,
+        shape: Shape,
+        doorbell: Option<EventFd>,
+    ) -> Result<MappedRing, ChannelError> {
         let mapping = memory.map()?;
         let word = |at| mapping.word_u32(at);
         mapping.word_u64(MAGIC_AT).store(MAGIC, Ordering::Relaxed);
         word(VERSION_AT).store(VERSION, Ordering::Relaxed);
         word(SLOT_SIZE_AT).store(shape.slot_size as u32, Ordering::Relaxed);
         word(SLOT_COUNT_AT).store(shape.slot_count as u32, Ordering::Relaxed);
-        Ok(MappedRing { mapping, shape })
+        word(DOORBELL_AT).store(doorbell.is_some() as u32, Ordering::Relaxed);
+        Ok(MappedRing {
+            mapping,
+            shape,
+            doorbell,
+        })
     }
 
     /// Maps received memory, checking the shape its header records against
@@ -153,11 +170,28 @@ impl MappedRing {
                 memory.len()
             )));
         }
-        Ok(MappedRing { mapping, shape })
+        Ok(MappedRing {
+            mapping,
+            shape,
+            doorbell: None,
+        })
     }
 
     pub fn shape(&self) -> Shape {
         self.shape
+    }
+
+    /// Whether the creator said a doorbell follows the memory.
+    pub fn expects_doorbell(&self) -> bool {
+        self.mapping.word_u32(DOORBELL_AT).load(Ordering::Relaxed) == 1
+    }
+
+    pub fn attach_doorbell(&mut self, doorbell: EventFd) {
+        self.doorbell = Some(doorbell);
+    }
+
+    pub fn doorbell(&self) -> Option<&EventFd> {
+        self.doorbell.as_ref()
     }
 }
 
@@ -195,6 +229,12 @@ impl RingMemory for MappedRing {
 
     fn fence(&self) {
         fence(Ordering::SeqCst);
+    }
+
+    fn ring_doorbell(&self) {
+        if let Some(doorbell) = &self.doorbell {
+            doorbell.signal();
+        }
     }
 
     fn slot_count(&self) -> u64 {
@@ -272,7 +312,7 @@ mod tests {
     fn an_opened_ring_has_the_creators_shape() {
         let shape = Shape::new(24, 8).unwrap();
         let memory = SharedMemory::create("tessera-test", shape.mapping_len()).unwrap();
-        MappedRing::create(&memory, shape).unwrap();
+        MappedRing::create(&memory, shape, None).unwrap();
         assert_eq!(MappedRing::open(&memory).unwrap().shape(), shape);
     }
 
@@ -287,7 +327,7 @@ mod tests {
     fn a_header_that_does_not_match_the_size_is_refused() {
         let shape = Shape::new(8, 4).unwrap();
         let memory = SharedMemory::create("tessera-test", shape.mapping_len() + 8).unwrap();
-        MappedRing::create(&memory, shape).unwrap();
+        MappedRing::create(&memory, shape, None).unwrap();
         assert!(MappedRing::open(&memory).is_err());
     }
 }

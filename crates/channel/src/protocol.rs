@@ -96,6 +96,11 @@ pub trait RingMemory {
     fn consumer_closed(&self) -> &Self::Flag;
     /// A sequentially consistent fence of the words' memory model.
     fn fence(&self);
+    /// Tells a consumer that sleeps elsewhere than on its flag (in an epoll
+    /// over many rings' doorbell, after [`ConsumerRing::arm`]) that the
+    /// ring changed. Called after every wake of a sleeping consumer; none
+    /// by default.
+    fn ring_doorbell(&self) {}
     /// How many slots the ring has: a power of two.
     fn slot_count(&self) -> u64;
     /// How many bytes a slot holds.
@@ -246,7 +251,9 @@ impl<M: RingMemory> ProducerRing<M> {
     /// the ring.
     pub fn close(&self) {
         self.memory.producer_closed().store(CLOSED, Release);
-        wake_if_sleeping(&self.memory, self.memory.consumer_sleeping());
+        if wake_if_sleeping(&self.memory, self.memory.consumer_sleeping()) {
+            self.memory.ring_doorbell();
+        }
     }
 
     fn fill_next(&mut self, bytes: &[u8]) {
@@ -260,6 +267,7 @@ impl<M: RingMemory> ProducerRing<M> {
     fn publish(&mut self) {
         self.memory.head().store(self.head, Release);
         if wake_if_sleeping(&self.memory, self.memory.consumer_sleeping()) {
+            self.memory.ring_doorbell();
             self.wake_ups += 1;
         }
     }
@@ -380,6 +388,31 @@ impl<M: RingMemory> ConsumerRing<M> {
             self.give_back();
         }
         Ok(filled)
+    }
+
+    /// Announces that this consumer is about to sleep elsewhere than on
+    /// its flag: in one wait over many rings' doorbell (an eventfd the
+    /// producers signal, see [`RingMemory::ring_doorbell`]). It is the first
+    /// half of [`RingEnd::sleep`]'s handshake: the flag stored, a fence,
+    /// the ring checked once more. Unless that says `NotYet`, the caller
+    /// must not sleep. Otherwise a producer publishing after this either
+    /// sees the flag and rings the doorbell (whose count outlives an early
+    /// ring) or published before the check, which then saw it: the argument
+    /// of the module doc, with the doorbell for the futex.
+    pub fn arm(&mut self) -> Result<Readiness, ChannelError> {
+        self.memory.consumer_sleeping().store(SLEEPING, Relaxed);
+        self.memory.fence();
+        self.readiness()
+    }
+
+    /// The memory the ring lives in.
+    pub fn memory(&self) -> &M {
+        &self.memory
+    }
+
+    /// Ends what [`Self::arm`] began, after the wait (or instead of it).
+    pub fn disarm(&self) {
+        self.memory.consumer_sleeping().store(AWAKE, Relaxed);
     }
 
     /// Lets go of this end: a producer waiting for room gets `Closed`.

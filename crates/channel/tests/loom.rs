@@ -11,7 +11,9 @@
 //!   neither side sleeps through the other's progress;
 //! * closing wakes a sleeping consumer, after the last message;
 //! * bulk bytes stream across slots;
-//! * closing the consumer wakes a producer waiting for room.
+//! * closing the consumer wakes a producer waiting for room;
+//! * a consumer that arms its ring and sleeps on a doorbell (an eventfd,
+//!   here a counter under a mutex) is woken for every message.
 
 #![cfg(loom)]
 
@@ -97,11 +99,29 @@ struct Slot {
     bytes: [u8; SLOT_SIZE],
 }
 
+/// An eventfd: a count that a signal raises and a wait takes, the wait
+/// sleeping while it is 0.
+struct Doorbell {
+    count: Mutex<u64>,
+    rung: Condvar,
+}
+
+impl Doorbell {
+    fn wait_and_take(&self) {
+        let mut count = self.count.lock().unwrap();
+        while *count == 0 {
+            count = self.rung.wait(count).unwrap();
+        }
+        *count = 0;
+    }
+}
+
 struct Ring {
     head: Index,
     tail: Index,
     flags: [Flag; 4],
     slots: Vec<UnsafeCell<Slot>>,
+    doorbell: Doorbell,
 }
 
 /// Both ends' handle on one ring.
@@ -113,6 +133,10 @@ fn ring(slots: usize) -> Shared {
         head: Index(AtomicU64::new(0)),
         tail: Index(AtomicU64::new(0)),
         flags: [Flag::new(), Flag::new(), Flag::new(), Flag::new()],
+        doorbell: Doorbell {
+            count: Mutex::new(0),
+            rung: Condvar::new(),
+        },
         slots: (0..slots)
             .map(|_| {
                 UnsafeCell::new(Slot {
@@ -147,6 +171,10 @@ impl RingMemory for Shared {
     }
     fn fence(&self) {
         fence(Ordering::SeqCst);
+    }
+    fn ring_doorbell(&self) {
+        *self.0.doorbell.count.lock().unwrap() += 1;
+        self.0.doorbell.rung.notify_all();
     }
     fn slot_count(&self) -> u64 {
         self.0.slots.len() as u64
@@ -288,5 +316,35 @@ fn closing_the_consumer_wakes_a_producer_waiting_for_room() {
             Err(ChannelError::Closed)
         ));
         consumer.join().unwrap();
+    });
+}
+
+#[test]
+fn a_consumer_sleeping_on_its_doorbell_is_woken_for_every_message() {
+    model(|| {
+        let shared = ring(1);
+        let producer = producer_thread(&shared, |producer| {
+            for m in 1..=2u8 {
+                blocking(producer, |p| p.try_push(&[m])).unwrap();
+            }
+        });
+        let mut consumer = ConsumerRing::new(shared.clone());
+        let mut out = [0u8; SLOT_SIZE];
+        for m in 1..=2u8 {
+            loop {
+                match consumer.try_pop(&mut out) {
+                    Ok(_) => break,
+                    Err(ChannelError::Empty) => {
+                        if consumer.arm().unwrap() == Readiness::NotYet {
+                            shared.0.doorbell.wait_and_take();
+                        }
+                        consumer.disarm();
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            assert_eq!(out[0], m);
+        }
+        producer.join().unwrap();
     });
 }

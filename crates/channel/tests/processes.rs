@@ -6,6 +6,7 @@
 //! still running when its test ends is killed.
 
 use std::io::{Read, Write};
+use std::os::fd::AsFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::process::{Child, Command, Stdio};
@@ -13,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tessera_channel::handover::{accept_within, admit};
 use tessera_channel::{Channel, ChannelError, Consumer, Producer, PEER_CHECK};
+use tessera_sys::event::{Epoll, EventFd, Readiness, Trigger};
 
 const ROLE: &str = "TESSERA_CHANNEL_PEER";
 const SOCKET: &str = "TESSERA_CHANNEL_SOCKET";
@@ -177,6 +179,42 @@ fn messages_from_a_peer_producer_cross_in_order() {
     let peer = Peer::start("send");
     let mut consumer = peer.drain("order-back", 16, 8);
     receive_in_order(&mut consumer);
+    peer.succeeds();
+}
+
+/// The way a service waits on many rings and sockets at once: each ring
+/// armed, then one epoll wait on their doorbell.
+#[test]
+fn a_consumer_waiting_on_its_doorbell_is_woken_and_loses_nothing() {
+    let peer = Peer::start("send");
+    let doorbell = EventFd::new().unwrap();
+    let epoll = Epoll::new().unwrap();
+    epoll.add(doorbell.as_fd(), 0, Trigger::Level).unwrap();
+    let mut consumer = Channel::with_doorbell("doorbell", 16, 8, &doorbell)
+        .unwrap()
+        .hand_over_producer(&peer.socket)
+        .unwrap();
+    let mut out = [0u8; 16];
+    let mut ready = [Readiness::EMPTY; 1];
+    let (mut seq, mut waits) = (0, 0);
+    while seq < MESSAGES {
+        match consumer.try_pop(&mut out) {
+            Ok(_) => {
+                assert_eq!(out, message(seq), "message {seq}");
+                seq += 1;
+            }
+            Err(ChannelError::Empty) => {
+                if consumer.arm().unwrap() == tessera_channel::Readiness::NotYet {
+                    assert_eq!(epoll.wait(&mut ready, PATIENCE).unwrap(), 1, "woken");
+                    doorbell.drain();
+                    waits += 1;
+                }
+                consumer.disarm();
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(waits > 0, "the consumer never had to wait");
     peer.succeeds();
 }
 

@@ -41,6 +41,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The services registered with the broker: process, socket, whom each admits.
+    #[command(after_help = crate::services::EXAMPLES)]
+    Services {
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve the broker on a Unix socket for every client on the machine.
     #[command(
         after_help = "Examples:\n  sudo tessera daemon\n  sudo tessera daemon --config /etc/tessera/daemon.toml"
@@ -110,6 +116,18 @@ pub enum Command {
     Synth {
         #[command(subcommand)]
         command: crate::synth::SynthCommand,
+    },
+    /// Run a service as a process of its own (in its cell, registered with the broker).
+    #[command(after_help = crate::net::SERVE_EXAMPLES)]
+    Serve {
+        #[command(subcommand)]
+        service: crate::net::ServeCommand,
+    },
+    /// The network service's flows and the seed's abusive streamer.
+    #[command(after_help = crate::net::NET_EXAMPLES)]
+    Net {
+        #[command(subcommand)]
+        command: crate::net::NetCommand,
     },
     /// The LAN music application (seed 000 §3): SLABS emulator and Migrator Synthesizer over UDP.
     Music {

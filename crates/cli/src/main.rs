@@ -8,6 +8,8 @@ mod experiment;
 mod follow;
 mod guard;
 mod music;
+mod net;
+mod services;
 mod show;
 mod synth;
 mod trace;
@@ -48,6 +50,7 @@ fn run(cli: Cli) -> Result<ExitCode, BrokerError> {
             show::print(json, &report, show::reset)
         }
         Command::Cell { command } => cell(command),
+        Command::Services { json } => services::run(json),
         Command::Daemon { config, run_dir } => daemon(config, run_dir),
         Command::Demo(opts) => demo(opts),
         Command::Run(a) => experiment::run(a),
@@ -61,6 +64,8 @@ fn run(cli: Cli) -> Result<ExitCode, BrokerError> {
         Command::Guard { target } => guard::run(target),
         Command::Synth { command } => synth::run(command),
         Command::Music { command } => music::run(command),
+        Command::Serve { service } => net::serve(service),
+        Command::Net { command } => net::run(command),
     }
 }
 

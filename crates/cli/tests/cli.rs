@@ -596,3 +596,79 @@ fn attach_follow_reserves_a_running_programs_fifo_thread_until_stopped() {
         0
     );
 }
+
+/// A flow through the network service process, opened by name.
+fn music_flow(reservation_bps: u64) -> tessera_services::net::FlowRequest {
+    tessera_services::net::FlowRequest {
+        name: "music".into(),
+        class: tessera_services::net::Class::RealTime,
+        reservation_bps,
+        weight: 1,
+        limit_bps: None,
+        bind: "127.0.0.1:0".parse().unwrap(),
+        peer: None,
+        max_datagram: 1472,
+        slots: 64,
+        response_deadline_ns: None,
+    }
+}
+
+#[test]
+fn the_network_service_is_opened_by_name_admits_what_fits_and_its_death_is_an_error() {
+    use tessera_services::net::{client, ChannelError, Flow, NetError};
+    let Some(mut m) = privileged("tessera serve net") else {
+        return;
+    };
+    std::env::set_var("TESSERA_RUN_DIR", &m.dir);
+    let socket = m.dir.join("net.sock");
+    let mut serve = m.tessera();
+    serve.args(["serve", "net", "--link-rate", "100mbit", "--socket"]);
+    serve.arg(&socket).stdout(Stdio::null());
+    let pid = m.spawn(&mut serve);
+    wait_until("the service listens", || client::status(&socket).is_ok());
+    let services = m.json(&["services", "--json"]);
+    let entry = &services.as_array().unwrap()[0];
+    assert_eq!(
+        (entry["name"].as_str(), entry["alive"].as_bool()),
+        (Some("net"), Some(true))
+    );
+    let status = m.json(&["net", "status", "--json"]);
+    assert_eq!(status["usable_bps"], 95_000_000);
+    assert!(
+        status["real_time"]
+            .as_str()
+            .unwrap()
+            .contains("SCHED_DEADLINE"),
+        "{status}"
+    );
+    let mut flow = Flow::open(
+        client::connect_by_name("net").unwrap(),
+        &music_flow(60_000_000),
+    )
+    .expect("60 of 95 Mbit/s fits");
+    match Flow::open(
+        client::connect_by_name("net").unwrap(),
+        &music_flow(60_000_000),
+    ) {
+        Err(NetError::Refused(reason)) => {
+            assert!(reason.contains("35 Mbit/s would fit"), "{reason}")
+        }
+        _ => panic!("admitted beyond the capacity"),
+    }
+    let index = m.children.iter().position(|c| c.id() == pid).unwrap();
+    m.kill(index);
+    match flow.receive(Duration::from_secs(10)) {
+        Err(ChannelError::PeerGone { pid: gone }) => assert_eq!(gone as u32, pid),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a datagram from a dead service"),
+    }
+    let services = m.json(&["services", "--json"]);
+    assert!(
+        services
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["alive"] == false),
+        "{services}"
+    );
+}

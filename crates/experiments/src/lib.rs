@@ -10,6 +10,8 @@ pub mod cells;
 pub mod isolation;
 mod media;
 pub mod music;
+pub mod net_service;
+pub mod netphone;
 pub mod peer;
 pub mod peer_record;
 pub mod probe;

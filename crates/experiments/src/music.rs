@@ -12,12 +12,13 @@
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::net_service::{ServiceData, ServiceRun};
 use crate::runner::setup_for;
 use crate::scenario::{Configuration, Scenario, Sched, Subject};
 use tessera_measure::{Metric, Series};
 use tessera_music::app::{App, AppConfig, AppReport, Roles, ThreadHook, DEADLINE};
 use tessera_music::emulator::{self, held_pads, EmulatorConfig, EmulatorReport};
-use tessera_music::lan::{self, Lan, LanError};
+use tessera_music::lan::{self, Lan, LanError, Shaping};
 use tessera_music::{protocol, EMULATOR_METRIC, LATENESS_METRIC, RESPONSE_METRIC, SERVICE_METRIC};
 
 /// The seed's §4.1 experiment as shipped (scenarios/seed-4.1.toml).
@@ -48,12 +49,16 @@ pub fn seed_scenario(seconds: f64, privileged: bool) -> Result<Scenario, String>
 }
 
 /// The roles a configuration may schedule one by one.
-pub const ROLES: [&str; 4] = ["synth", "network", "console", "slabs"];
+pub const ROLES: [&str; 6] = [
+    "synth", "network", "console", "slabs", "service", "streamer",
+];
 /// Metric of the synth cell's communication thread's CPU time per cycle.
 pub const CYCLE_CPU_METRIC: &str = "synth cycle CPU time";
 /// FIFO priority of the emulator's answer thread when its sender is
 /// scheduled (a cell or FIFO).
 const ANSWER_PRIORITY: u32 = 90;
+/// Δt up to the answer's hand-over to the network service process.
+pub const HANDED_OVER_METRIC: &str = "Δt to the service (t2' − t1)";
 /// Width of one point of the Δt time series (its worst value).
 const SERIES_BUCKET_NS: u64 = 100_000_000;
 
@@ -63,6 +68,9 @@ pub(crate) struct MusicRun {
     emulator: EmulatorConfig,
     slabs: Sched,
     core: Option<usize>,
+    /// The network service process, the streamer and its peer, when the
+    /// configuration runs through the service (seed 000 §4.2).
+    service: Option<ServiceRun>,
     /// The veth pair to the SLABS's namespace; `None`: loopback.
     lan: Option<Lan>,
     sender: Option<JoinHandle<Result<Result<EmulatorReport, String>, LanError>>>,
@@ -74,10 +82,11 @@ pub(crate) struct MusicData {
     emulator: Result<EmulatorReport, String>,
     /// How the SLABS reached the application.
     network: &'static str,
+    service: Option<ServiceData>,
 }
 
 /// The scheduling of `role` in `config`: its own entry, else the subject's.
-fn role<'a>(config: &'a Configuration, name: &str) -> &'a Sched {
+pub(crate) fn role<'a>(config: &'a Configuration, name: &str) -> &'a Sched {
     config
         .roles
         .iter()
@@ -97,6 +106,7 @@ impl MusicRun {
             synth,
             workers,
             lan,
+            link_bps,
         } = &scenario.subject
         else {
             unreachable!("called for music subjects only")
@@ -122,12 +132,30 @@ impl MusicRun {
         if !slabs.is_plain() {
             emulator.spin_ns = 0;
         }
+        // Through the service the link is shaped as the seed's: a gigabit
+        // link, marked real-time packets first.
+        let shaping = config.service.as_ref().map(|_| Shaping {
+            rate_bps: *link_bps,
+            prio: true,
+        });
         let lan = lan
-            .then(Lan::create)
+            .then(|| Lan::shaped(shaping))
             .transpose()
             .map_err(|e| e.to_string())?;
+        let seconds = scenario.total().as_secs_f64() + 2.0;
+        let service = match &config.service {
+            Some(plan) => Some(ServiceRun::start(
+                plan,
+                lan.as_ref(),
+                role(config, "service"),
+                role(config, "streamer"),
+                seconds,
+            )?),
+            None => None,
+        };
         let app = App::start(AppConfig {
             bind: lan::app_bind(lan.as_ref()),
+            service: service.as_ref().map(ServiceRun::music_flow),
             osc: None,
             synth: synth.clone(),
             warmup_packages,
@@ -147,6 +175,7 @@ impl MusicRun {
             emulator,
             slabs,
             core: scenario.core,
+            service,
             lan,
             sender: None,
         })
@@ -192,10 +221,18 @@ impl MusicRun {
             },
             None => Err("the SLABS emulator never started".into()),
         };
+        // The service's counters of the music flow, read while it lives.
+        let status = self.service.as_ref().map(ServiceRun::status);
+        let app = self.app.stop().map_err(|e| e.to_string());
+        let service = self
+            .service
+            .zip(status)
+            .map(|(run, status)| run.finish(status));
         MusicData {
-            app: self.app.stop().map_err(|e| e.to_string()),
+            app,
             emulator,
             network: tessera_music::network_name(self.lan.is_some()),
+            service,
         }
     }
 }
@@ -205,13 +242,24 @@ pub(crate) fn metrics(data: MusicData, warmup: Duration) -> (Vec<Metric>, Vec<St
     let deadline_us = DEADLINE.as_nanos() as f64 / 1000.0;
     let mut metrics = Vec::new();
     let mut notes = Vec::new();
+    if let Some(service) = &data.service {
+        let (service_metrics, service_notes) = crate::net_service::metrics(service);
+        metrics.extend(service_metrics);
+        notes.extend(service_notes);
+    }
+    let through_service = data.service.is_some();
     match data.app {
         Ok(app) => {
             let warmup_packages = warmup.as_nanos() as u64 / protocol::package_period_ns();
             let measured =
                 &app.network.timings[(warmup_packages as usize).min(app.network.timings.len())..];
-            let mut response =
-                Metric::latency(RESPONSE_METRIC, Some(deadline_us), app.response.clone());
+            // Through the service, t2 is when the answer went to it; the
+            // service's own Δt (to the socket) is the seed's.
+            let name = match through_service {
+                true => HANDED_OVER_METRIC,
+                false => RESPONSE_METRIC,
+            };
+            let mut response = Metric::latency(name, Some(deadline_us), app.response.clone());
             // Counted on the exact values: the histogram's 3 significant
             // digits would round a response just past the deadline onto it.
             let deadline_ns = DEADLINE.as_nanos() as u64;

@@ -12,6 +12,7 @@ use crate::audio_server;
 use crate::cells::{setup_thread, Cells};
 use crate::media;
 use crate::music;
+use crate::netphone;
 use crate::probe;
 use crate::scenario::{
     Configuration, GraphNode, Interference, LoadKind, Scenario, Sched, Subject, Tool,
@@ -28,7 +29,7 @@ use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults,
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 use tessera_workloads::external::{self, ExternalLoad, RtAppPolicy, RtAppTask};
 use tessera_workloads::{
-    ep, hog, io, stream, LoadThreads, PeriodicSpec, PeriodicStats, PeriodicTask, Window,
+    build, ep, hog, io, stream, LoadThreads, PeriodicSpec, PeriodicStats, PeriodicTask, Window,
 };
 
 /// Largest latency a histogram keeps exactly (larger ones are clamped).
@@ -133,6 +134,7 @@ pub fn write_report(results: &RunResults, dir: &Path) -> Result<(), BrokerError>
     let files = tessera_measure::write_report(results, dir).map_err(|e| err(e.to_string()))?;
     let mut extra = probe::report_section(results, dir).map_err(err)?;
     extra.push_str(&audio_server::report_section(results));
+    extra.push_str(&netphone::report_section(results));
     if !extra.is_empty() {
         let mut text = std::fs::read_to_string(&files.readme).map_err(|e| err(e.to_string()))?;
         text.push_str(&extra);
@@ -142,7 +144,7 @@ pub fn write_report(results: &RunResults, dir: &Path) -> Result<(), BrokerError>
 }
 
 /// The real name of a scenario cell in this run (cells are machine-global).
-fn cell_name(name: &str) -> String {
+pub(crate) fn cell_name(name: &str) -> String {
     format!("sc-{name}-{}", std::process::id())
 }
 
@@ -173,6 +175,7 @@ enum SubjectRun {
     Graph(Box<GraphRun>),
     Cyclictest(probe::Cyclictest),
     AudioServer(Box<audio_server::AudioServerRun>),
+    Netphone(Box<netphone::NetphoneRun>),
 }
 
 struct GraphRun {
@@ -201,6 +204,7 @@ enum SubjectData {
     Graph(Profile, u64),
     Cyclictest(Result<LatencyHistogram, String>),
     AudioServer(Box<audio_server::AudioServerData>),
+    Netphone(Box<netphone::NetphoneData>),
 }
 
 impl Live {
@@ -210,6 +214,7 @@ impl Live {
             Some(SubjectRun::Cyclictest(c)) => c.start(t0),
             Some(SubjectRun::Music(m)) => m.release(t0)?,
             Some(SubjectRun::AudioServer(a)) => a.release(t0)?,
+            Some(SubjectRun::Netphone(n)) => n.release(t0),
             _ => {}
         }
         self.periodic.iter().for_each(|(_, t)| t.start(t0));
@@ -241,6 +246,7 @@ impl Live {
             SubjectRun::Cyclictest(c) => SubjectData::Cyclictest(c.join()),
             SubjectRun::Music(m) => SubjectData::Music(Box::new(m.finish())),
             SubjectRun::AudioServer(a) => SubjectData::AudioServer(Box::new(a.finish())),
+            SubjectRun::Netphone(n) => SubjectData::Netphone(Box::new(n.finish())),
         });
         let periodic = self.periodic.into_iter().map(|(_, t)| t.join()).collect();
         notes.extend(self.threads.into_iter().map(|t| t.join().describe()));
@@ -332,6 +338,8 @@ fn start_subject(scenario: &Scenario, config: &Configuration) -> Result<SubjectR
         }
         (Subject::AudioServer(_), _) => audio_server::AudioServerRun::start(scenario, config)
             .map(|a| SubjectRun::AudioServer(Box::new(a))),
+        (Subject::Netphone(_), _) => netphone::NetphoneRun::start(scenario, config)
+            .map(|n| SubjectRun::Netphone(Box::new(n))),
     }
 }
 
@@ -551,20 +559,32 @@ fn start_load(
                 ]);
             }
             let spec = external::stress_ng(name, &args, window);
-            let cell = sched.cell.as_deref().map(cell_name);
-            let join = Box::new(move |pid| match cell {
-                Some(c) => Session::connect()
-                    .and_then(|mut s| s.attach(&c, pid, None))
-                    .map(drop)
-                    .map_err(|e| e.to_string()),
-                None => Ok(()),
-            });
-            live.external.push(ExternalLoad::spawn(spec, join)?);
+            live.external
+                .push(ExternalLoad::spawn(spec, attach_to_cell(sched))?);
+        }
+        LoadKind::Build { processes } => {
+            let spec =
+                build::spec(name, *processes, window, &std::env::temp_dir()).map_err(io_error)?;
+            live.external
+                .push(ExternalLoad::spawn(spec, attach_to_cell(sched))?);
         }
         // Started together, guis before their videos, by media::Media::start.
         LoadKind::Gui { .. } | LoadKind::Video { .. } => {}
     }
     Ok(())
+}
+
+/// The setup of an external load's process: attached to its cell, if any
+/// (the processes it starts later follow it there).
+fn attach_to_cell(sched: &Sched) -> external::ProcessSetup {
+    let cell = sched.cell.as_deref().map(cell_name);
+    Box::new(move |pid| match cell {
+        Some(c) => Session::connect()
+            .and_then(|mut s| s.attach(&c, pid, None))
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        None => Ok(()),
+    })
 }
 
 /// Waits out the run: applies graph edits when due, refreshes progress.
@@ -670,6 +690,11 @@ fn collect(
             let (audio_metrics, audio_notes) = audio_server::metrics(*data, scenario, t0);
             metrics.extend(audio_metrics);
             notes.extend(audio_notes);
+        }
+        Some(SubjectData::Netphone(data)) => {
+            let (phone_metrics, phone_notes) = netphone::metrics(*data, scenario.warmup);
+            metrics.extend(phone_metrics);
+            notes.extend(phone_notes);
         }
         None => {}
     }

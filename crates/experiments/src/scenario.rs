@@ -1,6 +1,7 @@
 //! Scenario files: the TOML description of an experiment — cells, the
 //! subject measured (a periodic task, an audio graph, the latency probe,
-//! the music application, a real audio server: [`audio_server`]),
+//! the music application, a real audio server: [`audio_server`], the
+//! netphone: [`netphone`]),
 //! interference, duration and warm-up, and the named configurations run
 //! back to back. docs/scenarios.md documents every key.
 //!
@@ -19,7 +20,11 @@ use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest, Placement};
 use toml::Spanned;
 
 mod audio_server;
+mod net_service;
+mod netphone;
 pub use audio_server::{AudioClient, AudioServerSubject, GuardSettings, ServerKind, ServerSched};
+pub use net_service::ServicePlan;
+pub use netphone::{NetphoneSettings, NetphoneSubject, ROLES as NETPHONE_ROLES};
 
 /// Why a scenario was refused: where, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,10 +151,15 @@ pub enum Subject {
         /// The SLABS across a veth pair in its own network namespace (the
         /// seed's LAN) instead of on loopback.
         lan: bool,
+        /// The link's rate (`link`): the LAN's shaping when a configuration
+        /// runs through the network service, and the service's capacity.
+        link_bps: u64,
     },
     /// A real audio server (jackd2 or PipeWire) with JACK load clients:
     /// xruns, late cycles, when each client finished, the guard's budgets.
     AudioServer(AudioServerSubject),
+    /// Seed 004's netphone across an emulated LAN: T1–T4 of every packet.
+    Netphone(NetphoneSubject),
 }
 
 /// An interference workload.
@@ -187,6 +197,10 @@ pub enum LoadKind {
     /// name it, for the whole run.
     Gui {
         threads: usize,
+    },
+    /// Compiler processes, each compiling a generated C file in a loop.
+    Build {
+        processes: usize,
     },
     /// A video player: a raw YUV 4:2:0 frame every 1/fps, converted and
     /// sent to the gui named `gui`.
@@ -228,6 +242,11 @@ pub struct Configuration {
     pub tool: Tool,
     /// How an audio-server subject runs (None for other subjects).
     pub server: Option<ServerSched>,
+    /// A music subject's network through the network service process
+    /// (seed 000 §4.2); `None`: the application's own socket.
+    pub service: Option<ServicePlan>,
+    /// How a netphone subject runs (None for other subjects).
+    pub netphone: Option<NetphoneSettings>,
 }
 
 /// A validated scenario.
@@ -466,6 +485,10 @@ struct RawSubject {
     #[serde(default)]
     client: Vec<Spanned<audio_server::RawClient>>,
     staircase: Option<Spanned<audio_server::RawStaircase>>,
+    // kind = "netphone"
+    stream: Option<Spanned<String>>,
+    link: Option<Spanned<String>>,
+    flood: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -508,6 +531,8 @@ struct RawConfiguration {
     subject: Option<Spanned<RawSubjectSched>>,
     interference: Option<Spanned<BTreeMap<String, Spanned<String>>>>,
     tool: Option<Spanned<String>>,
+    /// A music configuration through the network service process.
+    service: Option<Spanned<net_service::RawServicePlan>>,
 }
 
 /// A configuration's subject: one scheduling for every thread, or (music)
@@ -918,10 +943,12 @@ impl Validator {
                 audio_server::subject(s, &table, total, tessera_workloads::external::installed)
                     .map(Subject::AudioServer)
             }
+            "netphone" => netphone::subject(s).map(Subject::Netphone),
             other => refuse(
                 s.kind.span(),
                 format!(
-                    "unknown subject kind {other:?} (periodic, graph, probe, music, audio-server)"
+                    "unknown subject kind {other:?} (periodic, graph, probe, music, audio-server, \
+                     netphone)"
                 ),
             ),
         }
@@ -984,6 +1011,7 @@ impl Validator {
                     ),
                 )?,
             },
+            link_bps: net_service::link(s.link.as_ref())?,
         })
     }
 
@@ -1119,9 +1147,13 @@ impl Validator {
                 let args = required(&i.args, &table, "args")?;
                 LoadKind::StressNg { args: args.get_ref().clone() }
             }
+            "build" => {
+                external("gcc")?;
+                LoadKind::Build { processes: threads(&i.threads)? }
+            }
             "gui" => gui_load(i)?,
             "video" => video_load(i, &table)?,
-            other => return refuse(i.kind.span(), format!("unknown interference kind {other:?} (hog, periodic, ep, stream, io, rt-app, stress-ng, gui, video)")),
+            other => return refuse(i.kind.span(), format!("unknown interference kind {other:?} (hog, periodic, ep, stream, io, build, rt-app, stress-ng, gui, video)")),
         };
         let start = opt_duration(&i.start)?.unwrap_or(Duration::ZERO);
         let stop = opt_duration(&i.stop)?;
@@ -1193,6 +1225,18 @@ impl Validator {
         }
     }
 
+    /// The netphone's roles, each checked as any scheduling is.
+    fn netphone_roles(
+        &self,
+        netphone: &netphone::NetphoneConfiguration,
+        scenario: &Scenario,
+    ) -> Result<Vec<(String, Sched)>, Refusal> {
+        let check = |(role, text, span): &(String, String, Range<usize>)| {
+            Ok((role.clone(), self.sched_at(text, span.clone(), scenario)?))
+        };
+        netphone.roles.iter().map(check).collect()
+    }
+
     fn configuration(
         &self,
         spanned: &Spanned<RawConfiguration>,
@@ -1200,10 +1244,15 @@ impl Validator {
     ) -> Result<Configuration, Refusal> {
         let (c, table) = (spanned.get_ref(), spanned.span());
         let server = server_sched(c.subject.as_ref(), scenario, &table)?;
-        let (subject, roles) = match &c.subject {
-            Some(_) if server.is_some() => (Sched::default(), Vec::new()),
-            Some(s) => self.subject_sched(s, scenario)?,
-            None => (Sched::default(), Vec::new()),
+        let netphone = match &scenario.subject {
+            Subject::Netphone(phone) => Some(netphone::configuration(c.subject.as_ref(), phone)?),
+            _ => None,
+        };
+        let (subject, roles) = match (&c.subject, &netphone) {
+            (_, Some(phone)) => (Sched::default(), self.netphone_roles(phone, scenario)?),
+            (Some(_), None) if server.is_some() => (Sched::default(), Vec::new()),
+            (Some(s), None) => self.subject_sched(s, scenario)?,
+            (None, None) => (Sched::default(), Vec::new()),
         };
         let interference = match &c.interference {
             None => scenario
@@ -1258,13 +1307,27 @@ impl Validator {
                 )
             }
         };
+        let service = match (&c.service, &scenario.subject) {
+            (None, _) => None,
+            (Some(raw), Subject::Music { link_bps, .. }) => {
+                Some(net_service::plan(raw, *link_bps, &table)?)
+            }
+            (Some(raw), _) => {
+                return refuse(
+                    raw.span(),
+                    "only a music subject runs through the network service",
+                )
+            }
+        };
         let configuration = Configuration {
             name: c.name.get_ref().clone(),
+            service,
             subject,
             roles,
             interference,
             tool,
             server,
+            netphone: netphone.map(|phone| phone.settings),
         };
         self.feasible(&configuration, scenario, &table)?;
         Ok(configuration)

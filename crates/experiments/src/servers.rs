@@ -128,6 +128,14 @@ impl OwnedChild {
         }
     }
 
+    /// What it wrote to its stdout (piped at spawn), once it has exited.
+    pub fn take_stdout(&mut self) -> Option<String> {
+        use std::io::Read;
+        let mut out = String::new();
+        self.child.stdout.take()?.read_to_string(&mut out).ok()?;
+        Some(out)
+    }
+
     /// Writes `line` to its stdin (piped at spawn) and closes it.
     pub fn tell(&mut self, line: &str) -> Result<(), String> {
         use std::io::Write;

@@ -9,6 +9,11 @@
 //! (its own cell), which writes the package log. OSC controls reach the
 //! nodes through [`crate::control`].
 //!
+//! The network role may instead be a client of the network service process
+//! (seed 000 Fig. 2, [`ServiceFlow`]): the process owns the socket and
+//! carries the SLABS's flow under its QoS spec, and the role takes the
+//! datagrams from the flow's channel.
+//!
 //! This module owns the wiring and the application's report. It must never
 //! decide scheduling: each role's threads run the caller's hook first
 //! (join a cell, set a FIFO priority, or nothing).
@@ -25,7 +30,10 @@ use tessera_graph::{
 };
 use tessera_measure::LatencyHistogram;
 use tessera_services::console::{Console, ConsoleBuilder, ConsoleReport};
-use tessera_services::network::{NetworkConfig, NetworkError, NetworkReport, NetworkService};
+use tessera_services::net::{client, Class, Flow, FlowRequest, NetError};
+use tessera_services::network::{
+    NetworkConfig, NetworkError, NetworkPort, NetworkReport, NetworkService,
+};
 use tessera_synth::{ConfigError, Synth, SynthConfig};
 
 use crate::control::{control_rings, ControlListener, ControlReport};
@@ -66,11 +74,45 @@ fn service_setup(hook: &Option<ThreadHook>) -> tessera_services::Setup {
     }
 }
 
+/// The SLABS's flow through the network service process: where the
+/// process listens, and the flow asked of it.
+#[derive(Debug, Clone)]
+pub struct ServiceFlow {
+    pub socket: PathBuf,
+    pub request: FlowRequest,
+}
+
+impl ServiceFlow {
+    /// The application's flow of `class` with `reservation_bps` reserved
+    /// each way; datagrams of either direction's size; answers later than
+    /// the deadline counted by the process.
+    pub fn music(socket: PathBuf, class: Class, reservation_bps: u64) -> ServiceFlow {
+        ServiceFlow {
+            socket,
+            request: FlowRequest {
+                name: "music".into(),
+                class,
+                reservation_bps,
+                weight: 1,
+                limit_bps: None,
+                bind: "127.0.0.1:0".parse().expect("an address"),
+                peer: None,
+                max_datagram: INPUT_PACKET_SIZE.max(OUTPUT_PACKET_SIZE),
+                slots: 1024,
+                response_deadline_ns: Some(DEADLINE.as_nanos() as u64),
+            },
+        }
+    }
+}
+
 /// How the application runs.
 #[derive(Clone)]
 pub struct AppConfig {
-    /// The network service's socket, e.g. 127.0.0.1:0.
+    /// The network role's socket, e.g. 127.0.0.1:0 (its own, or the one
+    /// the network service process binds for its flow).
     pub bind: SocketAddr,
+    /// Through the network service process instead of a socket of its own.
+    pub service: Option<ServiceFlow>,
     /// Where OSC controls are taken; `None`: no OSC.
     pub osc: Option<SocketAddr>,
     pub synth: SynthConfig,
@@ -101,6 +143,8 @@ pub enum AppError {
     Driver(#[from] tessera_graph::DriverError),
     #[error(transparent)]
     Network(#[from] NetworkError),
+    #[error(transparent)]
+    Service(#[from] NetError),
     #[error("the console service: {0}")]
     Console(String),
     #[error("the OSC socket: {0}")]
@@ -191,7 +235,6 @@ impl App {
         )?;
         let network = NetworkService::start(
             NetworkConfig {
-                bind: config.bind,
                 packet: PacketConfig {
                     packets_per_package: PACKETS_PER_PACKAGE,
                     packet_size: INPUT_PACKET_SIZE,
@@ -202,6 +245,7 @@ impl App {
                 receive_buffer: RECEIVE_BUFFER,
                 expected_packages: config.expected_packages + config.expected_packages / 10 + 1000,
             },
+            network_port(&config)?,
             service_end,
             service_setup(&config.roles.network),
             Some(log),
@@ -271,6 +315,20 @@ impl App {
             control,
         })
     }
+}
+
+/// The network role's own socket, or its flow of the network service
+/// process bound where the role would have bound.
+fn network_port(config: &AppConfig) -> Result<NetworkPort, AppError> {
+    let Some(plan) = &config.service else {
+        return Ok(NetworkPort::Socket(config.bind));
+    };
+    let request = FlowRequest {
+        bind: config.bind,
+        ..plan.request.clone()
+    };
+    let flow = Flow::open(client::connect(&plan.socket)?, &request)?;
+    Ok(NetworkPort::Flow(Box::new(flow)))
 }
 
 /// The Migrator graph: one object node per pad into the mixer node, which

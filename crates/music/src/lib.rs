@@ -78,6 +78,9 @@ pub struct Options {
     pub workers: usize,
     /// Where OSC controls are taken; `None`: no OSC.
     pub osc: Option<std::net::SocketAddr>,
+    /// The network role through the network service process (its socket
+    /// and the flow to ask for); `None`: a socket of its own.
+    pub service: Option<app::ServiceFlow>,
     /// Put the SLABS across a veth pair in a network namespace of its own
     /// (the seed's LAN, root only) instead of on loopback.
     pub lan: bool,
@@ -100,6 +103,7 @@ impl Options {
             cell: true,
             workers: 0,
             osc: None,
+            service: None,
             lan: false,
             broker: None,
             out_dir: None,
@@ -174,6 +178,7 @@ pub fn run(options: &Options) -> Result<Outcome, MusicError> {
     }
     let app = App::start(AppConfig {
         bind: lan::app_bind(lan.as_ref()),
+        service: options.service.clone(),
         osc: options.osc,
         synth: options.synth.clone(),
         warmup_packages: options.warmup_packages(),

@@ -18,11 +18,12 @@ fn interfaces() -> Vec<String> {
         .collect()
 }
 
+/// The LAN's machine-side devices are named tl<pid>n<link>.
 fn ours(names: &[String]) -> Vec<&String> {
-    let pid = std::process::id().to_string();
+    let prefix = format!("tl{}n", std::process::id());
     names
         .iter()
-        .filter(|name| name.starts_with("tslabs") && name.ends_with(&pid))
+        .filter(|name| name.starts_with(&prefix))
         .collect()
 }
 
@@ -41,10 +42,13 @@ fn the_slabs_sits_alone_on_its_side_of_the_pair() {
         .unwrap();
     // Each end on its own side (a new namespace may also hold the kernel's
     // fallback tunnels, tunl0 and the like, under the same names as here).
-    let pid = std::process::id();
-    assert_eq!(ours(&inside), [&format!("tslabsp{pid}")], "{inside:?}");
+    let (app, slabs) = lan.devices();
+    let (app, slabs) = (app.to_string(), slabs.to_string());
+    assert!(inside.contains(&slabs), "{inside:?}");
+    assert!(ours(&inside).is_empty(), "{inside:?}");
     assert!(inside.iter().any(|name| name == "lo"), "{inside:?}");
-    assert_eq!(ours(&interfaces()), [&format!("tslabs{pid}")]);
+    assert_eq!(ours(&interfaces()), [&app]);
+    assert!(!interfaces().contains(&slabs));
     drop(lan);
     assert!(ours(&interfaces()).is_empty(), "the pair is gone");
 }

@@ -12,6 +12,7 @@ fn a_taken_socket_is_refused_by_name_and_nothing_keeps_running() {
     let before = threads();
     let err = App::start(AppConfig {
         bind: addr,
+        service: None,
         osc: None,
         synth: tessera_synth::SynthConfig {
             oscillators_per_object: 8,

@@ -10,12 +10,15 @@
 //! - [`edf`]: uniprocessor EDF schedulability by processor demand.
 //! - [`ledger`]: capacity per core, admission control with explanations, and
 //!   placement of reservations on cores.
+//! - [`mclock`]: the network service's flows: reservation, weight and limit
+//!   (mClock tags), admission against link and CPU, pacing of the total.
 
 pub mod adaptive;
 pub mod bandwidth;
 pub mod cell;
 pub mod edf;
 pub mod ledger;
+pub mod mclock;
 
 pub use adaptive::{
     compress, Adaptive, AdaptiveConfig, AdaptiveReport, PredictorConfig, PredictorKind,
@@ -23,3 +26,7 @@ pub use adaptive::{
 pub use bandwidth::Bandwidth;
 pub use cell::{Budget, CellPolicy, CellRequest, CoreRequest, Placement, RequestError};
 pub use ledger::{CoreMode, CoreUsage, Grant, Ledger, Machine, Refusal, Reservation};
+pub use mclock::{
+    admit, Capacity, FlowClass, FlowError, FlowId, FlowRefusal, FlowSpec, FlowStats, MClock, Pacer,
+    Phase, Pick, Resource, SpecError,
+};

@@ -1,18 +1,24 @@
 //! tessera's QoS services (seed 000 §2): each runs on threads of its own
-//! cell and serves other cells through preallocated in-process channels.
+//! cell and serves other cells, through channels between processes or
+//! preallocated in-process ones.
 //!
-//! - [`network`]: owns a UDP socket, assembles packets into packages, hands
-//!   each to a client cell through a package link and sends the client's
-//!   answer back, measuring Δt = t2 − t1 where the seed did (its driver);
+//! - [`net`]: the network service as a process of its own — flows with
+//!   mClock reservations, real-time packets first, clients over channels;
+//! - [`network`]: an application's network role: a UDP socket (or a flow
+//!   of [`net`]), packets assembled into packages handed to a client cell
+//!   through a package link, the client's answer sent back, Δt = t2 − t1
+//!   measured where the seed did (its driver);
 //! - [`console`]: real-time-safe logging — a one-way channel from any
 //!   real-time thread to a console thread that writes the lines out;
 //! - [`render`]: the GUI service — clients submit frames, the service
 //!   composites them and measures how long each waited.
 //!
 //! A service never decides its own scheduling: the caller's setup hook joins
-//! its threads to a cell (or sets a priority) before they serve.
+//! its threads to a cell (or sets a priority) before they serve; the
+//! network service's process ([`net::host`]) asks the broker for its cell.
 
 pub mod console;
+pub mod net;
 pub mod network;
 pub mod render;
 

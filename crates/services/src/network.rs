@@ -16,6 +16,13 @@
 //! first. The socket gets a large receive buffer, so a stall of the service
 //! (a host preempting the vCPU) queues packets instead of losing them.
 //!
+//! The datagrams come and go through the service's own UDP socket, or
+//! through a flow of the network service process ([`crate::net`]): then
+//! the flow's channels stand for the socket, t1 is still the kernel's
+//! receive stamp (the process carries it over), t2 is when the answer was
+//! handed to the process, and the process counts when it reached the
+//! socket.
+//!
 //! This module owns the socket and the measurement. Its serving loop must
 //! never allocate (every buffer and the timing log are sized at start),
 //! lock or block except in its epoll wait; a full link or log is counted.
@@ -33,6 +40,10 @@ use tessera_sys::clock;
 use tessera_sys::event::{Epoll, Readiness, Trigger};
 use tessera_sys::net::receive_stamped;
 
+use crate::net::{Flow, ToSend};
+use std::os::fd::AsFd;
+use tessera_channel::Readiness as RingReadiness;
+
 use crate::console::ConsoleWriter;
 use crate::Setup;
 
@@ -41,11 +52,23 @@ const STOP_POLL: Duration = Duration::from_millis(50);
 const SOCKET: u64 = 0;
 const OUTPUTS: u64 = 1;
 
+/// Where the role's datagrams come from and go.
+pub enum NetworkPort {
+    /// A UDP socket of its own, bound here (e.g. 127.0.0.1:0).
+    Socket(SocketAddr),
+    /// A flow of the network service process.
+    Flow(Box<Flow>),
+}
+
+/// The port, open.
+enum Port {
+    Socket(UdpSocket),
+    Flow(Box<Flow>),
+}
+
 /// What the service serves.
 #[derive(Debug, Clone, Copy)]
 pub struct NetworkConfig {
-    /// The socket the sender sends to, e.g. 127.0.0.1:0.
-    pub bind: SocketAddr,
     /// Shape of packages and answers (`output_size` must be the link's).
     pub packet: PacketConfig,
     /// Receive buffer to ask for, in bytes.
@@ -136,14 +159,11 @@ impl NetworkService {
     /// `console` when given: `t1_ns,complete_ns,t2_ns,dt_ns`.
     pub fn start(
         config: NetworkConfig,
+        port: NetworkPort,
         link: LinkService,
         setup: Setup,
         console: Option<ConsoleWriter>,
     ) -> Result<NetworkService, NetworkError> {
-        let socket_error = |source| NetworkError::Socket {
-            addr: config.bind,
-            source,
-        };
         let assembler = PackageAssembler::new(&config.packet)
             .map_err(|e| NetworkError::Service(e.to_string()))?;
         if link.config().package_size != assembler.package_size()
@@ -158,12 +178,7 @@ impl NetworkService {
                 config.packet.output_size
             )));
         }
-        let socket = UdpSocket::bind(config.bind).map_err(socket_error)?;
-        socket.set_nonblocking(true).map_err(socket_error)?;
-        let receive_buffer = tessera_sys::net::set_receive_buffer(&socket, config.receive_buffer)
-            .map_err(|e| NetworkError::Service(e.to_string()))?;
-        tessera_sys::net::enable_receive_timestamps(&socket).map_err(socket_error)?;
-        let addr = socket.local_addr().map_err(socket_error)?;
+        let (port, addr, receive_buffer) = open_port(port, config.receive_buffer)?;
         let stop = Arc::new(AtomicBool::new(false));
         let depth = link.config().depth;
         let server = Server {
@@ -175,7 +190,7 @@ impl NetworkService {
                 timings: Vec::with_capacity(config.expected_packages),
                 ..NetworkReport::default()
             },
-            socket,
+            port,
             assembler,
             link,
             console,
@@ -221,9 +236,40 @@ impl Drop for NetworkService {
     }
 }
 
+/// Opens the role's own socket (its address, the receive buffer the
+/// kernel granted), or takes the flow as it is.
+fn open_port(
+    port: NetworkPort,
+    receive_buffer: usize,
+) -> Result<(Port, SocketAddr, usize), NetworkError> {
+    let addr = match port {
+        NetworkPort::Flow(flow) => {
+            let addr = flow.local_addr();
+            return Ok((Port::Flow(flow), addr, 0));
+        }
+        NetworkPort::Socket(addr) => addr,
+    };
+    let socket_error = |source| NetworkError::Socket { addr, source };
+    let socket = UdpSocket::bind(addr).map_err(socket_error)?;
+    socket.set_nonblocking(true).map_err(socket_error)?;
+    let granted = tessera_sys::net::set_receive_buffer(&socket, receive_buffer)
+        .map_err(|e| NetworkError::Service(e.to_string()))?;
+    tessera_sys::net::enable_receive_timestamps(&socket).map_err(socket_error)?;
+    let addr = socket.local_addr().map_err(socket_error)?;
+    Ok((Port::Socket(socket), addr, granted))
+}
+
+/// A datagram taken into the scratch buffer.
+struct Arrival {
+    len: usize,
+    from: SocketAddr,
+    /// The kernel's receive stamp, `CLOCK_MONOTONIC` ns.
+    arrival_ns: Option<u64>,
+}
+
 /// The serving thread's state: everything preallocated.
 struct Server {
-    socket: UdpSocket,
+    port: Port,
     assembler: PackageAssembler,
     link: LinkService,
     console: Option<ConsoleWriter>,
@@ -245,26 +291,40 @@ impl Server {
     fn serve(mut self, setup: Setup, stop: &AtomicBool) -> Result<NetworkReport, String> {
         setup().map_err(|e| format!("setting up its thread: {e}"))?;
         let epoll = Epoll::new().map_err(|e| e.to_string())?;
+        let incoming = match &self.port {
+            Port::Socket(socket) => socket.as_fd(),
+            Port::Flow(flow) => flow
+                .doorbell()
+                .ok_or("the network service gave the flow no doorbell to wait on")?,
+        };
         epoll
-            .add(
-                std::os::fd::AsFd::as_fd(&self.socket),
-                SOCKET,
-                Trigger::Level,
-            )
+            .add(incoming, SOCKET, Trigger::Level)
             .and_then(|()| epoll.add(self.link.output_fd(), OUTPUTS, Trigger::Level))
             .map_err(|e| e.to_string())?;
         let _rt = tessera_rtguard::RtGuard::enter();
         let cpu_start = clock::thread_cpu_ns();
         let mut ready = [Readiness::EMPTY; 2];
         while !stop.load(Ordering::Acquire) {
-            let n = epoll
-                .wait(&mut ready, STOP_POLL)
-                .map_err(|e| e.to_string())?;
+            let n = match self.may_sleep()? {
+                true => epoll
+                    .wait(&mut ready, STOP_POLL)
+                    .map_err(|e| e.to_string())?,
+                false => 0,
+            };
+            let woke = |token| ready[..n].iter().any(|r| r.token() == token);
+            // A flow's doorbell says only that something came: look at both.
+            let (outputs, incoming) = match &self.port {
+                Port::Socket(_) => (woke(OUTPUTS), woke(SOCKET)),
+                Port::Flow(flow) => {
+                    flow.disarm();
+                    (true, true)
+                }
+            };
             // Answers first: their t2 is what the sender waits for.
-            if ready[..n].iter().any(|r| r.token() == OUTPUTS) {
+            if outputs {
                 self.send_outputs();
             }
-            if ready[..n].iter().any(|r| r.token() == SOCKET) {
+            if incoming {
                 self.receive_packets()?;
             }
         }
@@ -276,17 +336,57 @@ impl Server {
         Ok(self.report)
     }
 
+    /// Whether the thread may sleep: always on its own socket; on a flow,
+    /// once armed and nothing has come (see `Flow::arm`).
+    fn may_sleep(&mut self) -> Result<bool, String> {
+        match &mut self.port {
+            Port::Socket(_) => Ok(true),
+            Port::Flow(flow) => match flow.arm() {
+                Ok(RingReadiness::NotYet) => Ok(true),
+                Ok(_) => Ok(false),
+                Err(e) => Err(format!("the network service's flow: {e}")),
+            },
+        }
+    }
+
+    /// The next datagram into `scratch`: its length, sender and the
+    /// kernel's receive stamp; `None` when none is waiting.
+    fn next_datagram(&mut self) -> Result<Option<Arrival>, String> {
+        match &mut self.port {
+            Port::Socket(socket) => match receive_stamped(socket, &mut self.scratch) {
+                Ok(d) => Ok(Some(Arrival {
+                    len: d.len,
+                    from: d.from,
+                    arrival_ns: d.arrival_ns,
+                })),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                    Ok(None)
+                }
+                Err(e) => Err(format!("receiving: {e}")),
+            },
+            Port::Flow(flow) => match flow.try_receive() {
+                Ok(Some((header, bytes))) => {
+                    let len = bytes.len().min(self.scratch.len());
+                    self.scratch[..len].copy_from_slice(&bytes[..len]);
+                    Ok(Some(Arrival {
+                        len,
+                        from: SocketAddr::V4(header.from),
+                        arrival_ns: Some(header.arrival_ns),
+                    }))
+                }
+                Ok(None) => Ok(None),
+                Err(e) => Err(format!("the network service's flow: {e}")),
+            },
+        }
+    }
+
     /// Takes the datagrams waiting, at most a package's worth, so answers
     /// are sent between packages even when the sender never pauses (epoll
     /// reports the socket again at once); hands over a completed package.
     fn receive_packets(&mut self) -> Result<(), String> {
         for _ in 0..self.batch {
-            let datagram = match receive_stamped(&self.socket, &mut self.scratch) {
-                Ok(datagram) => datagram,
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
-                    return Ok(())
-                }
-                Err(e) => return Err(format!("receiving: {e}")),
+            let Some(datagram) = self.next_datagram()? else {
+                return Ok(());
             };
             let read = clock::monotonic_ns();
             let arrival = datagram.arrival_ns.unwrap_or(read).min(read);
@@ -312,7 +412,7 @@ impl Server {
             let Some(to) = self.reply_to.or(self.sender) else {
                 continue;
             };
-            if self.socket.send_to(&self.output, to).is_err() {
+            if !self.send_output(t1, to) {
                 self.report.send_errors += 1;
                 continue;
             }
@@ -323,6 +423,26 @@ impl Server {
             };
             self.report.answered += 1;
             self.log(timing);
+        }
+    }
+
+    /// Sends the answer to the package that began at `t1`: to the socket,
+    /// or to the network service process with `t1` as its origin (so the
+    /// process counts Δt up to the socket).
+    fn send_output(&mut self, t1: u64, to: SocketAddr) -> bool {
+        match &mut self.port {
+            Port::Socket(socket) => socket.send_to(&self.output, to).is_ok(),
+            Port::Flow(flow) => {
+                let SocketAddr::V4(to) = to else {
+                    return false;
+                };
+                let meta = ToSend {
+                    origin_ns: t1,
+                    queued_ns: clock::monotonic_ns(),
+                    to: Some(to),
+                };
+                flow.try_send(&self.output, meta).is_ok()
+            }
         }
     }
 
@@ -378,7 +498,6 @@ mod tests {
 
     fn config(expected: usize) -> NetworkConfig {
         NetworkConfig {
-            bind: "127.0.0.1:0".parse().unwrap(),
             packet: PacketConfig {
                 packets_per_package: K,
                 packet_size: SIZE,
@@ -400,6 +519,10 @@ mod tests {
         .unwrap()
     }
 
+    fn loopback() -> NetworkPort {
+        NetworkPort::Socket("127.0.0.1:0".parse().unwrap())
+    }
+
     fn nothing() -> Setup {
         Box::new(|| Ok(()))
     }
@@ -407,7 +530,8 @@ mod tests {
     #[test]
     fn packages_reach_the_client_and_answers_reach_the_sender_timed() {
         let (service_end, mut driver) = link();
-        let service = NetworkService::start(config(8), service_end, nothing(), None).unwrap();
+        let service =
+            NetworkService::start(config(8), loopback(), service_end, nothing(), None).unwrap();
         let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
         sender
             .set_read_timeout(Some(Duration::from_secs(5)))
@@ -454,7 +578,7 @@ mod tests {
             depth: 1,
         })
         .unwrap();
-        let err = NetworkService::start(config(1), service_end, nothing(), None)
+        let err = NetworkService::start(config(1), loopback(), service_end, nothing(), None)
             .err()
             .unwrap()
             .to_string();
@@ -469,6 +593,7 @@ mod tests {
         let (service_end, _driver) = link();
         let service = NetworkService::start(
             config(1),
+            loopback(),
             service_end,
             Box::new(|| Err("cell \"net\" is gone".into())),
             None,

@@ -1,5 +1,6 @@
 //! Clocks: `CLOCK_MONOTONIC` for cycle timestamps and absolute-time periodic
-//! wake-ups, `CLOCK_THREAD_CPUTIME_ID` for the CPU time a thread really
+//! wake-ups, `CLOCK_REALTIME` where times meet the kernel's packet stamps,
+//! `CLOCK_THREAD_CPUTIME_ID` for the CPU time a thread really
 //! consumed (a descheduled thread's clock does not advance).
 //!
 //! Times are plain `u64` nanoseconds so that profilers can store and subtract
@@ -39,8 +40,8 @@ pub fn monotonic_ns() -> u64 {
     read_clock(libc::CLOCK_MONOTONIC)
 }
 
-/// Now on `CLOCK_REALTIME`, in nanoseconds: only to place the kernel's
-/// wall-clock stamps (packet arrivals) on the monotonic clock.
+/// Now on `CLOCK_REALTIME`, in nanoseconds: the clock of the kernel's
+/// packet stamps, to place them on the monotonic clock or beside them.
 pub fn realtime_ns() -> u64 {
     read_clock(libc::CLOCK_REALTIME)
 }
@@ -56,17 +57,23 @@ pub fn thread_cpu_ns() -> u64 {
 /// work takes a variable time. Returns at once if the deadline has passed.
 /// Signals do not shorten the sleep.
 pub fn sleep_until_monotonic_ns(deadline_ns: u64) {
+    sleep_until(libc::CLOCK_MONOTONIC, deadline_ns);
+}
+
+/// Sleeps until `CLOCK_REALTIME` reaches `deadline_ns`, as
+/// [`sleep_until_monotonic_ns`] does on the monotonic clock: for timers
+/// whose expiry is compared with the kernel's packet stamps (wall clock).
+pub fn sleep_until_realtime_ns(deadline_ns: u64) {
+    sleep_until(libc::CLOCK_REALTIME, deadline_ns);
+}
+
+fn sleep_until(clock: libc::clockid_t, deadline_ns: u64) {
     let deadline = ns_to_timespec(deadline_ns);
     loop {
         // SAFETY: `deadline` is a valid timespec; with TIMER_ABSTIME the
         // remaining-time pointer is unused and may be null.
         let rc = unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                libc::TIMER_ABSTIME,
-                &deadline,
-                std::ptr::null_mut(),
-            )
+            libc::clock_nanosleep(clock, libc::TIMER_ABSTIME, &deadline, std::ptr::null_mut())
         };
         // clock_nanosleep returns the error number instead of setting errno.
         if rc != libc::EINTR {
@@ -97,6 +104,13 @@ mod tests {
         let deadline = monotonic_ns() + 1_000_000;
         sleep_until_monotonic_ns(deadline);
         assert!(monotonic_ns() >= deadline);
+    }
+
+    #[test]
+    fn absolute_sleep_on_the_wall_clock_reaches_its_deadline() {
+        let deadline = realtime_ns() + 1_000_000;
+        sleep_until_realtime_ns(deadline);
+        assert!(realtime_ns() >= deadline);
     }
 
     #[test]

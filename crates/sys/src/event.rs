@@ -77,6 +77,23 @@ impl EventFd {
         read_counter(&self.0)
     }
 
+    /// An eventfd another process handed over (SCM_RIGHTS), checked to be
+    /// one: signalling writes 8 bytes to it, which must never land in a
+    /// file or a pipe a misbehaving peer sent instead.
+    pub fn from_received(fd: OwnedFd) -> Result<EventFd> {
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .map_err(|e| Error::from_io("look at a received descriptor", &e))?;
+        match link.as_os_str() == "anon_inode:[eventfd]" {
+            true => Ok(EventFd(fd)),
+            false => Err(Error::new(
+                crate::error::ErrorKind::Invalid,
+                "take a received eventfd",
+                format!("the peer sent {} instead of an eventfd", link.display()),
+                "the peer must hand over an eventfd",
+            )),
+        }
+    }
+
     /// A second descriptor on the same counter (for handing one to epoll and
     /// keeping one to signal with).
     pub fn try_clone(&self) -> Result<EventFd> {

@@ -16,6 +16,7 @@ pub mod event;
 pub mod futex;
 pub mod ipc;
 pub mod kernel;
+pub mod marking;
 pub mod mem;
 pub mod net;
 pub mod nudge;

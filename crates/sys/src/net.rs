@@ -1,7 +1,9 @@
 //! Networking calls std does not offer: the socket receive buffer's size
 //! and the kernel's receive time of each datagram, which the network
-//! service needs, and the per-thread network namespaces an emulated LAN
-//! device lives in.
+//! service needs; the kernel's transmit time of each datagram (the
+//! socket's error queue), which the netphone measures; and the network
+//! namespaces an emulated LAN's hosts live in, joined by a thread or by a
+//! child process.
 //!
 //! It must never decide how large a buffer should be, nor what a namespace
 //! holds; the callers do.
@@ -12,6 +14,8 @@ use std::fs::File;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
 
 /// Moves the calling thread (only it) into a new, empty network namespace
 /// and returns a handle that keeps the namespace alive after the thread
@@ -37,6 +41,31 @@ pub fn join_net_namespace(namespace: &File) -> Result<()> {
         return Err(Error::last_os("join a network namespace (setns)")
             .with_fix("run as root (it needs CAP_SYS_ADMIN)"));
     }
+    Ok(())
+}
+
+/// Makes `command` start inside the network namespace `namespace`: the
+/// child joins it (setns) between fork and exec, so the program's sockets
+/// and interfaces are the namespace's; the caller's threads stay where they
+/// are. The command keeps its own handle on the namespace until it is
+/// dropped. Needs CAP_SYS_ADMIN, checked when the command is spawned: a
+/// refusal is the spawn's error.
+pub fn command_in_namespace(command: &mut Command, namespace: &File) -> Result<()> {
+    let handle = namespace
+        .try_clone()
+        .map_err(|e| Error::from_io("hold a network namespace for a child process", &e))?;
+    let join = move || {
+        // SAFETY: setns takes an open namespace descriptor, owned by this
+        // closure, and flags only.
+        match unsafe { libc::setns(handle.as_raw_fd(), libc::CLONE_NEWNET) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
+        }
+    };
+    // SAFETY: the closure runs in the forked child before exec, where only
+    // async-signal-safe calls are allowed: it makes one system call and
+    // neither allocates nor locks (last_os_error reads errno).
+    unsafe { command.pre_exec(join) };
     Ok(())
 }
 
@@ -112,12 +141,16 @@ pub struct Datagram {
     /// When the kernel received it, on `CLOCK_MONOTONIC`; `None` unless
     /// [`enable_receive_timestamps`] was called.
     pub arrival_ns: Option<u64>,
+    /// The same instant as the kernel stamped it, on `CLOCK_REALTIME`, for
+    /// comparing with other kernel stamps (a sender's [`TransmitStamp`]).
+    pub arrival_realtime_ns: Option<u64>,
 }
 
-/// Control-message room for one `struct timespec` (CMSG_SPACE(16) = 32),
-/// aligned as a `cmsghdr`.
+/// Control-message room: a `struct timespec` (CMSG_SPACE(16) = 32), or
+/// three of them and an extended error with its offender's address
+/// (CMSG_SPACE(48) + CMSG_SPACE(32) = 112); aligned as a `cmsghdr`.
 #[repr(C, align(8))]
-struct Control([u8; 64]);
+struct Control([u8; 128]);
 
 /// Receives one datagram into `buf` (`recvmsg`): its length, its sender and
 /// the kernel's receive time moved onto the monotonic clock. Errors are
@@ -126,60 +159,166 @@ struct Control([u8; 64]);
 pub fn receive_stamped(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Datagram> {
     // SAFETY: all-zero is a valid sockaddr_storage, msghdr and buffer.
     let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut control = Control([0; 64]);
+    let mut control = Control([0; 128]);
+    let (len, message) = receive_message(socket, buf, &mut from, &mut control, 0)?;
+    let from = socket_addr(&from)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a sender of unknown family"))?;
+    let mut arrival_realtime_ns = None;
+    let visit = |level, kind, data: *const u8| {
+        if level == libc::SOL_SOCKET && kind == libc::SCM_TIMESTAMPNS {
+            // SAFETY: an SCM_TIMESTAMPNS message carries a timespec; the
+            // data may be unaligned, hence read_unaligned.
+            let at: libc::timespec = unsafe { std::ptr::read_unaligned(data.cast()) };
+            arrival_realtime_ns = Some(timespec_ns(&at));
+        }
+    };
+    // SAFETY: `message` was just filled by recvmsg into `control`.
+    unsafe { each_control_message(&message, visit) };
+    Ok(Datagram {
+        len,
+        from,
+        arrival_ns: arrival_realtime_ns.map(realtime_to_monotonic),
+        arrival_realtime_ns,
+    })
+}
+
+/// One `recvmsg` on `socket` with `flags`: the data into `buf`, the
+/// sender into `from`, control messages into `control`. Returns the data's
+/// length and the message header, whose pointers point into the arguments
+/// (read its control messages before they go).
+fn receive_message(
+    socket: &impl AsRawFd,
+    buf: &mut [u8],
+    from: &mut libc::sockaddr_storage,
+    control: &mut Control,
+    flags: libc::c_int,
+) -> io::Result<(usize, libc::msghdr)> {
     let mut data = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
     };
-    // SAFETY: as above.
+    // SAFETY: all-zero is a valid msghdr.
     let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
-    message.msg_name = (&mut from as *mut libc::sockaddr_storage).cast();
+    message.msg_name = (from as *mut libc::sockaddr_storage).cast();
     message.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
     message.msg_iov = &mut data;
     message.msg_iovlen = 1;
     message.msg_control = control.0.as_mut_ptr().cast();
     message.msg_controllen = control.0.len();
-    // SAFETY: every pointer in `message` points at a live local or at
-    // `buf`, with its true length; the kernel writes within those lengths.
-    let len = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, 0) };
+    // SAFETY: every pointer in `message` points at a live local or at the
+    // caller's buffers, with their true lengths; the kernel writes within
+    // those lengths.
+    let len = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, flags) };
     if len < 0 {
         return Err(io::Error::last_os_error());
     }
-    let from = socket_addr(&from)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a sender of unknown family"))?;
-    // SAFETY: `message` was filled by recvmsg: its control length covers
-    // only the messages the kernel wrote into `control`.
-    let arrival_ns = unsafe { arrival_stamp(&message) }.map(realtime_to_monotonic);
-    Ok(Datagram {
-        len: len as usize,
-        from,
-        arrival_ns,
-    })
+    // The iovec is gone when this returns: nobody may follow it.
+    message.msg_iov = std::ptr::null_mut();
+    message.msg_iovlen = 0;
+    Ok((len as usize, message))
 }
 
-/// The SCM_TIMESTAMPNS stamp among `message`'s control messages, in
-/// CLOCK_REALTIME nanoseconds.
+/// Calls `visit(level, type, data)` for each control message of `message`.
 ///
 /// # Safety
-/// `message` must have been filled by `recvmsg`.
-unsafe fn arrival_stamp(message: &libc::msghdr) -> Option<u64> {
+/// `message` must have been filled by `recvmsg`, and its control buffer
+/// must still be alive.
+unsafe fn each_control_message(
+    message: &libc::msghdr,
+    mut visit: impl FnMut(libc::c_int, libc::c_int, *const u8),
+) {
     // SAFETY: the caller's contract; CMSG_* walk only what recvmsg wrote.
     let mut header = unsafe { libc::CMSG_FIRSTHDR(message) };
     while !header.is_null() {
         // SAFETY: a non-null header from CMSG_FIRSTHDR/NXTHDR is in bounds.
         let cmsg = unsafe { &*header };
-        if cmsg.cmsg_level == libc::SOL_SOCKET && cmsg.cmsg_type == libc::SCM_TIMESTAMPNS {
-            // SAFETY: an SCM_TIMESTAMPNS message carries a timespec; the
-            // data may be unaligned, hence read_unaligned.
-            let at: libc::timespec =
-                unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(header).cast()) };
-            return Some(at.tv_sec as u64 * 1_000_000_000 + at.tv_nsec as u64);
-        }
+        // SAFETY: as above; the data follows its header.
+        visit(cmsg.cmsg_level, cmsg.cmsg_type, unsafe {
+            libc::CMSG_DATA(header)
+        });
         // SAFETY: as above.
         header = unsafe { libc::CMSG_NXTHDR(message, header) };
     }
-    None
 }
+
+fn timespec_ns(at: &libc::timespec) -> u64 {
+    at.tv_sec as u64 * 1_000_000_000 + at.tv_nsec as u64
+}
+
+/// Asks the kernel to stamp every datagram `socket` sends with the time it
+/// left for the device (`SO_TIMESTAMPING`: software transmit stamps, each
+/// numbered in the order of the sends from 0, without the payload), for
+/// [`take_transmit_stamp`] to read from the socket's error queue. The stamp
+/// is taken when the driver takes the packet, after the queueing
+/// discipline: a packet waiting in a shaped link's queue is stamped when it
+/// leaves it.
+pub fn enable_transmit_timestamps(socket: &impl AsRawFd) -> io::Result<()> {
+    let flags = libc::SOF_TIMESTAMPING_TX_SOFTWARE
+        | libc::SOF_TIMESTAMPING_SOFTWARE
+        | libc::SOF_TIMESTAMPING_OPT_ID
+        | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+    match set_int_option(socket, libc::SO_TIMESTAMPING, flags as libc::c_int) {
+        true => Ok(()),
+        false => Err(io::Error::last_os_error()),
+    }
+}
+
+/// When one sent datagram left for the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransmitStamp {
+    /// The datagram's number: the count of datagrams sent on the socket
+    /// before it since [`enable_transmit_timestamps`].
+    pub id: u32,
+    /// On `CLOCK_REALTIME`, as the kernel stamps.
+    pub realtime_ns: u64,
+}
+
+/// Takes the next transmit stamp from `socket`'s error queue without
+/// waiting: `Ok(None)` when there is none (yet). Never allocates.
+pub fn take_transmit_stamp(socket: &UdpSocket) -> io::Result<Option<TransmitStamp>> {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut control = Control([0; 128]);
+    // With OPT_TSONLY no payload comes back; room for one in case.
+    let mut payload = [0u8; 64];
+    let flags = libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT;
+    let message = match receive_message(socket, &mut payload, &mut from, &mut control, flags) {
+        Ok((_, message)) => message,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let (mut stamp_ns, mut id) = (None, None);
+    let visit = |level, kind, data: *const u8| match (level, kind) {
+        (libc::SOL_SOCKET, libc::SCM_TIMESTAMPING) => {
+            // SAFETY: SCM_TIMESTAMPING carries three timespecs, the first
+            // the software stamp; possibly unaligned.
+            let at: libc::timespec = unsafe { std::ptr::read_unaligned(data.cast()) };
+            stamp_ns = Some(timespec_ns(&at));
+        }
+        (libc::SOL_IP, libc::IP_RECVERR) | (libc::SOL_IPV6, libc::IPV6_RECVERR) => {
+            // SAFETY: a RECVERR message carries a sock_extended_err.
+            let error: libc::sock_extended_err = unsafe { std::ptr::read_unaligned(data.cast()) };
+            let is_send_stamp = error.ee_errno == libc::ENOMSG as u32
+                && error.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING
+                && error.ee_info == SCM_TSTAMP_SND;
+            if is_send_stamp {
+                id = Some(error.ee_data);
+            }
+        }
+        _ => {}
+    };
+    // SAFETY: `message` was just filled by recvmsg into `control`.
+    unsafe { each_control_message(&message, visit) };
+    match (id, stamp_ns) {
+        (Some(id), Some(realtime_ns)) => Ok(Some(TransmitStamp { id, realtime_ns })),
+        // Something other than a transmit stamp (a kind without a message:
+        // a message would allocate).
+        _ => Err(io::ErrorKind::InvalidData.into()),
+    }
+}
+
+/// The stamp taken when the driver took the packet (linux/errqueue.h).
+const SCM_TSTAMP_SND: u32 = 0;
 
 /// A CLOCK_REALTIME instant of the recent past on CLOCK_MONOTONIC: how long
 /// ago it was on the wall clock, before now on the monotonic one.
@@ -269,6 +408,74 @@ mod tests {
                 arrival + 4_000_000 <= read_ns
             });
             assert!(early, "no datagram was stamped at its arrival");
+        }
+    }
+
+    #[test]
+    fn each_sent_datagram_is_stamped_once_in_order_between_send_and_return() {
+        let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        enable_transmit_timestamps(&sender).unwrap();
+        assert_eq!(
+            take_transmit_stamp(&sender).unwrap(),
+            None,
+            "nothing sent yet"
+        );
+        let mut window = Vec::new();
+        for _ in 0..3 {
+            let before = clock::realtime_ns();
+            sender
+                .send_to(b"netphone", receiver.local_addr().unwrap())
+                .unwrap();
+            window.push((before, clock::realtime_ns()));
+        }
+        // Loopback transmits within the send call.
+        let stamps: Vec<TransmitStamp> = (0..3)
+            .map(|_| take_transmit_stamp(&sender).unwrap().expect("a stamp"))
+            .collect();
+        assert_eq!(
+            take_transmit_stamp(&sender).unwrap(),
+            None,
+            "one per datagram"
+        );
+        for (i, (stamp, (before, after))) in stamps.iter().zip(&window).enumerate() {
+            assert_eq!(stamp.id, i as u32);
+            assert!(
+                *before <= stamp.realtime_ns && stamp.realtime_ns <= *after,
+                "{before} ≤ {} ≤ {after}",
+                stamp.realtime_ns
+            );
+        }
+        let mut buf = [0u8; 16];
+        let datagram = receive_stamped(&receiver, &mut buf).unwrap();
+        assert_eq!(
+            datagram.arrival_realtime_ns, None,
+            "receive stamps not asked"
+        );
+    }
+
+    #[test]
+    fn a_receive_stamp_on_the_wall_clock_follows_the_transmit_stamp() {
+        let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+        enable_receive_timestamps(&receiver).unwrap();
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        enable_transmit_timestamps(&sender).unwrap();
+        // As above: the kernel may turn receive stamping on late; the first
+        // datagrams may be stamped when read.
+        let mut buf = [0u8; 16];
+        for _ in 0..20 {
+            sender
+                .send_to(b"x", receiver.local_addr().unwrap())
+                .unwrap();
+            let sent = take_transmit_stamp(&sender).unwrap().expect("a stamp");
+            let datagram = receive_stamped(&receiver, &mut buf).unwrap();
+            let read = clock::realtime_ns();
+            let arrived = datagram.arrival_realtime_ns.expect("a receive stamp");
+            assert!(
+                sent.realtime_ns <= arrived && arrived <= read,
+                "{} ≤ {arrived} ≤ {read}",
+                sent.realtime_ns
+            );
         }
     }
 

@@ -1,18 +1,24 @@
-//! Workloads for experiments: periodic real-time tasks (rt-app style), and
-//! the interference library — CPU hogs, the NAS EP kernel, a memory-bandwidth
-//! streamer, file-system I/O, video players feeding the render service, and
+//! Workloads for experiments: periodic real-time tasks (rt-app style), the
+//! netphone of seed 004 across an emulated LAN of network namespaces
+//! ([`lan`], [`netphone`]), and the interference library — CPU hogs, the
+//! NAS EP kernel, a memory-bandwidth streamer, file-system I/O, a build of
+//! compiler processes, video players feeding the render service, and
 //! wrappers for Debian's rt-app and stress-ng.
 //!
 //! A workload only does its work and measures itself; where its threads run
 //! and how they are scheduled is decided by the caller's setup hook (a cell,
 //! a FIFO priority, nothing). It must never allocate inside its timed loop.
 
+pub mod build;
 pub mod ep;
 pub mod external;
 pub mod hog;
 pub mod io;
+pub mod lan;
+pub mod netphone;
 pub mod periodic;
 pub mod stream;
+pub mod streamer;
 pub mod threads;
 pub mod video;
 

@@ -1,0 +1,385 @@
+//! The netphone as a scenario's subject (seed 004 §4): mike and speaker in
+//! hosts of their own across a shaped link, each role scheduled as the
+//! configuration says (a cell, plain), mike's packets marked real-time or
+//! not, a flood on the link if the subject asks. Reported, for the packets
+//! sent after the warm-up: T4 − T1 (the seed's end-to-end delay, with its
+//! 10 ms goal as the deadline; histogram, tail, and T2 − T1, T3 − T1,
+//! T4 − T1 against time over the 2 s around the worst packet, as the
+//! seed's Figures 2–3), the delay's parts (mike's wake-up, T2 − T1,
+//! T3 − T2, T4 − T3), the packets lost, and the seed's Tables 1–2 in its
+//! own units beside this run's numbers.
+//!
+//! Owns starting and stopping the netphone around the runner's release and
+//! its report section. It must never judge a result.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::music::role;
+use crate::runner::{latency_histogram, setup_for};
+use crate::scenario::{
+    Configuration, NetphoneSettings, Scenario, Subject, NETPHONE_ROLES as ROLES,
+};
+use tessera_measure::{Metric, RunResults, Series, Summary};
+use tessera_sys::clock::{monotonic_ns, realtime_ns};
+use tessera_workloads::netphone::{Hooks, Netphone, NetphoneReport, NetphoneSpec, Record};
+
+/// The seed's end-to-end delay, and the metric its table reports.
+pub const METRIC: &str = "end-to-end delay (T4 − T1)";
+/// The seed's goal: "to limit the system delay to 10 ms".
+pub const GOAL: Duration = Duration::from_millis(10);
+/// Mike's wake-up after its timer expired.
+const WAKE_METRIC: &str = "mike wake-up (wake − T1)";
+const SENDER_METRIC: &str = "at the sender (T2 − T1)";
+const NETWORK_METRIC: &str = "in the network (T3 − T2)";
+const RECEIVER_METRIC: &str = "at the receiver (T4 − T3)";
+/// Width of the seed's figures' window.
+const WINDOW_NS: u64 = 2_000_000_000;
+/// Note prefixes the report section looks for.
+const STREAM_NOTE: &str = "netphone: ";
+const PACKETS_NOTE: &str = "netphone packets: ";
+const SEED_NOTE: &str = "seed 004 counterpart: ";
+const FLOOD_NOTE: &str = "flood: ";
+
+/// The netphone, set up and waiting for the release.
+pub(crate) struct NetphoneRun {
+    phone: Netphone,
+    settings: NetphoneSettings,
+    roles: String,
+    seed: Option<&'static SeedRow>,
+    /// The release on CLOCK_REALTIME, where the stamps are.
+    t0_realtime: u64,
+}
+
+/// What it measured, with what the report says of the configuration.
+pub(crate) struct NetphoneData {
+    report: NetphoneReport,
+    settings: NetphoneSettings,
+    roles: String,
+    seed: Option<&'static SeedRow>,
+    t0_realtime: u64,
+}
+
+impl NetphoneRun {
+    pub(crate) fn start(
+        scenario: &Scenario,
+        config: &Configuration,
+    ) -> Result<NetphoneRun, String> {
+        let Subject::Netphone(subject) = &scenario.subject else {
+            unreachable!("called for netphone subjects only")
+        };
+        let settings = config
+            .netphone
+            .clone()
+            .expect("validated for netphone subjects");
+        let hook = |name| -> tessera_workloads::Setup {
+            Box::new(setup_for(role(config, name), scenario.core))
+        };
+        let spec = NetphoneSpec {
+            stream: settings.stream,
+            duration: scenario.total(),
+            link_bps: subject.link_bps,
+            marked: settings.marked,
+            flood: subject.flood,
+        };
+        let hooks = Hooks {
+            mike: hook("mike"),
+            speaker: hook("speaker"),
+        };
+        let scheds = ROLES.map(|r| role(config, r));
+        let roles = ROLES
+            .iter()
+            .zip(&scheds)
+            .map(|(r, s)| format!("{r} {}", s.describe()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let tessera = settings.marked && scheds.iter().all(|s| s.cell.is_some());
+        let plain = !settings.marked && scheds.iter().all(|s| s.is_plain());
+        Ok(NetphoneRun {
+            phone: Netphone::start(&spec, hooks)?,
+            seed: seed_row(settings.stream.hz, subject.flood, tessera, plain),
+            settings,
+            roles,
+            t0_realtime: 0,
+        })
+    }
+
+    /// Mike's first tick and the flood at `t0` (CLOCK_MONOTONIC).
+    pub(crate) fn release(&mut self, t0: u64) {
+        self.t0_realtime = t0 + realtime_ns() - monotonic_ns();
+        self.phone.release(t0);
+    }
+
+    pub(crate) fn finish(self) -> NetphoneData {
+        NetphoneData {
+            report: self.phone.finish(),
+            settings: self.settings,
+            roles: self.roles,
+            seed: self.seed,
+            t0_realtime: self.t0_realtime,
+        }
+    }
+}
+
+/// The subject's metrics and notes, for the packets whose T1 came after
+/// the warm-up.
+pub(crate) fn metrics(data: NetphoneData, warmup: Duration) -> (Vec<Metric>, Vec<String>) {
+    let report = &data.report;
+    let from = data.t0_realtime + warmup.as_nanos() as u64;
+    let measured: Vec<&Record> = report.records.iter().filter(|r| r.t1_ns >= from).collect();
+    let delivered: Vec<&Record> = measured.iter().copied().filter(|r| r.delivered()).collect();
+    let mut notes = vec![
+        format!("{STREAM_NOTE}{}; {}", data.settings.describe(), data.roles),
+        format!(
+            "{PACKETS_NOTE}{} sent after the warm-up, {} lost, {} without a transmit stamp; \
+             {} sends refused, {} unexpected datagrams",
+            measured.len(),
+            measured.len() - delivered.len(),
+            delivered.iter().filter(|r| r.t2_ns.is_none()).count(),
+            report.send_errors,
+            report.unexpected
+        ),
+    ];
+    if let Some(seed) = data.seed {
+        notes.push(format!("{SEED_NOTE}{}", seed.describe()));
+    }
+    notes.extend(report.flood.as_ref().map(|f| f.describe()));
+    notes.extend(report.errors.iter().map(|e| format!("netphone: {e}")));
+    let part = |name: &str, of: fn(&Record) -> Option<u64>| {
+        latency_metric(name, None, delivered.iter().filter_map(|r| of(r)))
+    };
+    let goal_us = GOAL.as_nanos() as f64 / 1000.0;
+    let mut end_to_end = latency_metric(
+        METRIC,
+        Some(goal_us),
+        delivered.iter().filter_map(|r| r.end_to_end_ns()),
+    );
+    if let Some(start) = window_start(&delivered) {
+        end_to_end.series = window_series(&delivered, start);
+        notes.push(format!(
+            "T2/T3/T4 − T1 plotted over the 2 s from {:.2} s after the release (the worst \
+             packet's)",
+            start.saturating_sub(data.t0_realtime) as f64 / 1e9
+        ));
+    }
+    let metrics = vec![
+        end_to_end,
+        part(WAKE_METRIC, |r| Some(r.wake_ns - r.t1_ns)),
+        part(SENDER_METRIC, |r| Some(r.t2_ns? - r.t1_ns)),
+        part(NETWORK_METRIC, |r| Some(r.t3_ns?.saturating_sub(r.t2_ns?))),
+        part(RECEIVER_METRIC, |r| Some(r.t4_ns? - r.t3_ns?)),
+    ];
+    (metrics, notes)
+}
+
+/// A latency metric whose summary is exact (the histogram, for the plots,
+/// keeps 3 significant digits).
+fn latency_metric(name: &str, deadline_us: Option<f64>, ns: impl Iterator<Item = u64>) -> Metric {
+    let samples: Vec<u64> = ns.collect();
+    let us: Vec<f64> = samples.iter().map(|&v| v as f64 / 1000.0).collect();
+    Metric {
+        summary: Summary::from_samples(&us, deadline_us),
+        ..Metric::latency(name, deadline_us, latency_histogram(samples.into_iter()))
+    }
+}
+
+/// Where the 2 s of the seed's Figures 2–3 start (CLOCK_REALTIME ns): the
+/// worst packet in the middle, unless the run ends or starts sooner.
+fn window_start(delivered: &[&Record]) -> Option<u64> {
+    let worst = delivered.iter().max_by_key(|r| r.end_to_end_ns())?;
+    let first = delivered.first()?.t1_ns;
+    let last = delivered.last()?.t1_ns;
+    let start = worst
+        .t1_ns
+        .saturating_sub(WINDOW_NS / 2)
+        // Late enough to hold the last packet, when the worst is near it.
+        .min((last + 1).saturating_sub(WINDOW_NS))
+        .max(first);
+    Some(start)
+}
+
+/// T2 − T1, T3 − T1 and T4 − T1 in ms against T1 in s from `start`, for
+/// the packets of the 2 s from there. (From the window's start, not the
+/// run's: each configuration has a window of its own, and the plot's
+/// panels share their axes.)
+fn window_series(delivered: &[&Record], start: u64) -> Vec<Series> {
+    let window: Vec<&&Record> = delivered
+        .iter()
+        .filter(|r| (start..start + WINDOW_NS).contains(&r.t1_ns))
+        .collect();
+    let series = |name: &str, stamp: fn(&Record) -> Option<u64>| {
+        let mut s = Series::with_capacity(name, "ms", window.len());
+        for r in &window {
+            if let Some(at) = stamp(r) {
+                let t = (r.t1_ns - start) as f64 / 1e9;
+                s.push(t, at.saturating_sub(r.t1_ns) as f64 / 1e6);
+            }
+        }
+        s
+    };
+    vec![
+        series("T2 − T1", |r| r.t2_ns),
+        series("T3 − T1", |r| r.t3_ns),
+        series("T4 − T1", |r| r.t4_ns),
+    ]
+}
+
+/// A row of the seed's Tables 1–2: its number, its options, and T4 − T1's
+/// min, max and mean in ms and variance in ms².
+pub(crate) struct SeedRow(u32, &'static str, [f64; 4]);
+
+impl SeedRow {
+    fn describe(&self) -> String {
+        let SeedRow(number, options, [min, max, mean, variance]) = self;
+        format!(
+            "experiment {number} ({options}): min {min} ms, max {max} ms, mean {mean} ms, \
+             variance {variance} ms²"
+        )
+    }
+}
+
+/// Seed 004's Table 1 (RT: the kernel's real-time support; PP: its
+/// preemption points) and Table 2 (the flood; postponed IP processing).
+const SEED_ROWS: [SeedRow; 8] = [
+    SeedRow(1, "RT+, ATM, PP+, 1.2 Mb/s", [2.5, 10.0, 3.3, 0.3]),
+    SeedRow(
+        2,
+        "RT−, Ethernet, PP−, 1.2 Mb/s",
+        [2.7, 445.0, 16.8, 2224.2],
+    ),
+    SeedRow(3, "RT−, ATM, PP−, 1.2 Mb/s", [2.4, 188.5, 5.3, 136.8]),
+    SeedRow(4, "RT+, Ethernet, PP+, 1.2 Mb/s", [2.6, 39.9, 3.3, 1.7]),
+    SeedRow(5, "RT+, ATM, PP−, 1.2 Mb/s", [2.5, 103.2, 3.3, 5.3]),
+    SeedRow(6, "RT+, ATM, PP+, 16 Mb/s", [2.1, 26.5, 3.1, 3.8]),
+    SeedRow(7, "IP flood, IP input postponed", [2.1, 7.3, 3.0, 0.3]),
+    SeedRow(
+        8,
+        "IP flood, IP input not postponed",
+        [2.1, 84.5, 5.8, 42.1],
+    ),
+];
+
+/// The seed's experiment this configuration stands for: tessera (both
+/// roles in cells, packets marked) for the seed's real-time kernel and
+/// network, plain (neither) for its unmodified kernel on Ethernet; under
+/// the flood, for IP processing postponed or not. Mixtures have none.
+fn seed_row(hz: u32, flood: bool, tessera: bool, plain: bool) -> Option<&'static SeedRow> {
+    let experiment = match (flood, tessera, plain, hz) {
+        (true, true, _, _) => 7,
+        (true, _, true, _) => 8,
+        (false, true, _, 100) => 1,
+        (false, _, true, 100) => 2,
+        (false, true, _, 500) => 6,
+        _ => return None,
+    };
+    SEED_ROWS.iter().find(|r| r.0 == experiment)
+}
+
+/// The report's netphone section: this run in the seed's units (T4 − T1 in
+/// ms, variance in ms²), each configuration beside its counterpart in the
+/// seed. Empty for other runs.
+pub fn report_section(results: &RunResults) -> String {
+    let note = |notes: &[String], prefix: &str| -> String {
+        notes
+            .iter()
+            .find_map(|n| n.strip_prefix(prefix))
+            .unwrap_or("–")
+            .to_string()
+    };
+    let mut rows = String::new();
+    for c in &results.configurations {
+        let Some(m) = c.metric(METRIC) else { continue };
+        let s = &m.summary;
+        let within = s.misses.map_or("–".into(), |misses| match misses {
+            0 => "yes".to_string(),
+            n => format!("no ({n} over)"),
+        });
+        let _ = writeln!(
+            rows,
+            "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {within} | {} |",
+            c.name,
+            note(&c.notes, STREAM_NOTE),
+            note(&c.notes, PACKETS_NOTE),
+            s.min / 1000.0,
+            s.max / 1000.0,
+            s.mean / 1000.0,
+            (s.stdev / 1000.0).powi(2),
+            note(&c.notes, SEED_NOTE),
+        );
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let flooded = results
+        .configurations
+        .iter()
+        .any(|c| c.notes.iter().any(|n| n.starts_with(FLOOD_NOTE)));
+    let table = match flooded {
+        true => "Table 2",
+        false => "Table 1",
+    };
+    format!(
+        "\n## Netphone: end-to-end delay as in seed 004's {table}\n\n\
+         T4 − T1 of every packet sent after the warm-up; variance in ms² (the seed's \
+         10⁻⁶ s²); the seed's goal: at most {} ms.\n\n\
+         | configuration | stream; roles | packets | min (ms) | max (ms) | mean (ms) | \
+         variance (ms²) | ≤ {} ms | the seed |\n\
+         |---|---|---|--:|--:|--:|--:|---|---|\n{rows}",
+        GOAL.as_millis(),
+        GOAL.as_millis()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_configuration_kind_meets_its_counterpart_in_the_seed() {
+        let number = |hz, flood, tessera, plain| seed_row(hz, flood, tessera, plain).map(|r| r.0);
+        assert_eq!(number(100, false, true, false), Some(1));
+        assert_eq!(number(100, false, false, true), Some(2));
+        assert_eq!(number(500, false, true, false), Some(6));
+        assert_eq!(number(500, false, false, true), None);
+        assert_eq!(number(100, true, true, false), Some(7));
+        assert_eq!(number(500, true, false, true), Some(8));
+        assert_eq!(number(100, false, false, false), None, "a mixture");
+    }
+
+    fn record(seq: u64, t1_ns: u64, delay_ns: u64) -> Record {
+        Record {
+            seq,
+            t1_ns,
+            wake_ns: t1_ns,
+            t2_ns: Some(t1_ns + 1),
+            t3_ns: Some(t1_ns + 2),
+            t4_ns: Some(t1_ns + delay_ns),
+        }
+    }
+
+    #[test]
+    fn the_window_is_two_seconds_around_the_worst_packet_within_the_run() {
+        let t0 = 1_000_000_000_000;
+        // One packet every 10 ms for 10 s; the worst at 7 s.
+        let records: Vec<Record> = (0..1000)
+            .map(|i| {
+                let delay = if i == 700 { 9_000_000 } else { 3_000_000 };
+                record(i, t0 + i * 10_000_000, delay)
+            })
+            .collect();
+        let delivered: Vec<&Record> = records.iter().collect();
+        let start = window_start(&delivered).unwrap();
+        assert_eq!(start, t0 + 6_000_000_000);
+        let series = window_series(&delivered, start);
+        let names: Vec<&str> = series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["T2 − T1", "T3 − T1", "T4 − T1"]);
+        let times: Vec<f64> = series[2].points.iter().map(|p| p.0).collect();
+        assert_eq!(times.len(), 200);
+        assert!(times[0] == 0.0 && (times[199] - 1.99).abs() < 1e-9);
+        assert!(series[2].points.iter().any(|p| (p.1 - 9.0).abs() < 1e-9));
+        // The worst near the end: the window ends with the run.
+        let late = &delivered[..710];
+        assert_eq!(window_start(late), Some(t0 + 5_090_000_001));
+        assert_eq!(window_series(late, t0 + 5_090_000_001)[0].points.len(), 200);
+    }
+}

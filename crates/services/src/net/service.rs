@@ -1,0 +1,591 @@
+//! The network service as a process's job (seed 000 §2, Fig. 2): a control
+//! thread that admits clients on a Unix socket (SO_PEERCRED against the
+//! service's policy), grants or refuses their flows against the service's
+//! measured capacity (mClock admission), owns each flow's UDP socket, hands
+//! the flow's two channels over, and answers status requests; and the
+//! serving threads ([`super::serve`]): one real-time thread for real-time
+//! flows, inside the service's reservation, and one bulk thread.
+//!
+//! A client's flow lives as long as its connection: a client that exits
+//! or dies (its socket hangs up) has its flow retired and its reservation
+//! released. This module owns the flows' lifetimes and the admission
+//! ledger; it never decides where its threads run (the setup hooks do) and
+//! its control thread never touches a flow a serving thread holds.
+
+use super::counters::FlowCounters;
+use super::pacing::SharedPacer;
+use super::serve::{Command, Discipline, ServedFlow, Server, ThreadLink, MAX_FLOWS};
+use super::wire::{
+    self, FlowRequest, FlowStatus, Grant, Request, Status, StatusReply, WireError, HEADER,
+};
+use std::net::UdpSocket;
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tessera_channel::{Channel, ChannelError};
+use tessera_policy::mclock::{self, Capacity, FlowClass, FlowSpec};
+use tessera_sys::event::{Epoll, EventFd, Readiness, Trigger};
+use tessera_sys::ipc::{peer_credentials, PeerCredentials};
+use tessera_sys::marking;
+
+/// A serving thread's start hook (join the service's cell, …).
+pub type ThreadHook = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// The service's policy: who may open flows.
+pub type Policy = Arc<dyn Fn(&PeerCredentials) -> Result<(), String> + Send + Sync>;
+
+/// Each flow socket's receive buffer: a stalled service queues instead of
+/// losing (a flood's socket overflows alone).
+const RECEIVE_BUFFER: usize = 4 << 20;
+/// The largest UDP payload over IPv4.
+const MAX_DATAGRAM: usize = 65_507;
+/// How long a client may take to send a whole control frame.
+const FRAME_PATIENCE: Duration = Duration::from_secs(2);
+const LISTENER: u64 = u64::MAX;
+
+/// How the service runs.
+#[derive(Clone)]
+pub struct NetConfig {
+    /// Where clients connect.
+    pub socket: PathBuf,
+    pub discipline: Discipline,
+    /// The link's rate each way, bits/s.
+    pub link_bps: u64,
+    /// The CPU the serving threads are guaranteed, in cores (the real-time
+    /// thread's reservation; 1.0 best-effort).
+    pub cpu_share: f64,
+    pub real_time_setup: Option<ThreadHook>,
+    /// How the real-time thread runs, for status.
+    pub real_time_note: String,
+    pub policy: Policy,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("the service's socket {path}: {source} (fix: remove a stale socket file, or pick another path)")]
+    Listen {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("the network service: {0}")]
+    Kernel(#[from] tessera_sys::Error),
+    #[error("a serving thread: {0}")]
+    Thread(String),
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error(transparent)]
+    Channel(#[from] ChannelError),
+    #[error("the network service refused the flow: {0}")]
+    Refused(String),
+    #[error("the broker: {0}")]
+    Broker(#[from] tessera_broker::BrokerError),
+}
+
+/// A running network service; stopping (or dropping) it ends its threads
+/// and removes its socket.
+pub struct NetService {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    socket: PathBuf,
+    capacity: Capacity,
+}
+
+impl NetService {
+    /// Measures the CPU's capacity, binds the socket and starts the
+    /// threads.
+    pub fn start(config: NetConfig) -> Result<NetService, NetError> {
+        let capacity = Capacity {
+            link_bps: config.link_bps,
+            cpu_bps: (measure_cpu_bps()? as f64 * config.cpu_share) as u64,
+        };
+        let listener = listen(&config.socket)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let usable = capacity.usable_bps();
+        let receive = Arc::new(SharedPacer::new(usable));
+        let send = Arc::new(SharedPacer::new(usable));
+        let classes: &[FlowClass] = match config.discipline {
+            Discipline::Fifo => &[FlowClass::RealTime],
+            Discipline::MClock => &[FlowClass::RealTime, FlowClass::Bulk],
+        };
+        let mut threads = Vec::new();
+        let mut links = Vec::new();
+        for &class in classes {
+            let (server, link) = Server::new(
+                class,
+                config.discipline,
+                receive.clone(),
+                send.clone(),
+                stop.clone(),
+            )?;
+            let setup = match class {
+                FlowClass::RealTime => config.real_time_setup.clone(),
+                FlowClass::Bulk => None,
+            };
+            threads.push(spawn_server(server, class, setup)?);
+            links.push(link);
+        }
+        let control = Control {
+            listener,
+            links,
+            connections: Vec::new(),
+            config: config.clone(),
+            capacity,
+            next_id: 1,
+            stop: stop.clone(),
+        };
+        threads.push(
+            std::thread::Builder::new()
+                .name("tessera-net-ctl".into())
+                .spawn(move || control.run())
+                .map_err(|e| NetError::Thread(e.to_string()))?,
+        );
+        Ok(NetService {
+            stop,
+            threads,
+            socket: config.socket,
+            capacity,
+        })
+    }
+
+    pub fn capacity(&self) -> Capacity {
+        self.capacity
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+impl Drop for NetService {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+fn listen(path: &Path) -> Result<UnixListener, NetError> {
+    let listen_error = |source| NetError::Listen {
+        path: path.to_path_buf(),
+        source,
+    };
+    // A socket file no process listens on is a crashed service's.
+    if path.exists() && UnixStream::connect(path).is_err() {
+        std::fs::remove_file(path).map_err(listen_error)?;
+    }
+    let listener = UnixListener::bind(path).map_err(listen_error)?;
+    listener.set_nonblocking(true).map_err(listen_error)?;
+    Ok(listener)
+}
+
+fn spawn_server(
+    server: Server,
+    class: FlowClass,
+    setup: Option<ThreadHook>,
+) -> Result<JoinHandle<()>, NetError> {
+    let (started_in, started_out) = std::sync::mpsc::channel();
+    let name = match class {
+        FlowClass::RealTime => "tessera-net-rt",
+        FlowClass::Bulk => "tessera-net-bulk",
+    };
+    let thread = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let ready = setup.map_or(Ok(()), |hook| hook());
+            let failed = ready.is_err();
+            let _ = started_in.send(ready);
+            if !failed {
+                server.run();
+            }
+        })
+        .map_err(|e| NetError::Thread(e.to_string()))?;
+    match started_out.recv() {
+        Ok(Ok(())) => Ok(thread),
+        Ok(Err(why)) => Err(NetError::Thread(format!("{name}: {why}"))),
+        Err(_) => Err(NetError::Thread(format!("{name} ended before serving"))),
+    }
+}
+
+/// What a single core carries through the service, bits/s: datagrams of
+/// 1472 bytes received and pushed into a channel on this thread, timed on
+/// its CPU clock.
+fn measure_cpu_bps() -> Result<u64, NetError> {
+    const SIZE: usize = 1472;
+    const COUNT: usize = 2000;
+    let receiver = UdpSocket::bind("127.0.0.1:0").map_err(|e| NetError::Thread(e.to_string()))?;
+    let sender = UdpSocket::bind("127.0.0.1:0").map_err(|e| NetError::Thread(e.to_string()))?;
+    tessera_sys::net::set_receive_buffer(&receiver, 8 << 20)?;
+    tessera_sys::net::enable_receive_timestamps(&receiver)
+        .map_err(|e| NetError::Thread(e.to_string()))?;
+    let (here, there) = UnixStream::pair().map_err(|e| NetError::Thread(e.to_string()))?;
+    let mut to_client =
+        Channel::create("net.calibration", HEADER + SIZE, 64)?.hand_over_consumer(&here)?;
+    let mut client = tessera_channel::Consumer::open_from(&there)?;
+    let mut slot = vec![0u8; HEADER + SIZE];
+    let mut out = vec![0u8; HEADER + SIZE];
+    let to = receiver
+        .local_addr()
+        .map_err(|e| NetError::Thread(e.to_string()))?;
+    let mut spent = 0;
+    for _ in 0..COUNT / 32 {
+        for _ in 0..32 {
+            let _ = sender.send_to(&slot[HEADER..], to);
+        }
+        let start = tessera_sys::clock::thread_cpu_ns();
+        for _ in 0..32 {
+            if tessera_sys::net::receive_stamped(&receiver, &mut slot[HEADER..]).is_ok() {
+                let _ = to_client.try_push(&slot);
+            }
+        }
+        spent += tessera_sys::clock::thread_cpu_ns() - start;
+        while client.try_pop(&mut out).is_ok() {}
+    }
+    let per_datagram = (spent / (COUNT as u64 / 32 * 32)).max(1);
+    Ok(SIZE as u64 * 8 * 1_000_000_000 / per_datagram)
+}
+
+/// A client's connection, and the flow it holds.
+struct Connection {
+    stream: UnixStream,
+    caller: PeerCredentials,
+    flow: Option<Held>,
+}
+
+/// A flow as the control thread keeps track of it.
+struct Held {
+    id: u32,
+    thread: usize,
+    spec: FlowSpec,
+    request: FlowRequest,
+    local: std::net::SocketAddr,
+    counters: Arc<FlowCounters>,
+}
+
+struct Control {
+    listener: UnixListener,
+    links: Vec<ThreadLink>,
+    connections: Vec<Option<Connection>>,
+    config: NetConfig,
+    capacity: Capacity,
+    next_id: u32,
+    stop: Arc<AtomicBool>,
+}
+
+impl Control {
+    fn run(mut self) {
+        let Ok(epoll) = Epoll::new() else {
+            return;
+        };
+        if epoll
+            .add(self.listener.as_fd(), LISTENER, Trigger::Level)
+            .is_err()
+        {
+            return;
+        }
+        let mut ready = vec![Readiness::EMPTY; 16];
+        while !self.stop.load(Ordering::Relaxed) {
+            let woken = epoll
+                .wait(&mut ready, Duration::from_millis(100))
+                .unwrap_or(0);
+            for report in &ready[..woken] {
+                match report.token() {
+                    LISTENER => self.accept(&epoll),
+                    index => self.serve_connection(index as usize),
+                }
+            }
+            self.drop_retired();
+        }
+    }
+
+    fn accept(&mut self, epoll: &Epoll) {
+        while let Ok((stream, _)) = self.listener.accept() {
+            let Some(caller) = self.admit(&stream) else {
+                continue;
+            };
+            if stream.set_read_timeout(Some(FRAME_PATIENCE)).is_err() {
+                continue;
+            }
+            let index = match self.connections.iter().position(Option::is_none) {
+                Some(free) => free,
+                None => {
+                    self.connections.push(None);
+                    self.connections.len() - 1
+                }
+            };
+            if epoll
+                .add(stream.as_fd(), index as u64, Trigger::Level)
+                .is_ok()
+            {
+                self.connections[index] = Some(Connection {
+                    stream,
+                    caller,
+                    flow: None,
+                });
+            }
+        }
+    }
+
+    /// Who connected (SO_PEERCRED), if the policy lets them in; a refused
+    /// caller is told why in a refusal frame, whatever it asked.
+    fn admit(&self, stream: &UnixStream) -> Option<PeerCredentials> {
+        let caller = peer_credentials(stream).ok()?;
+        match (self.config.policy)(&caller) {
+            Ok(()) => Some(caller),
+            Err(reason) => {
+                let _ = wire::send(stream, &Grant::Refused { reason });
+                None
+            }
+        }
+    }
+
+    /// One request from connection `index`, or its end.
+    fn serve_connection(&mut self, index: usize) {
+        let Some(connection) = self.connections.get(index).and_then(Option::as_ref) else {
+            return;
+        };
+        match wire::receive::<Request>(&connection.stream) {
+            Ok(Request::Open(request)) => self.open(index, request),
+            Ok(Request::Status) => {
+                let reply = StatusReply::Status(self.status());
+                self.reply_or_close(index, &reply);
+            }
+            Err(WireError::Malformed(e)) => {
+                let reason = format!(
+                    "a malformed request ({e}); fix: speak the service's protocol, e.g. \
+                     through tessera_services::net::client"
+                );
+                let _ = wire::send(&connection.stream, &Grant::Refused { reason });
+                self.close(index);
+            }
+            Err(_) => self.close(index),
+        }
+    }
+
+    fn reply_or_close<T: serde::Serialize>(&mut self, index: usize, reply: &T) {
+        let Some(connection) = self.connections[index].as_ref() else {
+            return;
+        };
+        if wire::send(&connection.stream, reply).is_err() {
+            self.close(index);
+        }
+    }
+
+    /// The client left (or broke the protocol): its flow is retired and its
+    /// reservation released.
+    fn close(&mut self, index: usize) {
+        let Some(connection) = self.connections[index].take() else {
+            return;
+        };
+        if let Some(held) = connection.flow {
+            let mut command = Command::Remove(held.id);
+            // The queue is short only while the thread catches up.
+            while let Err(back) = self.links[held.thread].send(command) {
+                command = back;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    fn drop_retired(&mut self) {
+        for link in &mut self.links {
+            while let Ok(flow) = link.retired.pop() {
+                drop(flow);
+            }
+        }
+    }
+
+    fn open(&mut self, index: usize, request: FlowRequest) {
+        match self.grant(index, &request) {
+            Ok(()) => {}
+            Err(reason) => {
+                let refusal = Grant::Refused { reason };
+                self.reply_or_close(index, &refusal);
+            }
+        }
+    }
+
+    /// Admits `request`, makes its socket and channels and gives the flow
+    /// to its serving thread; the reason in words otherwise.
+    fn grant(&mut self, index: usize, request: &FlowRequest) -> Result<(), String> {
+        let connection = self.connections[index].as_ref().expect("a connection");
+        if connection.flow.is_some() {
+            return Err(
+                "this connection already holds a flow; fix: open one connection per flow".into(),
+            );
+        }
+        let spec = flow_spec(request)?;
+        check_shape(request)?;
+        let admitted: Vec<FlowSpec> = self.held().map(|h| h.spec).collect();
+        mclock::admit(&admitted, &spec, &self.capacity).map_err(|refusal| refusal.to_string())?;
+        let thread = self.thread_for(spec.class);
+        if self.held().filter(|h| h.thread == thread).count() >= MAX_FLOWS {
+            return Err(format!(
+                "the service holds {MAX_FLOWS} flows of this class already; fix: close one"
+            ));
+        }
+        let socket = flow_socket(request)?;
+        let local = socket.local_addr().map_err(|e| e.to_string())?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let stream = &connection.stream;
+        wire::send(stream, &Grant::Granted { id, local }).map_err(|e| e.to_string())?;
+        let slot = HEADER + request.max_datagram;
+        // The client may wait for this channel beside other descriptors.
+        let client_doorbell = EventFd::new().map_err(|e| e.to_string())?;
+        let to_client = Channel::with_doorbell(
+            &format!("net.{id}.in"),
+            slot,
+            request.slots,
+            &client_doorbell,
+        )
+        .and_then(|c| c.hand_over_consumer(stream))
+        .map_err(|e| e.to_string())?;
+        let doorbell = &self.links[thread].doorbell;
+        let from_client =
+            Channel::with_doorbell(&format!("net.{id}.out"), slot, request.slots, doorbell)
+                .and_then(|c| c.hand_over_producer(stream))
+                .map_err(|e| e.to_string())?;
+        let counters = Arc::new(FlowCounters::with_deadline(request.response_deadline_ns));
+        let flow = ServedFlow::new(
+            id,
+            spec,
+            socket,
+            to_client,
+            from_client,
+            request.peer,
+            counters.clone(),
+        );
+        if self.links[thread]
+            .send(Command::Add(Box::new(flow)))
+            .is_err()
+        {
+            return Err("the service is busy; fix: try again".into());
+        }
+        self.connections[index].as_mut().expect("a connection").flow = Some(Held {
+            id,
+            thread,
+            spec,
+            request: request.clone(),
+            local,
+            counters,
+        });
+        Ok(())
+    }
+
+    fn thread_for(&self, class: FlowClass) -> usize {
+        match (self.config.discipline, class) {
+            (Discipline::MClock, FlowClass::Bulk) => 1,
+            _ => 0,
+        }
+    }
+
+    fn held(&self) -> impl Iterator<Item = &Held> {
+        self.connections
+            .iter()
+            .flatten()
+            .filter_map(|c| c.flow.as_ref())
+    }
+
+    fn status(&self) -> Status {
+        let flows = self
+            .connections
+            .iter()
+            .flatten()
+            .filter_map(|c| c.flow.as_ref().map(|held| flow_status(held, &c.caller)))
+            .collect();
+        let admitted: Vec<FlowSpec> = self.held().map(|h| h.spec).collect();
+        Status {
+            pid: std::process::id(),
+            discipline: self.config.discipline.name().into(),
+            link_bps: self.capacity.link_bps,
+            cpu_bps: self.capacity.cpu_bps,
+            usable_bps: self.capacity.usable_bps(),
+            committed_bps: admitted.iter().map(FlowSpec::committed_bps).sum(),
+            real_time: self.config.real_time_note.clone(),
+            flows,
+        }
+    }
+}
+
+fn flow_status(held: &Held, caller: &PeerCredentials) -> FlowStatus {
+    FlowStatus {
+        id: held.id,
+        name: held.request.name.clone(),
+        client_pid: caller.pid,
+        class: held.request.class,
+        reservation_bps: held.request.reservation_bps,
+        weight: held.request.weight,
+        limit_bps: held.request.limit_bps,
+        local: held.local,
+        received: held.counters.received.stats(),
+        sent: held.counters.sent.stats(),
+        response: held.counters.response.delays(),
+        response_buckets: held.counters.response.buckets(),
+        late_responses: held.counters.late_responses(),
+    }
+}
+
+fn flow_spec(request: &FlowRequest) -> Result<FlowSpec, String> {
+    let spec = FlowSpec {
+        class: match request.class {
+            wire::Class::RealTime => FlowClass::RealTime,
+            wire::Class::Bulk => FlowClass::Bulk,
+        },
+        reservation_bps: request.reservation_bps,
+        weight: request.weight,
+        limit_bps: request.limit_bps,
+    };
+    spec.validate().map_err(|e| e.to_string())?;
+    Ok(spec)
+}
+
+fn check_shape(request: &FlowRequest) -> Result<(), String> {
+    if request.max_datagram == 0 || request.max_datagram > MAX_DATAGRAM {
+        return Err(format!(
+            "a largest datagram of {} bytes; fix: ask for 1 to {MAX_DATAGRAM}",
+            request.max_datagram
+        ));
+    }
+    if !request.slots.is_power_of_two() || request.slots > 1 << 16 {
+        return Err(format!(
+            "{} slots; fix: ask for a power of two up to 65536",
+            request.slots
+        ));
+    }
+    Ok(())
+}
+
+/// The flow's socket: bound where the client asked, non-blocking, stamping
+/// arrivals, marked by class.
+fn flow_socket(request: &FlowRequest) -> Result<UdpSocket, String> {
+    let socket = UdpSocket::bind(request.bind).map_err(|e| {
+        format!(
+            "cannot bind {}: {e}; fix: pick an address of this host that no other flow or \
+             program holds (port 0 lets the kernel choose)",
+            request.bind
+        )
+    })?;
+    let failed = |e: &dyn std::fmt::Display| format!("the flow's socket: {e}");
+    socket.set_nonblocking(true).map_err(|e| failed(&e))?;
+    tessera_sys::net::set_receive_buffer(&socket, RECEIVE_BUFFER).map_err(|e| failed(&e))?;
+    tessera_sys::net::enable_receive_timestamps(&socket).map_err(|e| failed(&e))?;
+    let (priority, tos) = match request.class {
+        wire::Class::RealTime => (marking::PRIORITY_REAL_TIME, marking::TOS_EXPEDITED),
+        wire::Class::Bulk => (0, 0),
+    };
+    marking::mark(&socket, priority, tos).map_err(|e| failed(&e))?;
+    Ok(socket)
+}

@@ -1,0 +1,143 @@
+//! The netphone across an emulated LAN for two seconds: every packet is
+//! stamped in the order it travelled (T1 ≤ T2 ≤ T3 ≤ T4), nothing is lost
+//! without load, marked packets are not lost to a flood sharing their link,
+//! the timed loops never touch the heap, and no host is left afterwards.
+//! Root only: skipped (with "SKIPPED") otherwise, a failure under CI=true.
+//! Asserts behaviour, never speed. Its own test binary: the allocation
+//! guard's counters are process-wide.
+
+use std::time::Duration;
+
+use tessera_rtguard::{assert_no_rt_allocations, CountingAllocator};
+use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
+use tessera_workloads::netphone::{Hooks, Netphone, NetphoneReport, NetphoneSpec, Stream};
+
+#[global_allocator]
+static ALLOC: CountingAllocator = CountingAllocator;
+
+const SECONDS: u64 = 2;
+
+/// Runs `spec` from 20 ms from now to its end, checking on the way that
+/// its hosts exist while it runs and are gone after.
+fn run(spec: &NetphoneSpec) -> NetphoneReport {
+    let mut phone = Netphone::start(spec, Hooks::plain()).unwrap();
+    let hosts = phone.host_namespaces();
+    for (name, id) in &hosts {
+        assert!(
+            held(*id),
+            "host {name}'s namespace net:[{id}] is not to be seen"
+        );
+    }
+    let t0 = monotonic_ns() + 20_000_000;
+    phone.release(t0);
+    sleep_until_monotonic_ns(t0 + spec.duration.as_nanos() as u64);
+    let report = phone.finish();
+    for (name, id) in &hosts {
+        assert!(
+            !held(*id),
+            "host {name}'s namespace net:[{id}] is still held"
+        );
+    }
+    assert!(
+        machine_side_devices().is_empty(),
+        "{:?}",
+        machine_side_devices()
+    );
+    report
+}
+
+/// Whether any task is in namespace `id` or any descriptor holds it. A
+/// namespace nothing holds is gone, with its devices and their queues.
+fn held(id: u64) -> bool {
+    let name = format!("net:[{id}]");
+    let points_at = |path: std::path::PathBuf| {
+        std::fs::read_link(path).is_ok_and(|link| link.as_os_str() == name.as_str())
+    };
+    let entries = |dir: String| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    entries("/proc".into()).into_iter().any(|process| {
+        let tasks = entries(format!("{}/task", process.display()));
+        let fds = entries(format!("{}/fd", process.display()));
+        tasks.into_iter().any(|t| points_at(t.join("ns/net"))) || fds.into_iter().any(points_at)
+    })
+}
+
+/// Devices this process created in the machine's namespace (the LAN names
+/// them tl<pid>n<link>); the netphone creates none.
+fn machine_side_devices() -> Vec<String> {
+    let prefix = format!("tl{}n", std::process::id());
+    std::fs::read_to_string("/proc/self/net/dev")
+        .unwrap()
+        .lines()
+        .filter_map(|line| Some(line.split_once(':')?.0.trim().to_string()))
+        .filter(|name| name.starts_with(&prefix))
+        .collect()
+}
+
+fn assert_in_order(report: &NetphoneReport) {
+    for r in report.records.iter().filter(|r| r.delivered()) {
+        let (t2, t3, t4) = (r.t2_ns.unwrap(), r.t3_ns.unwrap(), r.t4_ns.unwrap());
+        assert!(
+            r.t1_ns <= r.wake_ns && r.wake_ns <= t2 && t2 <= t3 && t3 <= t4,
+            "packet {}: T1 {} wake {} T2 {t2} T3 {t3} T4 {t4}",
+            r.seq,
+            r.t1_ns,
+            r.wake_ns
+        );
+    }
+}
+
+#[test]
+fn two_seconds_across_two_hosts_every_packet_arrives_stamped_in_order() {
+    let Some(_machine) = tessera_testkit::privileged("netphone across two hosts") else {
+        return;
+    };
+    let spec = NetphoneSpec {
+        stream: Stream::VIDEO,
+        duration: Duration::from_secs(SECONDS),
+        link_bps: 1_000_000_000,
+        marked: false,
+        flood: false,
+    };
+    let report = run(&spec);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(
+        report.records.len() as u64,
+        spec.stream.packets(spec.duration)
+    );
+    assert_eq!((report.send_errors, report.unexpected), (0, 0));
+    assert_eq!(report.lost(), 0, "nothing is lost without load");
+    assert!(report.records.iter().all(|r| r.t2_ns.is_some()));
+    assert_in_order(&report);
+    assert_no_rt_allocations();
+}
+
+#[test]
+fn marked_packets_are_not_lost_to_a_flood_on_their_link() {
+    let Some(_machine) = tessera_testkit::privileged("netphone under a flood") else {
+        return;
+    };
+    let spec = NetphoneSpec {
+        stream: Stream::AUDIO,
+        duration: Duration::from_secs(SECONDS),
+        // A slow link, so that the flood fills its queue without taking
+        // the machine's CPUs.
+        link_bps: 50_000_000,
+        marked: true,
+        flood: true,
+    };
+    let report = run(&spec);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let flood = report.flood.as_ref().expect("a flood report");
+    assert!(
+        flood.datagrams > 0 && flood.error.is_none(),
+        "{}",
+        flood.describe()
+    );
+    assert_eq!(report.lost(), 0, "band 0 is never full");
+    assert_in_order(&report);
+    assert_no_rt_allocations();
+}
