@@ -328,7 +328,7 @@ fn status_table(status: &Status) -> String {
             f.weight,
             f.received.bytes as f64 / 1e6,
             f.sent.bytes as f64 / 1e6,
-            f.received.drops + f.sent.drops,
+            f.received.drops + f.received.overflowed + f.sent.drops,
             f.received.queueing.p99_ns as f64 / 1e3,
             f.sent.queueing.p99_ns as f64 / 1e3,
             f.response.p99_ns as f64 / 1e3

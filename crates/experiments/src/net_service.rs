@@ -314,13 +314,14 @@ fn plan_note(plan: &ServicePlan) -> String {
 
 fn flow_note(f: &FlowStatus) -> String {
     format!(
-        "flow {:?} ({}): in {:.1} MB, {} packets, {} dropped, queueing p99 {:.0} µs; out {:.1} MB, \
-         {} packets, {} dropped, queueing p99 {:.0} µs",
+        "flow {:?} ({}): in {:.1} MB, {} packets, {} dropped by the service and {} by its full \
+         socket, queueing p99 {:.0} µs; out {:.1} MB, {} packets, {} dropped, queueing p99 {:.0} µs",
         f.name,
         f.class.name(),
         f.received.bytes as f64 / 1e6,
         f.received.packets,
         f.received.drops,
+        f.received.overflowed,
         f.received.queueing.p99_ns as f64 / 1e3,
         f.sent.bytes as f64 / 1e6,
         f.sent.packets,

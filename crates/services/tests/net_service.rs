@@ -197,3 +197,36 @@ fn a_client_that_leaves_has_its_flow_retired_and_its_reservation_released() {
     }
     assert!(open(&service, &request("again", Class::RealTime, 500_000_000)).is_ok());
 }
+
+#[test]
+fn a_flood_beyond_the_capacity_is_counted_where_it_was_lost() {
+    let service = NetService::start(config("flood", Discipline::MClock, 100_000_000)).unwrap();
+    let mut request = request("flood", Class::Bulk, 0);
+    request.slots = 64;
+    let flow = open(&service, &request).unwrap();
+    let far = far_side();
+    const SENT: u64 = 8000;
+    for _ in 0..SENT {
+        let _ = far.send_to(&[7u8; 1400], flow.local_addr());
+    }
+    // The client never reads: 64 datagrams fill its channel and the
+    // service drops what it takes after that; sent far faster than the
+    // service's 100 Mbit/s, the rest overflows the socket. The kernel tells
+    // the count with the next datagram queued after the drops: one more
+    // now and then.
+    let deadline = Instant::now() + PATIENCE;
+    let mut sent = SENT;
+    let received = loop {
+        let status = flow.status().unwrap();
+        let received = status.flows[0].received;
+        if received.overflowed > 0 && received.drops > 0 {
+            break received;
+        }
+        assert!(Instant::now() < deadline, "{received:?}");
+        let _ = far.send_to(&[7u8; 1400], flow.local_addr());
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(received.packets, 64, "{received:?}");
+    assert!(received.packets + received.drops + received.overflowed <= sent);
+}

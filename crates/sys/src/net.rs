@@ -133,6 +133,20 @@ pub fn enable_receive_timestamps(socket: &impl AsRawFd) -> io::Result<()> {
     }
 }
 
+/// `SO_RXQ_OVFL` (asm-generic/socket.h; the same on x86 and arm), which
+/// the libc crate does not export for every target.
+const SO_RXQ_OVFL: libc::c_int = 40;
+
+/// Asks the kernel to tell, with every datagram `socket` receives, how many
+/// it has dropped so far for want of room in its receive buffer
+/// (`SO_RXQ_OVFL`), for [`receive_stamped`] to read.
+pub fn enable_drop_counts(socket: &impl AsRawFd) -> io::Result<()> {
+    match set_int_option(socket, SO_RXQ_OVFL, 1) {
+        true => Ok(()),
+        false => Err(io::Error::last_os_error()),
+    }
+}
+
 /// One datagram taken by [`receive_stamped`].
 #[derive(Debug, Clone, Copy)]
 pub struct Datagram {
@@ -144,6 +158,10 @@ pub struct Datagram {
     /// The same instant as the kernel stamped it, on `CLOCK_REALTIME`, for
     /// comparing with other kernel stamps (a sender's [`TransmitStamp`]).
     pub arrival_realtime_ns: Option<u64>,
+    /// Datagrams the socket had dropped (its buffer full) by the time this
+    /// one was queued; `None` unless [`enable_drop_counts`] was called (and
+    /// until the first drop, which is when the kernel starts telling).
+    pub dropped_before: Option<u32>,
 }
 
 /// Control-message room: a `struct timespec` (CMSG_SPACE(16) = 32), or
@@ -164,13 +182,19 @@ pub fn receive_stamped(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Datagra
     let from = socket_addr(&from)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "a sender of unknown family"))?;
     let mut arrival_realtime_ns = None;
-    let visit = |level, kind, data: *const u8| {
-        if level == libc::SOL_SOCKET && kind == libc::SCM_TIMESTAMPNS {
+    let mut dropped_before = None;
+    let visit = |level, kind, data: *const u8| match (level, kind) {
+        (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) => {
             // SAFETY: an SCM_TIMESTAMPNS message carries a timespec; the
             // data may be unaligned, hence read_unaligned.
             let at: libc::timespec = unsafe { std::ptr::read_unaligned(data.cast()) };
             arrival_realtime_ns = Some(timespec_ns(&at));
         }
+        (libc::SOL_SOCKET, SO_RXQ_OVFL) => {
+            // SAFETY: an SO_RXQ_OVFL message carries a u32.
+            dropped_before = Some(unsafe { std::ptr::read_unaligned(data.cast::<u32>()) });
+        }
+        _ => {}
     };
     // SAFETY: `message` was just filled by recvmsg into `control`.
     unsafe { each_control_message(&message, visit) };
@@ -179,6 +203,7 @@ pub fn receive_stamped(socket: &UdpSocket, buf: &mut [u8]) -> io::Result<Datagra
         from,
         arrival_ns: arrival_realtime_ns.map(realtime_to_monotonic),
         arrival_realtime_ns,
+        dropped_before,
     })
 }
 
@@ -366,6 +391,32 @@ mod tests {
         let before = int_option(&socket, libc::SO_RCVBUF).unwrap();
         let after = set_receive_buffer(&socket, 4 << 20).unwrap();
         assert!(after >= before, "{after} < {before}");
+    }
+
+    #[test]
+    fn a_full_sockets_drops_are_counted_with_the_next_datagram() {
+        let receiver = UdpSocket::bind("127.0.0.1:0").unwrap();
+        receiver.set_nonblocking(true).unwrap();
+        enable_drop_counts(&receiver).unwrap();
+        // The smallest buffer the kernel grants holds a few datagrams only.
+        let _ = set_int_option(&receiver, libc::SO_RCVBUF, 0);
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = receiver.local_addr().unwrap();
+        for _ in 0..200 {
+            let _ = sender.send_to(&[0u8; 1400], to);
+        }
+        let mut buf = [0u8; 1500];
+        let mut dropped = None;
+        while let Ok(datagram) = receive_stamped(&receiver, &mut buf) {
+            dropped = datagram.dropped_before.or(dropped);
+        }
+        sender.send_to(b"after", to).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        if let Ok(datagram) = receive_stamped(&receiver, &mut buf) {
+            dropped = datagram.dropped_before.or(dropped);
+        }
+        let dropped = dropped.expect("the kernel counted the overflow");
+        assert!(dropped > 0 && dropped < 200, "{dropped}");
     }
 
     #[test]

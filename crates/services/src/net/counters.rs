@@ -111,6 +111,7 @@ pub struct DirectionCounters {
     bytes: AtomicU64,
     packets: AtomicU64,
     drops: AtomicU64,
+    overflowed: AtomicU64,
     pub queueing: DelayHistogram,
 }
 
@@ -126,11 +127,17 @@ impl DirectionCounters {
         self.drops.fetch_add(1, Relaxed);
     }
 
+    /// The kernel's count of datagrams the socket dropped so far.
+    pub fn overflowed(&self, total: u32) {
+        self.overflowed.fetch_max(total as u64, Relaxed);
+    }
+
     pub fn stats(&self) -> DirectionStats {
         DirectionStats {
             bytes: self.bytes.load(Relaxed),
             packets: self.packets.load(Relaxed),
             drops: self.drops.load(Relaxed),
+            overflowed: self.overflowed.load(Relaxed),
             queueing: self.queueing.delays(),
         }
     }

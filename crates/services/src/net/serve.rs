@@ -325,6 +325,9 @@ impl Server {
                     SocketAddr::V4(v4) => v4,
                     SocketAddr::V6(_) => SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
                 };
+                if let Some(total) = datagram.dropped_before {
+                    flow.counters.received.overflowed(total);
+                }
                 flow.rx_head = Some(RxHead {
                     len: datagram.len,
                     arrival_ns: datagram.arrival_ns.unwrap_or(now),

@@ -582,6 +582,7 @@ fn flow_socket(request: &FlowRequest) -> Result<UdpSocket, String> {
     socket.set_nonblocking(true).map_err(|e| failed(&e))?;
     tessera_sys::net::set_receive_buffer(&socket, RECEIVE_BUFFER).map_err(|e| failed(&e))?;
     tessera_sys::net::enable_receive_timestamps(&socket).map_err(|e| failed(&e))?;
+    tessera_sys::net::enable_drop_counts(&socket).map_err(|e| failed(&e))?;
     let (priority, tos) = match request.class {
         wire::Class::RealTime => (marking::PRIORITY_REAL_TIME, marking::TOS_EXPEDITED),
         wire::Class::Bulk => (0, 0),

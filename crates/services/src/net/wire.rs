@@ -105,6 +105,11 @@ pub struct DirectionStats {
     /// Datagrams the service lost: no room in the client's channel (in),
     /// a send the kernel refused (out).
     pub drops: u64,
+    /// In: datagrams the kernel dropped before the service read them (the
+    /// flow's socket buffer was full: the flow was served slower than it
+    /// came). Always 0 out.
+    #[serde(default)]
+    pub overflowed: u64,
     /// In: kernel receive stamp → handed to the client; out: the client's
     /// enqueue → written to the socket.
     pub queueing: Delays,
