@@ -7,8 +7,10 @@
 //!
 //! It owns the two processes and the peer, stops them by their PIDs
 //! however the run ends, and reads the service's counters of the music
-//! flow before the application lets go of it. It must never judge a
-//! result, and never leave a process or a socket behind.
+//! flow before the application lets go of it. Starting the service and
+//! waiting until it listens ([`spawn_service`], [`await_listening`]) serve
+//! the netphone too, which starts it inside the speaker's host. It must
+//! never judge a result, and never leave a process or a socket behind.
 
 use crate::scenario::{Sched, ServicePlan};
 use crate::servers::{program_beside_us, unique, OwnedChild};
@@ -78,7 +80,8 @@ impl ServiceRun {
         let log_dir = std::env::temp_dir().join(unique("tessera-net-service"));
         std::fs::create_dir_all(&log_dir).map_err(|e| format!("{}: {e}", log_dir.display()))?;
         let socket = log_dir.join("net.sock");
-        let service = spawn_service(plan, &socket, &log_dir, service_sched)?;
+        let program = Command::new(program_beside_us("tessera"));
+        let service = spawn_service(program, plan, &socket, &log_dir, service_sched)?;
         let mut run = ServiceRun {
             service,
             socket,
@@ -87,7 +90,7 @@ impl ServiceRun {
             plan: plan.clone(),
             log_dir,
         };
-        run.await_listening()?;
+        await_listening(&mut run.service, &run.socket, &run.log_dir)?;
         if plan.streamer {
             let peer_addr = run.start_peer(lan)?;
             run.streamer = Some(run.spawn_streamer(peer_addr, streamer_sched, seconds)?);
@@ -102,20 +105,6 @@ impl ServiceRun {
             self.plan.class,
             self.plan.reservation_bps,
         )
-    }
-
-    fn await_listening(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + PATIENCE;
-        while client::status(&self.socket).is_err() {
-            if self.service.exited().is_some() || Instant::now() > deadline {
-                return Err(format!(
-                    "the network service did not start: {}",
-                    crate::servers::log_tail(&self.log_dir.join("service.log"))
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(())
     }
 
     /// The streamer's peer on the SLABS's side (its namespace on a LAN).
@@ -205,13 +194,17 @@ impl ServiceRun {
     }
 }
 
-fn spawn_service(
+/// Starts `tessera serve net` as `program` (the `tessera` binary, with
+/// whatever the caller prepared: a network namespace to run in) listening
+/// at `socket`, its real-time thread in `sched`'s cell, its output in
+/// `log_dir`'s service.log; [`await_listening`] says when it answers.
+pub(crate) fn spawn_service(
+    mut command: Command,
     plan: &ServicePlan,
     socket: &Path,
     log_dir: &Path,
     sched: &Sched,
 ) -> Result<OwnedChild, String> {
-    let mut command = Command::new(program_beside_us("tessera"));
     command.args(["serve", "net", "--socket"]);
     command.arg(socket);
     command.args([
@@ -238,6 +231,26 @@ fn spawn_service(
         .spawn()
         .map_err(|e| format!("starting `tessera serve net`: {e} (build it: cargo build --bins)"))?;
     Ok(OwnedChild::new(child, "the network service", GRACE))
+}
+
+/// Waits until the service started by [`spawn_service`] answers at
+/// `socket`; its log's end if it exits or takes longer than [`PATIENCE`].
+pub(crate) fn await_listening(
+    service: &mut OwnedChild,
+    socket: &Path,
+    log_dir: &Path,
+) -> Result<(), String> {
+    let deadline = Instant::now() + PATIENCE;
+    while client::status(socket).is_err() {
+        if service.exited().is_some() || Instant::now() > deadline {
+            return Err(format!(
+                "the network service did not start: {}",
+                crate::servers::log_tail(&log_dir.join("service.log"))
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 /// Stops the streamer and reads the report it prints when it ends.
@@ -312,7 +325,8 @@ fn plan_note(plan: &ServicePlan) -> String {
     )
 }
 
-fn flow_note(f: &FlowStatus) -> String {
+/// A flow's counters in a line.
+pub(crate) fn flow_note(f: &FlowStatus) -> String {
     format!(
         "flow {:?} ({}): in {:.1} MB, {} packets, {} dropped by the service and {} by its full \
          socket, queueing p99 {:.0} µs; out {:.1} MB, {} packets, {} dropped, queueing p99 {:.0} µs",

@@ -1,28 +1,43 @@
 //! The netphone as a scenario's subject (seed 004 §4): mike and speaker in
 //! hosts of their own across a shaped link, each role scheduled as the
 //! configuration says (a cell, plain), mike's packets marked real-time or
-//! not, a flood on the link if the subject asks. Reported, for the packets
-//! sent after the warm-up: T4 − T1 (the seed's end-to-end delay, with its
-//! 10 ms goal as the deadline; histogram, tail, and T2 − T1, T3 − T1,
-//! T4 − T1 against time over the 2 s around the worst packet, as the
-//! seed's Figures 2–3), the delay's parts (mike's wake-up, T2 − T1,
-//! T3 − T2, T4 − T3), the packets lost, and the seed's Tables 1–2 in its
-//! own units beside this run's numbers.
+//! not, a flood on the link if the subject asks, and, if the configuration
+//! names a `service` role, the speaker's packets through a real-time flow
+//! of the network service process (`tessera serve net`, started inside
+//! the speaker's host, its real-time thread in that role's cell: seed 004
+//! §3.4's real-time packets first on the receiving host). Reported, for
+//! the packets sent after the warm-up: T4 − T1 (the seed's end-to-end
+//! delay, with its 10 ms goal as the deadline; histogram, tail, and
+//! T2 − T1, T3 − T1, T4 − T1 against time over the 2 s around the worst
+//! packet, as the seed's Figures 2–3), the delay's parts (mike's wake-up,
+//! T2 − T1, T3 − T2, T4 − T3), the packets lost or stamped out of order,
+//! the service's counters of the speaker's flow, and the seed's Tables 1–2
+//! in its own units beside this run's numbers.
 //!
-//! Owns starting and stopping the netphone around the runner's release and
-//! its report section. It must never judge a result.
+//! Owns starting and stopping the netphone around the runner's release,
+//! the service process (stopped by its PID however the run ends, its log
+//! directory removed) and the report section. It must never judge a
+//! result, nor leave the service running past its configuration.
 
 use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::music::role;
+use crate::net_service::{await_listening, flow_note, spawn_service};
 use crate::runner::{latency_histogram, setup_for};
 use crate::scenario::{
-    Configuration, NetphoneSettings, Scenario, Subject, NETPHONE_ROLES as ROLES,
+    Configuration, NetphoneSettings, Scenario, Sched, ServicePlan, Subject,
+    NETPHONE_ROLES as ROLES, NETPHONE_SERVICE_ROLE as SERVICE_ROLE,
 };
+use crate::servers::{program_beside_us, unique, OwnedChild};
 use tessera_measure::{Metric, RunResults, Series, Summary};
+use tessera_services::net::{Class, Discipline};
 use tessera_sys::clock::{monotonic_ns, realtime_ns};
-use tessera_workloads::netphone::{Hooks, Netphone, NetphoneReport, NetphoneSpec, Record};
+use tessera_workloads::netphone::{
+    Hooks, Launch, Netphone, NetphoneReport, NetphoneSpec, Receive, Record, SpeakerHost,
+};
 
 /// The seed's end-to-end delay, and the metric its table reports.
 pub const METRIC: &str = "end-to-end delay (T4 − T1)";
@@ -40,6 +55,7 @@ const STREAM_NOTE: &str = "netphone: ";
 const PACKETS_NOTE: &str = "netphone packets: ";
 const SEED_NOTE: &str = "seed 004 counterpart: ";
 const FLOOD_NOTE: &str = "flood: ";
+const SERVICE_NOTE: &str = "network service: ";
 
 /// The netphone, set up and waiting for the release.
 pub(crate) struct NetphoneRun {
@@ -49,6 +65,7 @@ pub(crate) struct NetphoneRun {
     seed: Option<&'static SeedRow>,
     /// The release on CLOCK_REALTIME, where the stamps are.
     t0_realtime: u64,
+    service: Option<ServiceWatch>,
 }
 
 /// What it measured, with what the report says of the configuration.
@@ -58,6 +75,103 @@ pub(crate) struct NetphoneData {
     roles: String,
     seed: Option<&'static SeedRow>,
     t0_realtime: u64,
+    service: Option<ServiceWatch>,
+}
+
+/// `tessera serve net` in the speaker's host, as the netphone holds it:
+/// stopped by its PID and its log directory removed when dropped (when
+/// the speaker has let go of its flow, or the start failed).
+struct ServiceProcess {
+    child: Option<OwnedChild>,
+    log_dir: PathBuf,
+    watch: Arc<Mutex<ServiceState>>,
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let stopped = child.stop();
+            if let Ok(mut state) = self.watch.lock() {
+                state.stopped = Some(stopped);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.log_dir);
+    }
+}
+
+/// What the report says of the service: where it listened, how its
+/// real-time thread ran, its PID and how it ended.
+struct ServiceWatch {
+    socket: PathBuf,
+    real_time: String,
+    state: Arc<Mutex<ServiceState>>,
+}
+
+#[derive(Default)]
+struct ServiceState {
+    pid: Option<i32>,
+    stopped: Option<String>,
+}
+
+impl ServiceWatch {
+    fn describe(&self) -> String {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let pid = state
+            .pid
+            .map_or("not started".into(), |p| format!("pid {p}"));
+        let stopped = state.stopped.as_deref().unwrap_or("still running");
+        format!(
+            "{SERVICE_NOTE}`tessera serve net` in the speaker's host ({pid}, socket {}), its \
+             real-time thread {}; {stopped}",
+            self.socket.display(),
+            self.real_time
+        )
+    }
+}
+
+/// The launch hook that starts the service in the speaker's host with
+/// its real-time thread scheduled by `sched`, listening at `socket`, and
+/// what watches it.
+fn service_launch(sched: &Sched, link_bps: u64, socket: PathBuf) -> (Launch, ServiceWatch) {
+    let state = Arc::new(Mutex::new(ServiceState::default()));
+    let watch = ServiceWatch {
+        socket: socket.clone(),
+        real_time: match &sched.cell {
+            Some(cell) => format!("in cell {cell:?}"),
+            None => "SCHED_OTHER (no cell)".into(),
+        },
+        state: Arc::clone(&state),
+    };
+    // What `spawn_service` reads of a plan: the discipline and the link.
+    let plan = ServicePlan {
+        discipline: Discipline::MClock,
+        reservation_bps: 0,
+        class: Class::RealTime,
+        streamer: false,
+        link_bps,
+    };
+    let sched = sched.clone();
+    let launch: Launch = Box::new(move |host: &SpeakerHost<'_>| {
+        let log_dir = socket
+            .parent()
+            .expect("a socket in a directory")
+            .to_path_buf();
+        std::fs::create_dir_all(&log_dir).map_err(|e| format!("{}: {e}", log_dir.display()))?;
+        let mut process = ServiceProcess {
+            child: None,
+            log_dir: log_dir.clone(),
+            watch: state,
+        };
+        let command = host.command(&program_beside_us("tessera"))?;
+        let child = spawn_service(command, &plan, &socket, &log_dir, &sched)?;
+        if let Ok(mut state) = process.watch.lock() {
+            state.pid = Some(child.pid());
+        }
+        let child = process.child.insert(child);
+        await_listening(child, &socket, &log_dir)?;
+        Ok(Box::new(process))
+    });
+    (launch, watch)
 }
 
 impl NetphoneRun {
@@ -75,24 +189,40 @@ impl NetphoneRun {
         let hook = |name| -> tessera_workloads::Setup {
             Box::new(setup_for(role(config, name), scenario.core))
         };
+        let (receive, launch, service) = match settings.service {
+            true => {
+                let dir = std::env::temp_dir().join(unique("tessera-netphone-service"));
+                let socket = dir.join("net.sock");
+                let sched = role(config, SERVICE_ROLE);
+                let (launch, watch) = service_launch(sched, subject.link_bps, socket.clone());
+                (Receive::Service { socket }, Some(launch), Some(watch))
+            }
+            false => (Receive::Socket, None, None),
+        };
         let spec = NetphoneSpec {
             stream: settings.stream,
             duration: scenario.total(),
             link_bps: subject.link_bps,
             marked: settings.marked,
             flood: subject.flood,
+            receive,
         };
         let hooks = Hooks {
             mike: hook("mike"),
             speaker: hook("speaker"),
+            service: launch,
         };
         let scheds = ROLES.map(|r| role(config, r));
-        let roles = ROLES
+        let mut roles = ROLES
             .iter()
             .zip(&scheds)
             .map(|(r, s)| format!("{r} {}", s.describe()))
-            .collect::<Vec<_>>()
-            .join(", ");
+            .collect::<Vec<_>>();
+        if settings.service {
+            let sched = role(config, SERVICE_ROLE).describe();
+            roles.push(format!("{SERVICE_ROLE} {sched}"));
+        }
+        let roles = roles.join(", ");
         let tessera = settings.marked && scheds.iter().all(|s| s.cell.is_some());
         let plain = !settings.marked && scheds.iter().all(|s| s.is_plain());
         Ok(NetphoneRun {
@@ -101,6 +231,7 @@ impl NetphoneRun {
             settings,
             roles,
             t0_realtime: 0,
+            service,
         })
     }
 
@@ -117,6 +248,7 @@ impl NetphoneRun {
             roles: self.roles,
             seed: self.seed,
             t0_realtime: self.t0_realtime,
+            service: self.service,
         }
     }
 }
@@ -131,11 +263,12 @@ pub(crate) fn metrics(data: NetphoneData, warmup: Duration) -> (Vec<Metric>, Vec
     let mut notes = vec![
         format!("{STREAM_NOTE}{}; {}", data.settings.describe(), data.roles),
         format!(
-            "{PACKETS_NOTE}{} sent after the warm-up, {} lost, {} without a transmit stamp; \
-             {} sends refused, {} unexpected datagrams",
+            "{PACKETS_NOTE}{} sent after the warm-up, {} lost, {} without a transmit stamp, {} \
+             stamped out of order; {} sends refused, {} unexpected datagrams",
             measured.len(),
             measured.len() - delivered.len(),
             delivered.iter().filter(|r| r.t2_ns.is_none()).count(),
+            delivered.iter().filter(|r| !in_order(r)).count(),
             report.send_errors,
             report.unexpected
         ),
@@ -144,6 +277,17 @@ pub(crate) fn metrics(data: NetphoneData, warmup: Duration) -> (Vec<Metric>, Vec
         notes.push(format!("{SEED_NOTE}{}", seed.describe()));
     }
     notes.extend(report.flood.as_ref().map(|f| f.describe()));
+    notes.extend(data.service.as_ref().map(ServiceWatch::describe));
+    match &report.service {
+        Some(Ok(flow)) => notes.push(format!(
+            "{SERVICE_NOTE}the speaker's flow reserved {:.2} Mbit/s, limited to {:.2}; {}",
+            flow.reservation_bps as f64 / 1e6,
+            flow.limit_bps.unwrap_or(flow.reservation_bps) as f64 / 1e6,
+            flow_note(flow)
+        )),
+        Some(Err(e)) => notes.push(format!("{SERVICE_NOTE}the speaker's flow's counters: {e}")),
+        None => {}
+    }
     notes.extend(report.errors.iter().map(|e| format!("netphone: {e}")));
     let part = |name: &str, of: fn(&Record) -> Option<u64>| {
         latency_metric(name, None, delivered.iter().filter_map(|r| of(r)))
@@ -170,6 +314,16 @@ pub(crate) fn metrics(data: NetphoneData, warmup: Duration) -> (Vec<Metric>, Vec
         part(RECEIVER_METRIC, |r| Some(r.t4_ns? - r.t3_ns?)),
     ];
     (metrics, notes)
+}
+
+/// Whether a delivered packet's stamps are in the order it travelled:
+/// T1 ≤ wake-up ≤ T2 ≤ T3 ≤ T4 (a missing T2 is skipped).
+fn in_order(r: &Record) -> bool {
+    let (Some(t3), Some(t4)) = (r.t3_ns, r.t4_ns) else {
+        return false;
+    };
+    let t2 = r.t2_ns.unwrap_or(r.wake_ns);
+    r.t1_ns <= r.wake_ns && r.wake_ns <= t2 && t2 <= t3 && t3 <= t4
 }
 
 /// A latency metric whose summary is exact (the histogram, for the plots,

@@ -24,7 +24,10 @@ mod net_service;
 mod netphone;
 pub use audio_server::{AudioClient, AudioServerSubject, GuardSettings, ServerKind, ServerSched};
 pub use net_service::ServicePlan;
-pub use netphone::{NetphoneSettings, NetphoneSubject, ROLES as NETPHONE_ROLES};
+pub use netphone::{
+    NetphoneSettings, NetphoneSubject, ROLES as NETPHONE_ROLES,
+    SERVICE_ROLE as NETPHONE_SERVICE_ROLE,
+};
 
 /// Why a scenario was refused: where, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]

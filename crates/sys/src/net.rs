@@ -345,11 +345,9 @@ pub fn take_transmit_stamp(socket: &UdpSocket) -> io::Result<Option<TransmitStam
 /// The stamp taken when the driver took the packet (linux/errqueue.h).
 const SCM_TSTAMP_SND: u32 = 0;
 
-/// A CLOCK_REALTIME instant of the recent past on CLOCK_MONOTONIC: how long
-/// ago it was on the wall clock, before now on the monotonic one.
+/// A CLOCK_REALTIME instant on CLOCK_MONOTONIC, by the clocks' offset now.
 fn realtime_to_monotonic(realtime_ns: u64) -> u64 {
-    let (now_mono, now_real) = (clock::monotonic_ns(), clock::realtime_ns());
-    now_mono.saturating_sub(now_real.saturating_sub(realtime_ns))
+    (realtime_ns as i128 - clock::realtime_offset_ns()).max(0) as u64
 }
 
 fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {

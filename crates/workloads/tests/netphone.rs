@@ -1,16 +1,25 @@
 //! The netphone across an emulated LAN for two seconds: every packet is
 //! stamped in the order it travelled (T1 ≤ T2 ≤ T3 ≤ T4), nothing is lost
 //! without load, marked packets are not lost to a flood sharing their link,
-//! the timed loops never touch the heap, and no host is left afterwards.
+//! the speaker's packets come through a real-time flow of the network
+//! service (in the speaker's host) as complete and as stamped as through
+//! its own socket (T3 up to the service's clock conversion, below), the
+//! timed loops never touch the heap, and no host is left afterwards.
 //! Root only: skipped (with "SKIPPED") otherwise, a failure under CI=true.
 //! Asserts behaviour, never speed. Its own test binary: the allocation
 //! guard's counters are process-wide.
 
+use std::any::Any;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tessera_rtguard::{assert_no_rt_allocations, CountingAllocator};
+use tessera_services::net::{Discipline, NetConfig, NetService};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
-use tessera_workloads::netphone::{Hooks, Netphone, NetphoneReport, NetphoneSpec, Stream};
+use tessera_sys::sched::{set_policy, Policy};
+use tessera_workloads::netphone::{
+    Hooks, Launch, Netphone, NetphoneReport, NetphoneSpec, Receive, Stream,
+};
 
 #[global_allocator]
 static ALLOC: CountingAllocator = CountingAllocator;
@@ -19,8 +28,8 @@ const SECONDS: u64 = 2;
 
 /// Runs `spec` from 20 ms from now to its end, checking on the way that
 /// its hosts exist while it runs and are gone after.
-fn run(spec: &NetphoneSpec) -> NetphoneReport {
-    let mut phone = Netphone::start(spec, Hooks::plain()).unwrap();
+fn run(spec: &NetphoneSpec, hooks: Hooks) -> NetphoneReport {
+    let mut phone = Netphone::start(spec, hooks).unwrap();
     let hosts = phone.host_namespaces();
     for (name, id) in &hosts {
         assert!(
@@ -77,11 +86,22 @@ fn machine_side_devices() -> Vec<String> {
         .collect()
 }
 
-fn assert_in_order(report: &NetphoneReport) {
+/// How early the network service's T3 may come out: the service moves
+/// the kernel's wall-clock stamp onto CLOCK_MONOTONIC by reading the
+/// monotonic clock, then the wall clock (`tessera_sys::net`), unbracketed,
+/// so a stall between the two reads (an interrupt, the hypervisor taking
+/// the vCPU) makes the stamp early by its length: 13–30 µs were seen, in
+/// about one short run in ten. Zero once the service's conversion brackets
+/// its reads; through the speaker's own socket T3 is exact.
+const SERVICE_T3_SLACK_NS: u64 = 1_000_000;
+
+/// Every delivered packet's stamps are in the order it travelled, T3 at
+/// most `t3_slack_ns` before T2.
+fn assert_in_order(report: &NetphoneReport, t3_slack_ns: u64) {
     for r in report.records.iter().filter(|r| r.delivered()) {
         let (t2, t3, t4) = (r.t2_ns.unwrap(), r.t3_ns.unwrap(), r.t4_ns.unwrap());
         assert!(
-            r.t1_ns <= r.wake_ns && r.wake_ns <= t2 && t2 <= t3 && t3 <= t4,
+            r.t1_ns <= r.wake_ns && r.wake_ns <= t2 && t2 <= t3 + t3_slack_ns && t3 <= t4,
             "packet {}: T1 {} wake {} T2 {t2} T3 {t3} T4 {t4}",
             r.seq,
             r.t1_ns,
@@ -101,8 +121,9 @@ fn two_seconds_across_two_hosts_every_packet_arrives_stamped_in_order() {
         link_bps: 1_000_000_000,
         marked: false,
         flood: false,
+        receive: Receive::Socket,
     };
-    let report = run(&spec);
+    let report = run(&spec, Hooks::plain());
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(
         report.records.len() as u64,
@@ -111,7 +132,7 @@ fn two_seconds_across_two_hosts_every_packet_arrives_stamped_in_order() {
     assert_eq!((report.send_errors, report.unexpected), (0, 0));
     assert_eq!(report.lost(), 0, "nothing is lost without load");
     assert!(report.records.iter().all(|r| r.t2_ns.is_some()));
-    assert_in_order(&report);
+    assert_in_order(&report, 0);
     assert_no_rt_allocations();
 }
 
@@ -128,8 +149,9 @@ fn marked_packets_are_not_lost_to_a_flood_on_their_link() {
         link_bps: 50_000_000,
         marked: true,
         flood: true,
+        receive: Receive::Socket,
     };
-    let report = run(&spec);
+    let report = run(&spec, Hooks::plain());
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     let flood = report.flood.as_ref().expect("a flood report");
     assert!(
@@ -138,6 +160,70 @@ fn marked_packets_are_not_lost_to_a_flood_on_their_link() {
         flood.describe()
     );
     assert_eq!(report.lost(), 0, "band 0 is never full");
-    assert_in_order(&report);
+    assert_in_order(&report, 0);
+    assert_no_rt_allocations();
+}
+
+#[test]
+fn through_the_network_service_every_packet_arrives_stamped_in_order() {
+    let Some(machine) = tessera_testkit::privileged("netphone through the network service") else {
+        return;
+    };
+    let socket = machine.dir().join("net.sock");
+    let spec = NetphoneSpec {
+        stream: Stream::VIDEO,
+        duration: Duration::from_secs(SECONDS),
+        link_bps: 1_000_000_000,
+        marked: true,
+        flood: false,
+        receive: Receive::Service {
+            socket: socket.clone(),
+        },
+    };
+    // The service in this process, its threads started from a thread in
+    // the speaker's host (so its flows' sockets are there), its real-time
+    // thread SCHED_FIFO (as a cell would, it runs before the test's
+    // SCHED_OTHER threads).
+    let fifo = Policy::Fifo { priority: 50 };
+    let config = NetConfig {
+        socket: socket.clone(),
+        discipline: Discipline::MClock,
+        link_bps: spec.link_bps,
+        cpu_share: 1.0,
+        real_time_setup: Some(Arc::new(move || {
+            set_policy(0, &fifo).map_err(|e| e.to_string())
+        })),
+        real_time_note: "SCHED_FIFO 50 (a test)".into(),
+        policy: Arc::new(|_| Ok(())),
+    };
+    let launch: Launch = Box::new(move |host| {
+        let service = host
+            .run(move || NetService::start(config))?
+            .map_err(|e| e.to_string())?;
+        Ok(Box::new(service) as Box<dyn Any + Send>)
+    });
+    let hooks = Hooks {
+        service: Some(launch),
+        ..Hooks::plain()
+    };
+    let report = run(&spec, hooks);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let packets = spec.stream.packets(spec.duration);
+    assert_eq!(report.records.len() as u64, packets);
+    assert_eq!((report.send_errors, report.unexpected), (0, 0));
+    assert_eq!(report.lost(), 0, "nothing is lost without load");
+    assert_in_order(&report, SERVICE_T3_SLACK_NS);
+    let flow = report
+        .service
+        .as_ref()
+        .expect("the service's counters")
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (flow.name.as_str(), flow.class.name()),
+        ("speaker", "real-time")
+    );
+    assert_eq!((flow.received.packets, flow.received.drops), (packets, 0));
+    assert!(!socket.exists(), "the service's socket outlived it");
     assert_no_rt_allocations();
 }

@@ -3,7 +3,9 @@
 //! rate (`link`), and whether a `flood` shares the link — and how a
 //! configuration runs it: `"plain"`, or a table giving the roles `mike` and
 //! `speaker` a scheduling each (`cell:NAME`, `fifo:P`, `plain`), mike's
-//! `packets` marked real-time or not, and another `stream`.
+//! `packets` marked real-time or not, another `stream`, and `service`: the
+//! speaker's packets through the network service process, its real-time
+//! thread scheduled so (`cell:NAME` or `plain`).
 //!
 //! Owns that part of parsing and validation, with the line of every
 //! refusal. Like the rest of `scenario`, it must never touch the machine.
@@ -15,6 +17,9 @@ use toml::Spanned;
 
 /// The roles a configuration schedules one by one.
 pub const ROLES: [&str; 2] = ["mike", "speaker"];
+/// The role of the network service's real-time thread; naming it routes
+/// the speaker's packets through the service.
+pub const SERVICE_ROLE: &str = "service";
 /// Slowest link: the 16 Mbit/s stream must fit with room to spare.
 const MIN_LINK_BPS: u64 = 20_000_000;
 /// Fastest link: beyond it the machine, not the shaping, sets the rate.
@@ -34,6 +39,10 @@ pub struct NetphoneSettings {
     pub stream: Stream,
     /// Mike's packets carry the real-time marks.
     pub marked: bool,
+    /// The speaker receives through a real-time flow of the network
+    /// service process in its host (the `service` role schedules the
+    /// service's real-time thread); otherwise on a socket of its own.
+    pub service: bool,
 }
 
 impl NetphoneSettings {
@@ -42,7 +51,11 @@ impl NetphoneSettings {
             true => "marked real-time",
             false => "unmarked",
         };
-        format!("{}, {marks}", self.stream.describe())
+        let through = match self.service {
+            true => ", received through the network service",
+            false => "",
+        };
+        format!("{}, {marks}{through}", self.stream.describe())
     }
 }
 
@@ -91,6 +104,7 @@ pub(super) fn configuration(
     let mut settings = NetphoneSettings {
         stream: subject.stream,
         marked: false,
+        service: false,
     };
     let mut roles = Vec::new();
     let Some(value) = value else {
@@ -127,14 +141,28 @@ pub(super) fn configuration(
                 }
             }
             "stream" => settings.stream = stream(text).map_err(|e| (span.clone(), e))?,
+            SERVICE_ROLE => {
+                if !(text.starts_with("cell:") || text.trim() == "plain") {
+                    return refuse(
+                        span,
+                        format!(
+                            "service = {text:?}: the network service's real-time thread runs in \
+                             a cell (\"cell:NAME\") or \"plain\""
+                        ),
+                    );
+                }
+                settings.service = true;
+                roles.push((key.clone(), text.clone(), span.clone()));
+            }
             role if ROLES.contains(&role) => roles.push((key.clone(), text.clone(), span.clone())),
             other => {
                 return refuse(
                     span,
                     format!(
-                    "unknown key {other:?} (a netphone's configuration has {}, packets, stream)",
-                    ROLES.join(", ")
-                ),
+                        "unknown key {other:?} (a netphone's configuration has {}, packets, \
+                         stream, {SERVICE_ROLE})",
+                        ROLES.join(", ")
+                    ),
                 )
             }
         }

@@ -19,18 +19,27 @@
 //! marks (`tessera_sys::marking`), which the link's priority queue serves
 //! first. With `flood`, a third host sends UDP datagrams to another port of
 //! the speaker's host as fast as its link takes them, through mike's host
-//! and onto the same link as the netphone (see [`network`]).
+//! and onto the same link as the netphone (see [`network`]). With
+//! [`Receive::Service`], the speaker's packets come through a real-time
+//! flow of tessera's network service instead of a socket of its own
+//! ([`ServiceInbox`]); the caller's [`Launch`] hook starts the service
+//! inside the speaker's host.
 //!
 //! Owns the run and the joining of the stamps into one [`Record`] per
-//! packet. The timed loops (mike's sends, speaker's receives) must never
-//! allocate or print; nothing here may leave a host, a thread or a socket
-//! behind.
+//! packet, and holds what the launch hook returned until the speaker has
+//! let go of its flow. The timed loops (mike's sends, speaker's receives)
+//! must never allocate or print; nothing here may leave a host, a thread
+//! or a socket behind, nor keep the hook's handle (whose drop stops the
+//! service) past the run.
 
 mod flood;
 mod mike;
 pub mod network;
 mod speaker;
 
+use std::any::Any;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
@@ -42,7 +51,8 @@ use flood::{Flood, FloodReport};
 use mike::MikeLog;
 use network::PhoneLan;
 use speaker::{Arrival, SpeakerLog};
-pub use speaker::{Delivery, Inbox, SocketInbox};
+pub use speaker::{Delivery, Inbox, ServiceInbox, SocketInbox};
+use tessera_services::net::FlowStatus;
 use tessera_sys::clock::realtime_ns;
 
 /// How long the speaker waits for stragglers after mike's last packet, and
@@ -110,22 +120,72 @@ pub struct NetphoneSpec {
     pub marked: bool,
     /// A flood to the speaker's host shares the link.
     pub flood: bool,
+    /// Where the speaker's packets come from.
+    pub receive: Receive,
+}
+
+/// Where the speaker takes mike's packets from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Receive {
+    /// A UDP socket of its own ([`SocketInbox`]).
+    #[default]
+    Socket,
+    /// A real-time flow of the network service listening at `socket`
+    /// ([`ServiceInbox`]): the service binds the speaker's address, so it
+    /// must run inside the speaker's host — started there by the hooks'
+    /// [`Launch`] (without one, the flow is refused unless a service there
+    /// already listens at `socket`).
+    Service { socket: PathBuf },
 }
 
 /// How mike's and the speaker's threads are set up (join a cell, nothing),
-/// each on its own thread, inside its host, before its socket opens.
+/// each on its own thread, inside its host, before its socket opens; and
+/// what starts the network service the speaker receives through.
 pub struct Hooks {
     pub mike: Setup,
     pub speaker: Setup,
+    pub service: Option<Launch>,
 }
 
 impl Hooks {
-    /// Both threads as they are (SCHED_OTHER).
+    /// Both threads as they are (SCHED_OTHER), no service started.
     pub fn plain() -> Hooks {
         Hooks {
             mike: Box::new(|| Ok(())),
             speaker: Box::new(|| Ok(())),
+            service: None,
         }
+    }
+}
+
+/// Starts the network service inside the speaker's host, once the LAN
+/// exists and before the speaker opens its flow, and returns when it
+/// listens. What it returns is held until the speaker has let go of its
+/// flow (or the start failed), then dropped: dropping it must stop the
+/// service.
+pub type Launch = Box<dyn FnOnce(&SpeakerHost<'_>) -> Result<Box<dyn Any + Send>, String>>;
+
+/// The speaker's host, for a [`Launch`] hook.
+pub struct SpeakerHost<'a>(&'a PhoneLan);
+
+impl SpeakerHost<'_> {
+    /// `program`, to be started inside the host.
+    pub fn command(&self, program: &Path) -> Result<Command, String> {
+        self.0.speaker_command(program)
+    }
+
+    /// Runs `work` on a thread inside the host and returns what it
+    /// returned; the threads it starts stay in the host.
+    pub fn run<R: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, String> {
+        self.0
+            .spawn_in_speaker_host("speaker-host", work)
+            .map_err(|e| e.to_string())?
+            .join()
+            .map_err(|_| "a thread in the speaker's host panicked".to_string())?
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -166,6 +226,9 @@ pub struct NetphoneReport {
     /// one already delivered).
     pub unexpected: u64,
     pub flood: Option<FloodReport>,
+    /// The network service's counters of the speaker's flow, read when
+    /// the speaker was done (None: no service).
+    pub service: Option<Result<FlowStatus, String>>,
     /// Setup or run failures, in words.
     pub errors: Vec<String>,
 }
@@ -179,6 +242,8 @@ impl NetphoneReport {
 /// A netphone, set up and waiting for [`Netphone::release`].
 pub struct Netphone {
     stream: Stream,
+    /// The launch hook's handle; dropped before the LAN.
+    service: Option<Box<dyn Any + Send>>,
     lan: PhoneLan,
     release: Option<mpsc::Sender<u64>>,
     mike: JoinHandle<Result<MikeLog, LanError>>,
@@ -223,9 +288,9 @@ impl Drop for Stops {
 }
 
 impl Netphone {
-    /// Creates the LAN, opens the speaker (receiving from now on) and mike
-    /// (waiting for its release), each set up by its hook, and the flood.
-    /// Needs root.
+    /// Creates the LAN, starts the service (by its hook), opens the
+    /// speaker (receiving from now on) and mike (waiting for its release),
+    /// each set up by its hook, and the flood. Needs root.
     pub fn start(spec: &NetphoneSpec, hooks: Hooks) -> Result<Netphone, String> {
         if !(Stream::MIN_PACKET..=Stream::MAX_PACKET).contains(&spec.stream.packet_bytes) {
             return Err(format!(
@@ -236,6 +301,13 @@ impl Netphone {
             ));
         }
         let lan = PhoneLan::create(spec.link_bps, spec.flood).map_err(|e| e.to_string())?;
+        // Dropped (the service stopped) before the LAN if a step below fails.
+        let service = match hooks.service {
+            Some(launch) => {
+                Some(launch(&SpeakerHost(&lan)).map_err(|e| format!("the network service: {e}"))?)
+            }
+            None => None,
+        };
         let packets = spec.stream.packets(spec.duration);
         let stops = Stops::new();
         let (speaker_ready, ready) = mpsc::channel();
@@ -244,9 +316,11 @@ impl Netphone {
             spec.stream,
             Arc::clone(&stops.speaker),
         );
+        let receive = spec.receive.clone();
         let speaker = lan
             .spawn_speaker(move || {
-                speaker::run(to, stream, packets, hooks.speaker, &speaker_ready, &until)
+                let setup = hooks.speaker;
+                speaker::run(to, stream, packets, &receive, setup, &speaker_ready, &until)
             })
             .map_err(|e| e.to_string())?;
         let (mike_ready, mike_ready_rx) = mpsc::channel();
@@ -267,6 +341,7 @@ impl Netphone {
         };
         let mut phone = Netphone {
             stream,
+            service,
             lan,
             release: Some(release),
             mike,
@@ -307,7 +382,8 @@ impl Netphone {
 
     /// Ends the run: mike sends the ticks that are due by now (it may be
     /// behind) and no later one; the speaker gets [`GRACE`] for the last
-    /// arrivals; the flood stops; the LAN goes; the stamps are joined.
+    /// arrivals; the service's handle is dropped; the flood stops; the LAN
+    /// goes; the stamps are joined.
     pub fn finish(mut self) -> NetphoneReport {
         // An unreleased mike ends when its release can no longer come.
         self.release = None;
@@ -315,6 +391,7 @@ impl Netphone {
         let mike = joined(self.mike, "mike", &mut self.errors);
         self.stops.speaker_after(GRACE);
         let speaker = joined(self.speaker, "speaker", &mut self.errors);
+        drop(self.service.take());
         let flood = self.flood.map(|f| f.finish(&self.lan));
         drop(self.lan);
         let mike = mike.unwrap_or_default();
@@ -326,6 +403,7 @@ impl Netphone {
             send_errors: mike.send_errors,
             unexpected: unexpected + speaker.unexpected,
             flood,
+            service: speaker.service,
             errors: self.errors.into_iter().chain(speaker.error).collect(),
         }
     }

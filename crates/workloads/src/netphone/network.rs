@@ -14,9 +14,13 @@
 //! Ethernet-sized, as the seed's IP traffic was.
 //!
 //! Owns the topology and the roles' addresses; it must never run a role's
-//! work (the roles do, on threads it starts in their hosts).
+//! work (the roles do, on threads it starts in their hosts, and the
+//! caller's processes, started by commands it prepares for the speaker's
+//! host).
 
 use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::process::Command;
 use std::thread::JoinHandle;
 
 use crate::lan::{End, HostId, Lan, LanError, LinkId, Shaping};
@@ -95,7 +99,26 @@ impl PhoneLan {
         &self,
         work: impl FnOnce() -> R + Send + 'static,
     ) -> Result<JoinHandle<Result<R, LanError>>, LanError> {
-        self.lan.spawn_in(End::Host(self.speaker), "speaker", work)
+        self.spawn_in_speaker_host("speaker", work)
+    }
+
+    /// Starts `work` on a thread named `name` in the speaker's host.
+    pub(crate) fn spawn_in_speaker_host<R: Send + 'static>(
+        &self,
+        name: &str,
+        work: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<JoinHandle<Result<R, LanError>>, LanError> {
+        self.lan.spawn_in(End::Host(self.speaker), name, work)
+    }
+
+    /// `program`, to be started as a process in the speaker's host.
+    pub(crate) fn speaker_command(&self, program: &Path) -> Result<Command, String> {
+        let program = program
+            .to_str()
+            .ok_or_else(|| format!("{}: not a UTF-8 path", program.display()))?;
+        self.lan
+            .command(End::Host(self.speaker), program)
+            .map_err(|e| e.to_string())
     }
 
     /// Starts the flooder in the flood's host (None without a flood).
