@@ -264,6 +264,13 @@ struct Connection {
     flow: Option<Held>,
 }
 
+/// A flow admission let in: its spec, its serving thread, its socket.
+struct Admitted {
+    spec: FlowSpec,
+    thread: usize,
+    socket: UdpSocket,
+}
+
 /// A flow as the control thread keeps track of it.
 struct Held {
     id: u32,
@@ -312,7 +319,7 @@ impl Control {
 
     fn accept(&mut self, epoll: &Epoll) {
         while let Ok((stream, _)) = self.listener.accept() {
-            let Some(caller) = self.admit(&stream) else {
+            let Some(caller) = self.admit_caller(&stream) else {
                 continue;
             };
             if stream.set_read_timeout(Some(FRAME_PATIENCE)).is_err() {
@@ -340,7 +347,7 @@ impl Control {
 
     /// Who connected (SO_PEERCRED), if the policy lets them in; a refused
     /// caller is told why in a refusal frame, whatever it asked.
-    fn admit(&self, stream: &UnixStream) -> Option<PeerCredentials> {
+    fn admit_caller(&self, stream: &UnixStream) -> Option<PeerCredentials> {
         let caller = peer_credentials(stream).ok()?;
         match (self.config.policy)(&caller) {
             Ok(()) => Some(caller),
@@ -407,19 +414,24 @@ impl Control {
         }
     }
 
+    /// A flow asked for: refused with the reason in a frame, or granted and
+    /// handed over. A failure after the grant (the client vanished, no
+    /// memory for the channels) ends the connection: the client's open then
+    /// fails on the closed socket, and the service says why on its stderr.
     fn open(&mut self, index: usize, request: FlowRequest) {
-        match self.grant(index, &request) {
-            Ok(()) => {}
-            Err(reason) => {
-                let refusal = Grant::Refused { reason };
-                self.reply_or_close(index, &refusal);
-            }
+        let admitted = match self.admit_flow(index, &request) {
+            Ok(admitted) => admitted,
+            Err(reason) => return self.reply_or_close(index, &Grant::Refused { reason }),
+        };
+        if let Err(why) = self.hand_over(index, request, admitted) {
+            eprintln!("tessera serve net: a granted flow was not handed over: {why}");
+            self.close(index);
         }
     }
 
-    /// Admits `request`, makes its socket and channels and gives the flow
-    /// to its serving thread; the reason in words otherwise.
-    fn grant(&mut self, index: usize, request: &FlowRequest) -> Result<(), String> {
+    /// Checks `request` against the connection, the spec's rules and the
+    /// capacity, and binds its socket; the reason in words otherwise.
+    fn admit_flow(&self, index: usize, request: &FlowRequest) -> Result<Admitted, String> {
         let connection = self.connections[index].as_ref().expect("a connection");
         if connection.flow.is_some() {
             return Err(
@@ -436,11 +448,33 @@ impl Control {
                 "the service holds {MAX_FLOWS} flows of this class already; fix: close one"
             ));
         }
-        let socket = flow_socket(request)?;
+        Ok(Admitted {
+            spec,
+            thread,
+            socket: flow_socket(request)?,
+        })
+    }
+
+    /// Grants an admitted flow: the grant, its two channels, and the flow
+    /// given to its serving thread.
+    fn hand_over(
+        &mut self,
+        index: usize,
+        request: FlowRequest,
+        admitted: Admitted,
+    ) -> Result<(), String> {
+        let Admitted {
+            spec,
+            thread,
+            socket,
+        } = admitted;
         let local = socket.local_addr().map_err(|e| e.to_string())?;
         let id = self.next_id;
         self.next_id += 1;
-        let stream = &connection.stream;
+        let stream = &self.connections[index]
+            .as_ref()
+            .expect("a connection")
+            .stream;
         wire::send(stream, &Grant::Granted { id, local }).map_err(|e| e.to_string())?;
         let slot = HEADER + request.max_datagram;
         // The client may wait for this channel beside other descriptors.
@@ -468,17 +502,14 @@ impl Control {
             request.peer,
             counters.clone(),
         );
-        if self.links[thread]
+        self.links[thread]
             .send(Command::Add(Box::new(flow)))
-            .is_err()
-        {
-            return Err("the service is busy; fix: try again".into());
-        }
+            .map_err(|_| "the serving thread's queue is full".to_string())?;
         self.connections[index].as_mut().expect("a connection").flow = Some(Held {
             id,
             thread,
             spec,
-            request: request.clone(),
+            request,
             local,
             counters,
         });
