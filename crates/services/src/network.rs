@@ -305,7 +305,8 @@ impl Server {
         let cpu_start = clock::thread_cpu_ns();
         let mut ready = [Readiness::EMPTY; 2];
         while !stop.load(Ordering::Acquire) {
-            let n = match self.may_sleep()? {
+            let slept = self.may_sleep()?;
+            let n = match slept {
                 true => epoll
                     .wait(&mut ready, STOP_POLL)
                     .map_err(|e| e.to_string())?,
@@ -317,6 +318,14 @@ impl Server {
                 Port::Socket(_) => (woke(OUTPUTS), woke(SOCKET)),
                 Port::Flow(flow) => {
                     flow.disarm();
+                    if woke(SOCKET) {
+                        flow.clear_doorbell();
+                    }
+                    // Only a quiet wait can mean the service has died.
+                    if slept && n == 0 {
+                        flow.check_service()
+                            .map_err(|e| format!("the network service's flow: {e}"))?;
+                    }
                     (true, true)
                 }
             };

@@ -110,21 +110,29 @@ impl Flow {
 
     /// Before waiting for this flow beside other descriptors (its
     /// [`Self::doorbell`] in the same epoll): whether a datagram is already
-    /// there (then do not sleep), or `PeerGone` if the service has died.
-    /// [`Self::disarm`] after the wait, which must have a timeout: a dying
-    /// service rings no doorbell.
+    /// there (then do not sleep). [`Self::disarm`] after the wait, which
+    /// must have a timeout: a dying service rings no doorbell, so after a
+    /// wait that timed out ask [`Self::check_service`]. Real-time safe.
     pub fn arm(&mut self) -> Result<Readiness, ChannelError> {
-        self.inbound.check_peer()?;
         self.inbound.arm()
     }
 
-    /// Ends an [`Self::arm`], and takes the doorbell's count, so that a
-    /// level-triggered wait on it sleeps again.
+    /// Ends an [`Self::arm`]. Real-time safe.
     pub fn disarm(&self) {
         self.inbound.disarm();
+    }
+
+    /// Takes the doorbell's count after a wait it ended, so that a
+    /// level-triggered wait on it sleeps again (one read).
+    pub fn clear_doorbell(&self) {
         if let Some(bell) = self.inbound.doorbell() {
             bell.drain();
         }
+    }
+
+    /// `PeerGone` if the service has died (one poll of its pidfd).
+    pub fn check_service(&self) -> Result<(), ChannelError> {
+        self.inbound.check_peer()
     }
 
     /// What becomes readable when the service hands a datagram to this
