@@ -625,7 +625,13 @@ fn the_network_service_is_opened_by_name_admits_what_fits_and_its_death_is_an_er
     serve.args(["serve", "net", "--link-rate", "100mbit", "--socket"]);
     serve.arg(&socket).stdout(Stdio::null());
     let pid = m.spawn(&mut serve);
-    wait_until("the service listens", || client::status(&socket).is_ok());
+    // It listens a moment before its name is registered: wait for the name,
+    // which is what a client opening it by name needs.
+    wait_until("the service is registered", || {
+        tessera_broker::Session::connect()
+            .and_then(|mut s| s.list_services())
+            .is_ok_and(|services| services.iter().any(|s| s.entry.name == "net"))
+    });
     let services = m.json(&["services", "--json"]);
     let entry = &services.as_array().unwrap()[0];
     assert_eq!(
