@@ -47,6 +47,14 @@ impl Paths {
         self.dir.join("broker.lock")
     }
 
+    /// Where service `name` listens unless it is told otherwise: beside the
+    /// broker's socket, the directory created if need be (a failure shows
+    /// when the service binds).
+    pub fn service_socket(&self, name: &str) -> PathBuf {
+        let _ = self.ensure();
+        self.dir.join(format!("service-{name}.sock"))
+    }
+
     /// Creates the directory, private to its owner.
     pub fn ensure(&self) -> std::io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;

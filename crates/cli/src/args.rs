@@ -121,7 +121,13 @@ pub enum Command {
     #[command(after_help = crate::net::SERVE_EXAMPLES)]
     Serve {
         #[command(subcommand)]
-        service: crate::net::ServeCommand,
+        service: crate::serve::ServeCommand,
+    },
+    /// The render service's clients: its status, a snapshot of its screen, the video player.
+    #[command(after_help = crate::render::RENDER_EXAMPLES)]
+    Render {
+        #[command(subcommand)]
+        command: crate::render::RenderCommand,
     },
     /// The network service's flows and the seed's abusive streamer.
     #[command(after_help = crate::net::NET_EXAMPLES)]

@@ -4,11 +4,14 @@
 
 mod args;
 mod bench;
+mod console;
 mod experiment;
 mod follow;
 mod guard;
 mod music;
 mod net;
+mod render;
+mod serve;
 mod services;
 mod show;
 mod synth;
@@ -64,8 +67,13 @@ fn run(cli: Cli) -> Result<ExitCode, BrokerError> {
         Command::Guard { target } => guard::run(target),
         Command::Synth { command } => synth::run(command),
         Command::Music { command } => music::run(command),
-        Command::Serve { service } => net::serve(service),
+        Command::Serve { service } => match service {
+            serve::ServeCommand::Net(args) => net::serve(args),
+            serve::ServeCommand::Console(args) => console::serve(args),
+            serve::ServeCommand::Render(args) => render::serve(args),
+        },
         Command::Net { command } => net::run(command),
+        Command::Render { command } => render::run(command),
     }
 }
 

@@ -33,13 +33,6 @@ pub const NET_EXAMPLES: &str = "Examples:\n  \
     tessera net stream --peer 10.213.0.2:9000 --seconds 30\n  \
     tessera net stream-peer --bind 10.213.0.2:9000 --seconds 30";
 
-#[derive(Subcommand)]
-pub enum ServeCommand {
-    /// The network service: flows with reservations (mClock), real-time packets first.
-    #[command(after_help = SERVE_EXAMPLES)]
-    Net(ServeNetArgs),
-}
-
 #[derive(Args)]
 pub struct ServeNetArgs {
     /// The name clients open the service by.
@@ -160,8 +153,7 @@ fn parse_rate(text: &str) -> Result<u64, BrokerError> {
     tessera_services::net::parse_rate(text).map_err(|e| invalid(e, "e.g. 240mbit, 1gbit"))
 }
 
-pub fn serve(command: ServeCommand) -> Result<ExitCode, BrokerError> {
-    let ServeCommand::Net(args) = command;
+pub fn serve(args: ServeNetArgs) -> Result<ExitCode, BrokerError> {
     let discipline = match args.discipline.as_str() {
         "mclock" => Discipline::MClock,
         "fifo" => Discipline::Fifo,
@@ -187,15 +179,11 @@ pub fn serve(command: ServeCommand) -> Result<ExitCode, BrokerError> {
             gids: args.allow_gid.clone(),
         },
     };
-    catch_termination().map_err(|e| BrokerError::new("internal", e.to_string(), ""))?;
-    let host = Host::start(&options).map_err(refused)?;
-    println!("{}", host.summary);
-    let until = args
-        .seconds
-        .map(|s| std::time::Instant::now() + Duration::from_secs_f64(s));
-    host.serve_until(|| {
-        take_termination().is_some() || until.is_some_and(|t| std::time::Instant::now() >= t)
-    });
+    let host = crate::serve::until_stopped(args.seconds, || {
+        let host = Host::start(&options).map_err(refused)?;
+        println!("{}", host.summary);
+        Ok(host)
+    })?;
     drop(host);
     println!("network service {:?} stopped", args.name);
     Ok(ExitCode::SUCCESS)

@@ -197,7 +197,9 @@ impl App {
             depth: LINK_DEPTH,
         })?;
         let mut console = ConsoleBuilder::new(CONSOLE_RING);
-        let mut log = console.writer();
+        let mut log = console
+            .writer()
+            .map_err(|e| AppError::Console(e.to_string()))?;
         log.line(format_args!("t1_ns,complete_ns,t2_ns,dt_ns"));
         let sink: Box<dyn std::io::Write + Send> = match &config.package_log {
             Some(path) => Box::new(
@@ -207,7 +209,7 @@ impl App {
             None => Box::new(std::io::sink()),
         };
         let console = console
-            .start(sink, service_setup(&config.roles.console))
+            .start(sink, config.roles.console.clone())
             .map_err(|e| AppError::Console(e.to_string()))?;
         let stream = StreamConfig::new(FRAMES_PER_PACKAGE as u32, SAMPLE_RATE)
             .expect("32 frames at 44.1 kHz is a valid stream");

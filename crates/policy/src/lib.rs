@@ -12,6 +12,8 @@
 //!   placement of reservations on cores.
 //! - [`mclock`]: the network service's flows: reservation, weight and limit
 //!   (mClock tags), admission against link and CPU, pacing of the total.
+//! - [`sla`]: the render service's SLAs: probe costs per request kind, the
+//!   terms offered (reservation, gate, service times), the request gate.
 
 pub mod adaptive;
 pub mod bandwidth;
@@ -19,6 +21,7 @@ pub mod cell;
 pub mod edf;
 pub mod ledger;
 pub mod mclock;
+pub mod sla;
 
 pub use adaptive::{
     compress, Adaptive, AdaptiveConfig, AdaptiveReport, PredictorConfig, PredictorKind,

@@ -17,6 +17,7 @@ pub mod io;
 pub mod lan;
 pub mod netphone;
 pub mod periodic;
+pub mod render_player;
 pub mod stream;
 pub mod streamer;
 pub mod threads;

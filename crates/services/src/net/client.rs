@@ -80,11 +80,13 @@ impl Flow {
     /// policy, a bad address) comes back as [`NetError::Refused`] with the
     /// service's reason.
     pub fn open(socket: UnixStream, request: &FlowRequest) -> Result<Flow, NetError> {
-        wire::send(&socket, &Request::Open(request.clone()))?;
-        let (id, local) = match wire::receive::<Grant>(&socket) {
-            Ok(Grant::Granted { id, local }) => (id, local),
-            Ok(Grant::Refused { reason }) => return Err(NetError::Refused(reason)),
-            Err(e) => return Err(e.into()),
+        // A caller the policy refuses is told why and hung up on, maybe
+        // before the request is written: the answer is read either way.
+        let sent = wire::send(&socket, &Request::Open(request.clone()));
+        let (id, local) = match (wire::receive::<Grant>(&socket), sent) {
+            (Ok(Grant::Granted { id, local }), Ok(())) => (id, local),
+            (Ok(Grant::Refused { reason }), _) => return Err(NetError::Refused(reason)),
+            (_, Err(e)) | (Err(e), _) => return Err(e.into()),
         };
         let inbound = Consumer::open_from(&socket)?;
         let outbound = Producer::open_from(&socket)?;

@@ -12,7 +12,6 @@ use super::serve::Discipline;
 use super::service::{NetConfig, NetError, NetService, ThreadHook};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 use tessera_broker::{BrokerError, Mode, ServicePolicy, ServiceRegistration, Session};
 use tessera_policy::CellRequest;
 use tessera_runtime::CellJoin;
@@ -69,10 +68,9 @@ impl Host {
     pub fn start(options: &HostOptions) -> Result<Host, HostError> {
         let (link_bps, link_note) = link_rate(options)?;
         let mut session = Session::connect()?;
-        let socket = options
-            .socket
-            .clone()
-            .unwrap_or_else(|| default_socket(&options.name));
+        let socket = options.socket.clone().unwrap_or_else(|| {
+            tessera_broker::paths::Paths::from_env().service_socket(&options.name)
+        });
         let (cell, setup, cpu_share, real_time_note) = real_time_cell(&mut session, options)?;
         let policy = options.policy.clone();
         let config = NetConfig {
@@ -112,13 +110,6 @@ impl Host {
         )?);
         Ok(host)
     }
-
-    /// Serves until `stop` says so (looked at every 100 ms).
-    pub fn serve_until(&self, stop: impl Fn() -> bool) {
-        while !stop() {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
 }
 
 impl Drop for Host {
@@ -133,13 +124,6 @@ impl Drop for Host {
             }
         }
     }
-}
-
-/// The service's socket under the broker's run directory.
-fn default_socket(name: &str) -> PathBuf {
-    let paths = tessera_broker::paths::Paths::from_env();
-    let _ = paths.ensure();
-    paths.dir.join(format!("service-{name}.sock"))
 }
 
 /// The real-time thread's cell: created when the kernel will enforce it,

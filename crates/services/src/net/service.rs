@@ -28,14 +28,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use tessera_channel::{Channel, ChannelError};
 use tessera_policy::mclock::{self, Capacity, FlowClass, FlowSpec};
-use tessera_sys::event::{Epoll, EventFd, Readiness, Trigger};
+use tessera_sys::event::{Epoll, EventFd, Trigger};
 use tessera_sys::ipc::{peer_credentials, PeerCredentials};
 use tessera_sys::marking;
 
-/// A serving thread's start hook (join the service's cell, …).
-pub type ThreadHook = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
-/// The service's policy: who may open flows.
-pub type Policy = Arc<dyn Fn(&PeerCredentials) -> Result<(), String> + Send + Sync>;
+pub use crate::control::{Policy, ThreadHook};
 
 /// Each flow socket's receive buffer: a stalled service queues instead of
 /// losing (a flood's socket overflows alone).
@@ -44,7 +41,6 @@ const RECEIVE_BUFFER: usize = 4 << 20;
 const MAX_DATAGRAM: usize = 65_507;
 /// How long a client may take to send a whole control frame.
 const FRAME_PATIENCE: Duration = Duration::from_secs(2);
-const LISTENER: u64 = u64::MAX;
 
 /// How the service runs.
 #[derive(Clone)]
@@ -88,7 +84,7 @@ pub enum NetError {
 /// and removes its socket.
 pub struct NetService {
     stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    threads: Vec<JoinHandle<Option<()>>>,
     socket: PathBuf,
     capacity: Capacity,
 }
@@ -101,7 +97,11 @@ impl NetService {
             link_bps: config.link_bps,
             cpu_bps: (measure_cpu_bps()? as f64 * config.cpu_share) as u64,
         };
-        let listener = listen(&config.socket)?;
+        let listener =
+            crate::control::listen(&config.socket).map_err(|source| NetError::Listen {
+                path: config.socket.clone(),
+                source,
+            })?;
         let stop = Arc::new(AtomicBool::new(false));
         let usable = capacity.usable_bps();
         let receive = Arc::new(SharedPacer::new(usable));
@@ -137,10 +137,10 @@ impl NetService {
             stop: stop.clone(),
         };
         threads.push(
-            std::thread::Builder::new()
-                .name("tessera-net-ctl".into())
-                .spawn(move || control.run())
-                .map_err(|e| NetError::Thread(e.to_string()))?,
+            crate::control::spawn_after_setup("tessera-net-ctl", None, move || {
+                crate::control::run_control(&mut { control })
+            })
+            .map_err(NetError::Thread)?,
         );
         Ok(NetService {
             stop,
@@ -177,46 +177,16 @@ impl Drop for NetService {
     }
 }
 
-fn listen(path: &Path) -> Result<UnixListener, NetError> {
-    let listen_error = |source| NetError::Listen {
-        path: path.to_path_buf(),
-        source,
-    };
-    // A socket file no process listens on is a crashed service's.
-    if path.exists() && UnixStream::connect(path).is_err() {
-        std::fs::remove_file(path).map_err(listen_error)?;
-    }
-    let listener = UnixListener::bind(path).map_err(listen_error)?;
-    listener.set_nonblocking(true).map_err(listen_error)?;
-    Ok(listener)
-}
-
 fn spawn_server(
     server: Server,
     class: FlowClass,
     setup: Option<ThreadHook>,
-) -> Result<JoinHandle<()>, NetError> {
-    let (started_in, started_out) = std::sync::mpsc::channel();
+) -> Result<JoinHandle<Option<()>>, NetError> {
     let name = match class {
         FlowClass::RealTime => "tessera-net-rt",
         FlowClass::Bulk => "tessera-net-bulk",
     };
-    let thread = std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            let ready = setup.map_or(Ok(()), |hook| hook());
-            let failed = ready.is_err();
-            let _ = started_in.send(ready);
-            if !failed {
-                server.run();
-            }
-        })
-        .map_err(|e| NetError::Thread(e.to_string()))?;
-    match started_out.recv() {
-        Ok(Ok(())) => Ok(thread),
-        Ok(Err(why)) => Err(NetError::Thread(format!("{name}: {why}"))),
-        Err(_) => Err(NetError::Thread(format!("{name} ended before serving"))),
-    }
+    crate::control::spawn_after_setup(name, setup, move || server.run()).map_err(NetError::Thread)
 }
 
 /// What a single core carries through the service, bits/s: datagrams of
@@ -291,32 +261,29 @@ struct Control {
     stop: Arc<AtomicBool>,
 }
 
-impl Control {
-    fn run(mut self) {
-        let Ok(epoll) = Epoll::new() else {
-            return;
-        };
-        if epoll
-            .add(self.listener.as_fd(), LISTENER, Trigger::Level)
-            .is_err()
-        {
-            return;
-        }
-        let mut ready = vec![Readiness::EMPTY; 16];
-        while !self.stop.load(Ordering::Relaxed) {
-            let woken = epoll
-                .wait(&mut ready, Duration::from_millis(100))
-                .unwrap_or(0);
-            for report in &ready[..woken] {
-                match report.token() {
-                    LISTENER => self.accept(&epoll),
-                    index => self.serve_connection(index as usize),
-                }
-            }
-            self.drop_retired();
-        }
+impl crate::control::ControlLoop for Control {
+    fn listener(&self) -> &UnixListener {
+        &self.listener
     }
 
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    fn accept(&mut self, epoll: &Epoll) {
+        Control::accept(self, epoll);
+    }
+
+    fn serve(&mut self, index: usize) {
+        self.serve_connection(index);
+    }
+
+    fn after_wake(&mut self) {
+        self.drop_retired();
+    }
+}
+
+impl Control {
     fn accept(&mut self, epoll: &Epoll) {
         while let Ok((stream, _)) = self.listener.accept() {
             let Some(caller) = self.admit_caller(&stream) else {
@@ -325,13 +292,7 @@ impl Control {
             if stream.set_read_timeout(Some(FRAME_PATIENCE)).is_err() {
                 continue;
             }
-            let index = match self.connections.iter().position(Option::is_none) {
-                Some(free) => free,
-                None => {
-                    self.connections.push(None);
-                    self.connections.len() - 1
-                }
-            };
+            let index = crate::control::free_slot(&mut self.connections);
             if epoll
                 .add(stream.as_fd(), index as u64, Trigger::Level)
                 .is_ok()

@@ -9,12 +9,9 @@
 //! that could swallow them. It owns the formats; it must never trust a
 //! length or an address a peer sent without checking it.
 
+pub use crate::control::{receive, send, WireError};
 use serde::{Deserialize, Serialize};
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-
-/// The longest control frame either side accepts.
-const MAX_FRAME: usize = 1 << 20;
 
 /// A flow's class: real-time flows are received, handed over and sent by
 /// the service's real-time thread, before any bulk work (seed 004 §3.4).
@@ -168,40 +165,6 @@ pub enum StatusReply {
     },
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum WireError {
-    #[error("the service's socket: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("a control frame of {0} bytes (at most {MAX_FRAME})")]
-    TooLong(usize),
-    #[error("a malformed control frame: {0}")]
-    Malformed(#[from] serde_json::Error),
-}
-
-/// Writes one control frame.
-pub fn send<T: Serialize>(mut socket: impl Write, message: &T) -> Result<(), WireError> {
-    let body = serde_json::to_vec(message)?;
-    if body.len() > MAX_FRAME {
-        return Err(WireError::TooLong(body.len()));
-    }
-    socket.write_all(&(body.len() as u32).to_le_bytes())?;
-    socket.write_all(&body)?;
-    Ok(())
-}
-
-/// Reads exactly one control frame.
-pub fn receive<T: for<'de> Deserialize<'de>>(mut socket: impl Read) -> Result<T, WireError> {
-    let mut len = [0u8; 4];
-    socket.read_exact(&mut len)?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_FRAME {
-        return Err(WireError::TooLong(len));
-    }
-    let mut body = vec![0u8; len];
-    socket.read_exact(&mut body)?;
-    Ok(serde_json::from_slice(&body)?)
-}
-
 /// Bytes before the datagram in each slot of either channel.
 pub const HEADER: usize = 24;
 
@@ -300,23 +263,5 @@ mod tests {
         to_send.encode(&mut slot);
         assert_eq!(ToSend::decode(&slot), Some(to_send));
         assert_eq!(ToSend::decode(&slot[..HEADER - 1]), None);
-    }
-
-    #[test]
-    fn frames_round_trip_and_garbage_is_an_error() {
-        let mut bytes = Vec::new();
-        send(&mut bytes, &Request::Status).unwrap();
-        assert_eq!(receive::<Request>(&bytes[..]).unwrap(), Request::Status);
-        let mut garbage = 5u32.to_le_bytes().to_vec();
-        garbage.extend_from_slice(b"hello");
-        assert!(matches!(
-            receive::<Request>(&garbage[..]),
-            Err(WireError::Malformed(_))
-        ));
-        let huge = u32::MAX.to_le_bytes();
-        assert!(matches!(
-            receive::<Request>(&huge[..]),
-            Err(WireError::TooLong(_))
-        ));
     }
 }

@@ -1,4 +1,4 @@
-//! The render (GUI) service of seed 000 §4.1 (Cell F) and seed 003: a
+//! The in-process compositor of seed 000 §4.1 (Cell F): a
 //! compositor that owns a fixed screen framebuffer and composites the frames
 //! its clients submit into their windows, measuring how long each frame
 //! waited and whether it was shown after its deadline.
@@ -22,22 +22,19 @@
 //! Among the clients with a ready frame, a free thread serves the one whose
 //! oldest frame has the earliest deadline (the front-end EDF of seed 003).
 
+use super::screen::{composite, Geometry, Rect, Screen, BYTES_PER_PIXEL, MAX_SIDE};
+use super::wake::Wake;
 use crate::Setup;
 use rtrb::{Consumer, Producer, RingBuffer};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tessera_sys::clock::{monotonic_ns, thread_cpu_ns};
-use tessera_sys::futex;
 
 /// Longest sleep of a service thread between two looks at the stop flag.
 pub const POLL: Duration = Duration::from_millis(50);
-/// Bytes per pixel of a submitted frame (packed RGB, 8 bits per channel).
-pub const BYTES_PER_PIXEL: usize = 3;
-/// Largest frame or screen side accepted.
-pub const MAX_SIDE: usize = 8192;
 /// Most frame slots a client may have.
 pub const MAX_SLOTS: usize = 64;
 
@@ -69,15 +66,6 @@ impl Default for RenderConfig {
             opacity: 224,
         }
     }
-}
-
-/// A rectangle of the screen, in pixels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Rect {
-    pub x: usize,
-    pub y: usize,
-    pub width: usize,
-    pub height: usize,
 }
 
 /// One client: the size of its frames, its window and its queue.
@@ -239,133 +227,11 @@ impl RenderReport {
     }
 }
 
-/// The screen framebuffer: 0xAARRGGBB pixels, row after row. Service
-/// threads blend into disjoint or overlapping windows at once, so pixels are
-/// relaxed atomics (plain loads and stores on the machine).
-pub struct Screen {
-    width: usize,
-    height: usize,
-    pixels: Box<[AtomicU32]>,
-}
-
-impl Screen {
-    /// A black screen.
-    pub fn new(width: usize, height: usize) -> Screen {
-        Screen {
-            width,
-            height,
-            pixels: (0..width * height).map(|_| AtomicU32::new(0)).collect(),
-        }
-    }
-
-    pub fn width(&self) -> usize {
-        self.width
-    }
-
-    pub fn height(&self) -> usize {
-        self.height
-    }
-
-    /// The pixel at (x, y) as 0xAARRGGBB.
-    pub fn pixel(&self, x: usize, y: usize) -> u32 {
-        self.pixels[y * self.width + x].load(Ordering::Relaxed)
-    }
-}
-
-/// A window's geometry on the screen: its rectangle (clipped to the screen)
-/// and, per window row and column, the frame row and byte offset it shows
-/// (nearest-neighbour scaling, computed once).
-struct Geometry {
-    rect: Rect,
-    source_rows: Box<[u32]>,
-    source_columns: Box<[u32]>,
-    frame_width: usize,
-}
-
-impl Geometry {
-    fn new(frame_width: usize, frame_height: usize, rect: Rect, screen: &Screen) -> Geometry {
-        let x = rect.x.min(screen.width);
-        let y = rect.y.min(screen.height);
-        let clipped = Rect {
-            x,
-            y,
-            width: rect.width.min(screen.width - x),
-            height: rect.height.min(screen.height - y),
-        };
-        // Source index of window position i along a side: i × frame / window.
-        let map = |n: usize, frame: usize, window: usize, unit: usize| -> Box<[u32]> {
-            (0..n)
-                .map(|i| ((i * frame / window.max(1)).min(frame - 1) * unit) as u32)
-                .collect()
-        };
-        Geometry {
-            rect: clipped,
-            source_rows: map(clipped.height, frame_height, rect.height, 1),
-            source_columns: map(clipped.width, frame_width, rect.width, BYTES_PER_PIXEL),
-            frame_width,
-        }
-    }
-}
-
-/// Blends an RGB `frame` into its window of `screen`: each window pixel
-/// takes the nearest frame pixel, mixed with the pixel beneath at
-/// `opacity`/256.
-fn composite(frame: &[u8], geometry: &Geometry, screen: &Screen, opacity: u16) {
-    let a = u32::from(opacity.min(256));
-    let blend = |s: u8, d: u32| (u32::from(s) * a + (d & 0xff) * (256 - a)) >> 8;
-    let Rect { x, y, width, .. } = geometry.rect;
-    let stride = geometry.frame_width * BYTES_PER_PIXEL;
-    for (row, &source_row) in geometry.source_rows.iter().enumerate() {
-        let start = source_row as usize * stride;
-        let source = &frame[start..start + stride];
-        let first = (y + row) * screen.width + x;
-        let target = &screen.pixels[first..first + width];
-        for (pixel, &column) in target.iter().zip(geometry.source_columns.iter()) {
-            let c = column as usize;
-            let beneath = pixel.load(Ordering::Relaxed);
-            let r = blend(source[c], beneath >> 16);
-            let g = blend(source[c + 1], beneath >> 8);
-            let b = blend(source[c + 2], beneath);
-            pixel.store(0xff00_0000 | r << 16 | g << 8 | b, Ordering::Relaxed);
-        }
-    }
-}
-
 /// A frame buffer travelling between a client and the service.
 struct Frame {
     pixels: Box<[u8]>,
     ready_ns: u64,
     deadline_ns: u64,
-}
-
-/// The futex word clients bump when a frame is ready, and how many service
-/// threads sleep on it (so that a submit makes a system call only when one
-/// does).
-#[derive(Default)]
-struct Wake {
-    sequence: AtomicU32,
-    sleepers: AtomicU32,
-}
-
-impl Wake {
-    fn notify_one(&self) {
-        self.sequence.fetch_add(1, Ordering::SeqCst);
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
-            futex::wake(&self.sequence, 1);
-        }
-    }
-
-    fn notify_all(&self) {
-        self.sequence.fetch_add(1, Ordering::SeqCst);
-        futex::wake_all(&self.sequence);
-    }
-
-    /// Sleeps unless the sequence moved past `seen`; at most [`POLL`].
-    fn sleep(&self, seen: u32) {
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        futex::wait(&self.sequence, seen, Some(POLL));
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// Counters a client bumps and the report reads.
@@ -468,14 +334,14 @@ impl Shared {
         let _real_time = tessera_rtguard::RtGuard::enter();
         let mut frames = 0;
         loop {
-            let seen = self.wake.sequence.load(Ordering::SeqCst);
+            let seen = self.wake.seen();
             if self.stop.load(Ordering::Relaxed) {
                 break;
             }
             if self.serve_one() {
                 frames += 1;
             } else {
-                self.wake.sleep(seen);
+                self.wake.sleep(seen, POLL);
             }
         }
         for _ in 0..self.slots {
@@ -566,20 +432,6 @@ impl Render {
         })
     }
 
-    /// The next tile of the screen for a window of `width` × `height`:
-    /// left to right, then top to bottom, overlapping once the screen is full.
-    fn tile(&self, width: usize, height: usize) -> Rect {
-        let (sw, sh) = (self.screen.width, self.screen.height);
-        let columns = (sw / width.max(1)).max(1);
-        let i = self.clients.len();
-        Rect {
-            x: (i % columns) * width,
-            y: ((i / columns) * height).min(sh.saturating_sub(height)),
-            width,
-            height,
-        }
-    }
-
     /// Registers a client and allocates its frame pool, rings and records;
     /// returns its handle.
     pub fn add_client(&mut self, spec: ClientSpec) -> Result<RenderClient, RenderError> {
@@ -597,7 +449,12 @@ impl Render {
         }
         let rect = spec.window.unwrap_or_else(|| {
             let side = |n: usize| ((n as f32 * self.config.scale) as usize).max(1);
-            self.tile(side(spec.width), side(spec.height))
+            Rect::tile(
+                self.clients.len(),
+                side(spec.width),
+                side(spec.height),
+                (self.screen.width(), self.screen.height()),
+            )
         });
         let (mut free_in, free_out) = RingBuffer::new(spec.slots);
         let (ready_in, ready_out) = RingBuffer::new(spec.slots);
@@ -782,7 +639,7 @@ mod tests {
     fn an_opaque_frame_fills_its_window_and_nothing_else() {
         let mut render = Render::new(opaque()).unwrap();
         let mut spec = ClientSpec::new("a", 8, 4);
-        spec.window = Some(window(10, 5, 16, 8));
+        spec.window = Some(Rect::new(10, 5, 16, 8));
         let mut client = render.add_client(spec).unwrap();
         assert_eq!(client.submit(u64::MAX, solid([255, 0, 0])), Submit::Queued);
         let service = render.start(no_setup).unwrap();
@@ -800,45 +657,6 @@ mod tests {
         let report = service.stop();
         assert_eq!(report.clients[0].composited, 1);
         assert_eq!(report.clients[0].late, 0);
-    }
-
-    fn window(x: usize, y: usize, width: usize, height: usize) -> Rect {
-        Rect {
-            x,
-            y,
-            width,
-            height,
-        }
-    }
-
-    #[test]
-    fn compositing_scales_and_blends() {
-        let screen = Screen::new(20, 10);
-        let geometry = Geometry::new(4, 2, window(2, 1, 8, 4), &screen);
-        // Left half of the frame white, right half black.
-        let mut frame = vec![0u8; 4 * 2 * 3];
-        for row in frame.chunks_exact_mut(12) {
-            row[..6].fill(255);
-        }
-        composite(&frame, &geometry, &screen, 256);
-        assert_eq!(screen.pixel(2, 1), 0xffff_ffff, "top left: white");
-        assert_eq!(screen.pixel(5, 4), 0xffff_ffff, "scaled ×2: still white");
-        assert_eq!(screen.pixel(6, 1), 0xff00_0000, "right half: black");
-        assert_eq!(screen.pixel(1, 1), 0, "outside the window: untouched");
-        assert_eq!(screen.pixel(10, 1), 0, "outside the window: untouched");
-        // Half-opaque white over that black: mid grey.
-        let white = vec![255u8; 4 * 2 * 3];
-        composite(&white, &geometry, &screen, 128);
-        assert_eq!(screen.pixel(6, 1) & 0xff, 127);
-    }
-
-    #[test]
-    fn windows_are_clipped_to_the_screen() {
-        let screen = Screen::new(10, 10);
-        let geometry = Geometry::new(4, 4, window(6, 8, 8, 8), &screen);
-        assert_eq!((geometry.rect.width, geometry.rect.height), (4, 2));
-        composite(&[200; 4 * 4 * 3], &geometry, &screen, 256);
-        assert_eq!(screen.pixel(9, 9), 0xffc8_c8c8);
     }
 
     #[test]
