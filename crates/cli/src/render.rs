@@ -61,6 +61,9 @@ pub struct ServeRenderArgs {
     /// The screen, WIDTHxHEIGHT.
     #[arg(long, default_value = "1280x720")]
     pub screen: String,
+    /// Window size over frame size (windows are tiled automatically).
+    #[arg(long, default_value_t = 1.5)]
+    pub scale: f32,
     /// Run without cells even when privileged.
     #[arg(long)]
     pub no_cell: bool,
@@ -203,6 +206,7 @@ pub fn serve(args: ServeRenderArgs) -> Result<ExitCode, BrokerError> {
         best_effort: share(&args.best_effort, "--best-effort")?,
         probing: share(&args.probing, "--probing")?,
         screen: screen(&args.screen)?,
+        scale: args.scale,
         no_cell: args.no_cell,
         policy: ServicePolicy {
             uids: args.allow_uid.clone(),

@@ -486,6 +486,24 @@ fn without_privileges_tessera_runs_best_effort_and_says_so() {
         "SCHED_OTHER nice 0",
         "best-effort mode changes no scheduling"
     );
+    let socket = m.dir.join("render.sock");
+    let render = as_nobody(
+        &m,
+        &[
+            "serve",
+            "render",
+            "--seconds",
+            "0.3",
+            "--socket",
+            socket.to_str().unwrap(),
+        ],
+    );
+    let text = String::from_utf8_lossy(&render.stdout);
+    assert!(render.status.success(), "{text}");
+    assert!(
+        text.contains("BEST-EFFORT") && text.contains("setcap cap_sys_nice+ep"),
+        "the render service says it guarantees nothing and how to fix it: {text}"
+    );
 }
 
 /// The program makes its (main) thread SCHED_FIFO after it started, as audio
@@ -677,4 +695,90 @@ fn the_network_service_is_opened_by_name_admits_what_fits_and_its_death_is_an_er
             .all(|s| s["alive"] == false),
         "{services}"
     );
+}
+
+/// The render service's status, asked over its socket.
+fn render_status(socket: &Path) -> Option<tessera_services::render::wire::Status> {
+    use tessera_services::render::client;
+    client::status(client::connect(socket).ok()?).ok()
+}
+
+#[test]
+fn the_render_service_gives_an_sla_its_own_cell_outlives_a_killed_player_and_gives_its_cells_back()
+{
+    let Some(mut m) = privileged("tessera serve render") else {
+        return;
+    };
+    let socket = m.dir.join("render.sock");
+    let mut serve = m.tessera();
+    serve.args(["serve", "render", "--screen", "800x600", "--socket"]);
+    serve.arg(&socket).stdout(Stdio::null());
+    let server = m.spawn(&mut serve);
+    wait_until("the service answers", || render_status(&socket).is_some());
+    let served_cells = |m: &Machine| {
+        cells(m)
+            .into_iter()
+            .filter(|c| c.starts_with(&format!("render-{server}-")))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(served_cells(&m).len(), 3, "best-effort, probing, front-end");
+    let play = |m: &Machine, name: &str, frames: &str, probes: &str| {
+        let mut player = m.tessera();
+        player.args(["render", "play", "--socket"]).arg(&socket);
+        player.args(["--player", name, "--fps", "30", "--frames", frames]);
+        player.args(["--spin", "1ms", "--probes", probes, "--json"]);
+        player
+    };
+    let steady = play(&m, "steady", "150", "20")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start a player");
+    let victim = m.spawn(&mut play(&m, "victim", "100000", "0"));
+    wait_until("the steady player has an SLA and the victim plays", || {
+        render_status(&socket).is_some_and(|s| {
+            let share = |n: &str| {
+                s.clients
+                    .iter()
+                    .find(|c| c.name == n)
+                    .map(|c| c.share.clone())
+            };
+            share("steady").is_some_and(|s| s.starts_with("SLA"))
+                && s.clients
+                    .iter()
+                    .any(|c| c.name == "victim" && c.actions > 10)
+        })
+    });
+    assert_eq!(served_cells(&m).len(), 4, "and the SLA's own cell");
+    let index = m.children.iter().position(|c| c.id() == victim).unwrap();
+    m.kill(index);
+    wait_until("the killed player is gone from the service", || {
+        render_status(&socket).is_some_and(|s| s.clients.iter().all(|c| c.name != "victim"))
+    });
+    let out = steady.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        report["sla_note"]
+            .as_str()
+            .unwrap()
+            .contains("SCHED_DEADLINE"),
+        "{report}"
+    );
+    assert_eq!(report["lost"], 0, "every frame sent was shown: {report}");
+    assert_eq!(
+        report["shown"].as_u64().unwrap() + report["not_sent"].as_u64().unwrap(),
+        150
+    );
+    wait_until("the SLA's cell is given back with its client", || {
+        served_cells(&m).len() == 3
+    });
+    tessera_sys::process::signal_child(server as i32, 15).unwrap();
+    let index = m.children.iter().position(|c| c.id() == server).unwrap();
+    let status = m.children[index].wait().unwrap();
+    assert!(status.success(), "stopped by SIGTERM: {status}");
+    assert!(served_cells(&m).is_empty(), "every cell given back");
 }

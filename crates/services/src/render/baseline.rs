@@ -52,6 +52,7 @@ pub struct BaselineServer {
 impl BaselineServer {
     pub fn start(config: BaselineConfig) -> Result<BaselineServer, super::service::ServerError> {
         use super::service::ServerError;
+        super::service::check_scale(config.scale)?;
         let listener = control::listen(&config.socket).map_err(|source| ServerError::Listen {
             path: config.socket.clone(),
             source,

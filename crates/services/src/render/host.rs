@@ -37,6 +37,8 @@ pub struct HostOptions {
     pub best_effort: Share,
     pub probing: Share,
     pub screen: (usize, usize),
+    /// Window size over frame size for windows placed automatically.
+    pub scale: f32,
     /// Run without cells even when privileged.
     pub no_cell: bool,
     /// Whom the service admits beside its owner and root.
@@ -127,6 +129,7 @@ fn start_render(
     config.best_effort = options.best_effort;
     config.probing = options.probing;
     (config.screen_width, config.screen_height) = options.screen;
+    config.scale = options.scale;
     let own = config.best_effort.cores() + config.probing.cores() + config.front_end.cores();
     config.capacity_cores = options
         .capacity_cores
@@ -164,7 +167,7 @@ fn start_baseline(
         socket: socket.clone(),
         screen_width: options.screen.0,
         screen_height: options.screen.1,
-        scale: 1.5,
+        scale: options.scale,
         opacity: 256,
         policy,
         setup,

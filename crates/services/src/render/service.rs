@@ -155,6 +155,8 @@ pub enum ServerError {
     Task(String),
     #[error("the screen: {0} (fix: each side 1–{max})", max = super::MAX_SIDE)]
     Screen(String),
+    #[error("a window scale of {0} (fix: give more than 0 and at most 16)")]
+    Scale(f32),
 }
 
 /// A running render service; stopping (or dropping) it ends its threads,
@@ -182,6 +184,7 @@ impl RenderServer {
                 config.screen_width, config.screen_height
             )));
         }
+        check_scale(config.scale)?;
         let listener = control::listen(&config.socket).map_err(|source| ServerError::Listen {
             path: config.socket.clone(),
             source,
@@ -713,4 +716,12 @@ pub(super) fn send_snapshot(mut stream: &UnixStream, screen: &Screen) -> Result<
     control::send(stream, &Reply::Snapshot { bytes: png.len() })?;
     stream.write_all(&png)?;
     Ok(())
+}
+
+/// Windows placed automatically are their frames × `scale`.
+pub(super) fn check_scale(scale: f32) -> Result<(), ServerError> {
+    match scale > 0.0 && scale <= 16.0 {
+        true => Ok(()),
+        false => Err(ServerError::Scale(scale)),
+    }
 }
