@@ -10,13 +10,16 @@
 use crate::config::Config;
 use crate::facts::{Facts, Mode};
 use crate::layout::Layout;
+use crate::monitor::{CellFacts, CellSample, Monitor, Sample};
 use crate::paths::Paths;
 use crate::placement::{self, Enforcement};
 use crate::protocol::{CellInfo, ResizeReply, StatusReport};
 use crate::registry::{self, ServiceEntry, ServiceInfo};
-use crate::state::{CellState, Member, Owner, State};
+use crate::state::{CellState, Member, Owner, Reported, State};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt;
+use tessera_policy::rap::{self, CellView, RapConfig};
 use tessera_policy::{Bandwidth, Budget, CellPolicy, CellRequest, Ledger, Placement, Refusal};
 use tessera_sys::cgroup::Hierarchy;
 use tessera_sys::ipc::PeerCredentials;
@@ -93,6 +96,9 @@ pub struct Broker {
     pub label: String,
     state: State,
     enf: Enforcement,
+    monitor: Monitor,
+    /// Adaptation rounds since each cell's last change or miss.
+    calm: BTreeMap<String, u32>,
 }
 
 fn enforcement(mode: &Mode) -> Enforcement {
@@ -127,6 +133,7 @@ impl Broker {
             .map_err(|e| BrokerError::new("state", e, "run `tessera reset`"))?;
         let enf = enforcement(&facts.mode);
         let fresh = State::new(Ledger::new(facts.machine.clone()));
+        let monitor = Monitor::open(paths.monitor());
         let mut broker = Broker {
             facts,
             paths,
@@ -134,6 +141,8 @@ impl Broker {
             label,
             state: fresh,
             enf,
+            monitor,
+            calm: BTreeMap::new(),
         };
         let notes = match loaded {
             Some(old) => broker.recover(old),
@@ -295,6 +304,7 @@ impl Broker {
                 owner,
                 members: Vec::new(),
                 created_unix: now_unix(),
+                reported: Default::default(),
             },
         );
         self.rehome_all();
@@ -826,6 +836,128 @@ impl Broker {
 
     pub fn list_services(&self) -> Vec<ServiceInfo> {
         self.state.services.list()
+    }
+
+    /// Adds what a cell's program reports (misses and xruns since its last
+    /// report) to the cell's counters. Its owner or root only.
+    pub fn report(&mut self, name: &str, reported: Reported, uid: u32) -> Outcome<Reported> {
+        self.cell_owned_by(name, uid)?;
+        let cell = self
+            .state
+            .cells
+            .get_mut(name)
+            .ok_or_else(|| BrokerError::unknown_cell(name))?;
+        cell.reported.misses = cell.reported.misses.saturating_add(reported.misses);
+        cell.reported.xruns = cell.reported.xruns.saturating_add(reported.xruns);
+        let total = cell.reported;
+        self.persist()?;
+        Ok(total)
+    }
+
+    /// Samples every cell now (see [`crate::monitor`]).
+    pub fn sample(&mut self) -> Sample {
+        let ledger = &self.state.ledger;
+        let cells = self.state.cells.iter().filter_map(|(name, state)| {
+            Some(CellFacts {
+                name,
+                grant: ledger.grant(name)?,
+                state,
+            })
+        });
+        self.monitor.sample(cells).clone()
+    }
+
+    /// The samples after `since_unix_ms`; a fresh one first when the newest
+    /// is older than `fresh_within_ms` (a viewer of an embedded broker, or
+    /// of a daemon between its samples, sees now).
+    pub fn monitor(&mut self, since_unix_ms: Option<u64>, fresh_within_ms: u64) -> Vec<Sample> {
+        let now_ms = crate::monitor::unix_ms();
+        let stale = self
+            .monitor
+            .latest()
+            .is_none_or(|s| s.t_unix_ms + fresh_within_ms <= now_ms);
+        if stale {
+            self.sample();
+        }
+        self.monitor.since(since_unix_ms)
+    }
+
+    /// One round of the RAP service's adaptation (seed 000 §2.3): the
+    /// policy's plan from the latest sample, applied change by change
+    /// through admission — shrinks first; a grow that no longer fits gets
+    /// what does. Pinned and time-triggered cells are never changed. Every
+    /// change made is noted for the next sample and returned as a log line.
+    ///
+    /// The capacity the plan shares is the cells' bandwidth plus every
+    /// core's free bandwidth; admission has the last word where a cell's
+    /// reservations are partitioned and the free bandwidth is on other
+    /// cores.
+    pub fn adapt(&mut self, config: &RapConfig) -> Vec<String> {
+        let Some(sample) = self.monitor.latest().cloned() else {
+            return Vec::new();
+        };
+        let views: Vec<CellView> = sample
+            .cells
+            .iter()
+            .filter_map(|c| self.cell_view(c))
+            .collect();
+        let held: Bandwidth = views
+            .iter()
+            .map(|v| {
+                Bandwidth::of(v.budget.runtime_ns, v.budget.period_ns)
+                    .times(u64::from(v.reservations))
+            })
+            .sum();
+        let free: Bandwidth = self.state.ledger.cores().iter().map(|c| c.free()).sum();
+        let mut lines = Vec::new();
+        let mut changed = std::collections::BTreeSet::new();
+        for change in rap::plan(&views, held + free, config) {
+            // As its owner: a grow stays within the owner's quota.
+            let owner = self
+                .state
+                .cells
+                .get(&change.cell)
+                .map_or(0, |c| c.owner.uid);
+            let line = match self.resize_cell(&change.cell, change.to, !change.is_shrink(), owner) {
+                Ok(reply) if reply.budget != change.to => {
+                    format!("{change}; admitted {} µs", reply.budget.runtime_ns / 1000)
+                }
+                Ok(_) => change.to_string(),
+                Err(e) => format!("cell {}: not adapted ({e})", change.cell),
+            };
+            changed.insert(change.cell);
+            self.monitor.note_change(line.clone());
+            lines.push(line);
+        }
+        for view in &views {
+            let calm = self.calm.entry(view.name.clone()).or_insert(0);
+            *calm = match view.misses == 0 && !changed.contains(&view.name) {
+                true => calm.saturating_add(1),
+                false => 0,
+            };
+        }
+        self.calm
+            .retain(|name, _| self.state.cells.contains_key(name));
+        lines
+    }
+
+    /// A sampled bandwidth cell as the adaptation policy sees it.
+    fn cell_view(&self, cell: &CellSample) -> Option<CellView> {
+        let request = &self.state.ledger.grant(&cell.name)?.request;
+        let budget = request.budget?;
+        Some(CellView {
+            name: cell.name.clone(),
+            budget,
+            reservations: cell.reservations as u32,
+            // A time-triggered window's deadline is its runtime: no resize
+            // keeps it.
+            pinned: request.pinned || request.policy == CellPolicy::TimeTriggered,
+            weight: request.weight,
+            floor_ns: 0,
+            used_ns: cell.used_ns,
+            misses: cell.misses + cell.xruns,
+            calm: self.calm.get(&cell.name).copied().unwrap_or(0),
+        })
     }
 
     pub fn status(&self) -> StatusReport {

@@ -16,9 +16,10 @@
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
+use tessera_policy::rap::RapConfig;
 use tessera_policy::Bandwidth;
 
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Group allowed to connect; the socket is then mode 0660.
@@ -36,6 +37,30 @@ pub struct Config {
     /// Audio servers the daemon keeps guarded (`tessera guard`).
     #[serde(default)]
     pub guard: Vec<GuardEntry>,
+    /// How often the monitor samples every cell, ms.
+    #[serde(default = "default_monitor_ms")]
+    pub monitor_interval_ms: u64,
+    /// The RAP service's adaptation of budgets (off unless `enabled`).
+    #[serde(default)]
+    pub adaptation: RapConfig,
+}
+
+fn default_monitor_ms() -> u64 {
+    1000
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            socket_group: None,
+            socket_world: false,
+            default_quota: None,
+            quota: BTreeMap::new(),
+            guard: Vec::new(),
+            monitor_interval_ms: default_monitor_ms(),
+            adaptation: RapConfig::default(),
+        }
+    }
 }
 
 /// A `[[guard]]` table: a server the daemon keeps a `tessera guard` for,
@@ -113,6 +138,17 @@ impl Config {
                 g.server
             ));
         }
+        if !(100..=60_000).contains(&config.monitor_interval_ms) {
+            return Err(format!(
+                "{}: monitor_interval_ms = {} (fix: give 100 to 60000)",
+                path.display(),
+                config.monitor_interval_ms
+            ));
+        }
+        config
+            .adaptation
+            .validate()
+            .map_err(|e| format!("{}: [adaptation] {e}", path.display()))?;
         for (user, q) in &config.quota {
             if !(0.0..=1024.0).contains(q) {
                 return Err(format!(

@@ -11,7 +11,7 @@ use crate::config::{group_id, Config};
 use crate::paths::Paths;
 use crate::protocol::{HelloReply, Request, RequestLine, Response, WireError, PROTOCOL_VERSION};
 use crate::registry::ServiceEntry;
-use crate::state::{Owner, ProcessId};
+use crate::state::{Owner, ProcessId, Reported};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -107,6 +107,21 @@ pub fn handle(
             json(serde_json::to_value(broker.open_service(&name, &peer)?))
         }
         Request::ListServices => json(serde_json::to_value(broker.list_services())),
+        Request::Report {
+            cell,
+            misses,
+            xruns,
+        } => json(serde_json::to_value(broker.report(
+            &cell,
+            Reported { misses, xruns },
+            peer.uid,
+        )?)),
+        Request::Monitor {
+            since_ms,
+            fresh_within_ms,
+        } => json(serde_json::to_value(
+            broker.monitor(since_ms, fresh_within_ms),
+        )),
     }
 }
 
@@ -266,6 +281,7 @@ pub fn run(
             }
         })
         .map_err(|e| BrokerError::new("internal", format!("start the reaper: {e}"), ""))?;
+    start_monitor(Arc::clone(&broker), &config)?;
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
         let b = Arc::clone(&broker);
@@ -275,4 +291,31 @@ pub fn run(
     }
     drop(lock);
     Ok(())
+}
+
+/// The RAP service's coarse loop: samples every cell each monitor interval
+/// and, when adaptation is enabled, adapts the budgets each adaptation
+/// interval, logging every change with its reason.
+fn start_monitor(broker: Arc<Mutex<Broker>>, config: &Config) -> Result<(), BrokerError> {
+    let every = Duration::from_millis(config.monitor_interval_ms);
+    let adaptation = config.adaptation.clone();
+    let adapt_every = Duration::from_millis(adaptation.interval_ms);
+    std::thread::Builder::new()
+        .name("tessera-monitor".into())
+        .spawn(move || {
+            let mut last_adapted = std::time::Instant::now();
+            loop {
+                std::thread::sleep(every);
+                let mut broker = broker.lock().unwrap_or_else(|p| p.into_inner());
+                broker.sample();
+                if adaptation.enabled && last_adapted.elapsed() >= adapt_every {
+                    last_adapted = std::time::Instant::now();
+                    for line in broker.adapt(&adaptation) {
+                        eprintln!("tessera daemon: adapted {line}");
+                    }
+                }
+            }
+        })
+        .map(drop)
+        .map_err(|e| BrokerError::new("internal", format!("start the monitor: {e}"), ""))
 }

@@ -4,6 +4,10 @@
 //! or leaked — dead clients' cells are released, a killed broker recovers
 //! from its state file, `reset` restores the machine exactly.
 //!
+//! It watches what it granted ([`monitor`]: per cell and thread, the budget
+//! and the CPU used per period, the misses and xruns reported, as a time
+//! series) and, when configured, adapts the cells' budgets from it.
+//!
 //! Services (the network service, …) register a name and a socket with the
 //! broker, and clients open them by name, checked against each service's
 //! policy ([`registry`]).
@@ -18,6 +22,7 @@ pub mod config;
 pub mod daemon;
 pub mod facts;
 pub mod layout;
+pub mod monitor;
 pub mod paths;
 pub mod placement;
 pub mod protocol;

@@ -43,6 +43,11 @@ impl Paths {
         self.dir.join("state.json")
     }
 
+    /// The monitor's time series (one JSON sample per line).
+    pub fn monitor(&self) -> PathBuf {
+        self.dir.join("monitor.jsonl")
+    }
+
     pub fn lock(&self) -> PathBuf {
         self.dir.join("broker.lock")
     }

@@ -82,6 +82,27 @@ pub enum Request {
         name: String,
     },
     ListServices,
+    /// Add deadline misses and xruns (since the last report) to a cell's
+    /// counters: the cell's owner reports what its programs saw.
+    Report {
+        cell: String,
+        #[serde(default)]
+        misses: u64,
+        #[serde(default)]
+        xruns: u64,
+    },
+    /// The monitor's samples after `since_ms` (Unix ms; all without), a
+    /// fresh one first if the newest is older than `fresh_within_ms`.
+    Monitor {
+        #[serde(default)]
+        since_ms: Option<u64>,
+        #[serde(default = "default_freshness")]
+        fresh_within_ms: u64,
+    },
+}
+
+fn default_freshness() -> u64 {
+    1000
 }
 
 /// The envelope of a request line.

@@ -12,12 +12,14 @@ use crate::broker::BrokerError;
 use crate::broker::{Broker, ResetReport};
 use crate::config::Config;
 use crate::daemon::handle;
+use crate::monitor::Sample;
 use crate::paths::Paths;
 use crate::protocol::{
     CellInfo, HelloReply, Request, RequestLine, ResizeReply, Response, StatusReport,
     PROTOCOL_VERSION,
 };
 use crate::registry::{ServiceEntry, ServiceInfo, ServicePolicy};
+use crate::state::Reported;
 use serde::de::DeserializeOwned;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -365,6 +367,29 @@ impl Session {
     pub fn open_service(&mut self, name: &str) -> Result<UnixStream, BrokerError> {
         let entry: ServiceEntry = self.typed(Request::OpenService { name: name.into() })?;
         connect_service(&entry)
+    }
+
+    /// Adds misses and xruns (since the last report) to `cell`'s counters;
+    /// returns its totals.
+    pub fn report(&mut self, cell: &str, misses: u64, xruns: u64) -> Result<Reported, BrokerError> {
+        self.typed(Request::Report {
+            cell: cell.into(),
+            misses,
+            xruns,
+        })
+    }
+
+    /// The monitor's samples after `since_ms` (Unix ms), with one taken now
+    /// if the newest is older than `fresh_within_ms`.
+    pub fn monitor(
+        &mut self,
+        since_ms: Option<u64>,
+        fresh_within_ms: u64,
+    ) -> Result<Vec<Sample>, BrokerError> {
+        self.typed(Request::Monitor {
+            since_ms,
+            fresh_within_ms,
+        })
     }
 
     /// The registered services, each with whether its process still runs.

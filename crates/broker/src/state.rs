@@ -78,6 +78,17 @@ pub struct CellState {
     pub owner: Owner,
     pub members: Vec<Member>,
     pub created_unix: u64,
+    /// What the cell's programs reported so far (absent from state files
+    /// written before monitoring existed).
+    #[serde(default)]
+    pub reported: Reported,
+}
+
+/// Deadline misses and xruns a cell's programs reported, cumulative.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Reported {
+    pub misses: u64,
+    pub xruns: u64,
 }
 
 /// Machine settings found before tessera changed them.

@@ -123,6 +123,9 @@ pub enum Command {
         #[command(subcommand)]
         service: crate::serve::ServeCommand,
     },
+    /// A live view of the cells: budget set and used, load, misses and xruns per second.
+    #[command(after_help = crate::top::EXAMPLES)]
+    Top(crate::top::TopArgs),
     /// The render service's clients: its status, a snapshot of its screen, the video player.
     #[command(after_help = crate::render::RENDER_EXAMPLES)]
     Render {
@@ -239,6 +242,19 @@ pub enum CellCommand {
     Detach {
         #[arg(long)]
         tid: i32,
+    },
+    /// Tell the broker's monitor of misses and xruns a cell's program saw (its owner or root).
+    #[command(after_help = "Examples:\n  \
+        tessera cell report synth --xruns 1        # what an audio program's xrun callback saw\n  \
+        tessera cell report video --misses 3 --json")]
+    Report {
+        name: String,
+        #[arg(long, default_value_t = 0)]
+        misses: u64,
+        #[arg(long, default_value_t = 0)]
+        xruns: u64,
+        #[arg(long)]
+        json: bool,
     },
     /// Change a cell's budget through admission; its threads get it at once.
     #[command(after_help = "Examples:\n  \

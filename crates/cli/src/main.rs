@@ -15,6 +15,7 @@ mod serve;
 mod services;
 mod show;
 mod synth;
+mod top;
 mod trace;
 mod video;
 
@@ -74,6 +75,7 @@ fn run(cli: Cli) -> Result<ExitCode, BrokerError> {
         },
         Command::Net { command } => net::run(command),
         Command::Render { command } => render::run(command),
+        Command::Top(args) => top::run(args),
     }
 }
 
@@ -114,6 +116,20 @@ fn cell(command: CellCommand) -> Result<ExitCode, BrokerError> {
             Ok(ExitCode::SUCCESS)
         }
         CellCommand::Exec { cell, command } => follow::exec(session, &cell, &command),
+        CellCommand::Report {
+            name,
+            misses,
+            xruns,
+            json,
+        } => {
+            let total = session.report(&name, misses, xruns)?;
+            show::print(json, &total, |t| {
+                format!(
+                    "cell {name:?}: {} misses and {} xruns reported in all\n",
+                    t.misses, t.xruns
+                )
+            })
+        }
         CellCommand::Resize(r) => {
             let policy = session.show(&r.name)?.grant.request.policy;
             let budget = r.budget(policy == tessera_policy::CellPolicy::TimeTriggered)?;

@@ -782,3 +782,148 @@ fn the_render_service_gives_an_sla_its_own_cell_outlives_a_killed_player_and_giv
     assert!(status.success(), "stopped by SIGTERM: {status}");
     assert!(served_cells(&m).is_empty(), "every cell given back");
 }
+
+/// A busy loop at SCHED_FIFO 5, as an audio program's thread would be.
+fn busy_loop(m: &mut Machine) -> u32 {
+    m.spawn(Command::new("chrt").args(["-f", "5", "sh", "-c", "while :; do :; done"]))
+}
+
+/// The newest sample of `cell` the monitor has.
+fn sampled(m: &Machine, cell: &str) -> Option<serde_json::Value> {
+    let sample = m.json(&["top", "--json", "-n", "1", "-d", "0.2"]);
+    sample["cells"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == cell)
+        .cloned()
+}
+
+fn budget_us(m: &Machine, cell: &str) -> u64 {
+    m.json(&["cell", "show", cell, "--json"])["grant"]["request"]["budget"]["runtime_ns"]
+        .as_u64()
+        .unwrap()
+        / 1000
+}
+
+#[test]
+fn the_monitor_sees_use_and_reports_shows_them_in_top_and_continues_across_a_daemon_restart() {
+    let Some(mut m) = privileged("monitor") else {
+        return;
+    };
+    let config = m.dir.join("daemon.toml");
+    std::fs::write(&config, "monitor_interval_ms = 200\n").unwrap();
+    let daemon = m.start_daemon(Some(&config));
+    let create = |m: &Machine, name: &str, runtime: &str, extra: &[&str]| {
+        let mut args = vec!["cell", "create", name, "--policy", "event-triggered"];
+        args.extend(["--runtime", runtime, "--period", "10ms"]);
+        args.extend(extra);
+        m.ok(&args);
+    };
+    create(&m, "busy", "1ms", &[]);
+    create(&m, "quiet", "500us", &["--pinned"]);
+    let hog = busy_loop(&mut m);
+    m.ok(&["cell", "attach", "busy", "--pid", &hog.to_string()]);
+    m.ok(&["cell", "report", "busy", "--misses", "2"]);
+    wait_until("the monitor sees the busy cell use its budget", || {
+        sampled(&m, "busy").is_some_and(|c| {
+            c["used_ns"].as_u64().is_some_and(|u| u > 500_000) && c["misses_total"] == 2
+        })
+    });
+    let top = m.ok(&["top", "-b", "-n", "1", "-s", "name", "--threads"]);
+    let busy = top
+        .lines()
+        .position(|l| l.starts_with("busy "))
+        .expect(&top);
+    let quiet = top
+        .lines()
+        .position(|l| l.starts_with("quiet "))
+        .expect(&top);
+    assert!(busy < quiet, "sorted by name: {top}");
+    assert!(
+        top.contains("1000µs/10000µs") && top.contains("500µs/10000µs"),
+        "{top}"
+    );
+    assert!(top.lines().nth(quiet).unwrap().ends_with("pinned"), "{top}");
+    assert!(top.contains(&format!("└ {hog}")), "its thread: {top}");
+    let restart = tessera_broker::monitor::unix_ms();
+    m.kill(daemon);
+    m.start_daemon(Some(&config));
+    m.ok(&["cell", "report", "busy", "--misses", "1"]);
+    wait_until("the restarted daemon's monitor continues", || {
+        sampled(&m, "busy").is_some_and(|c| c["misses_total"] == 3 && c["used_ns"].is_u64())
+    });
+    std::env::set_var("TESSERA_RUN_DIR", &m.dir);
+    let series = tessera_broker::Session::connect()
+        .unwrap()
+        .monitor(None, 60_000)
+        .unwrap();
+    assert!(
+        series.iter().any(|s| s.t_unix_ms < restart),
+        "samples from before"
+    );
+    assert!(
+        series.iter().any(|s| s.t_unix_ms > restart),
+        "and after the restart"
+    );
+}
+
+#[test]
+fn adaptation_grows_a_cell_that_misses_within_admission_shrinks_an_idle_one_and_leaves_a_pinned_one(
+) {
+    let Some(mut m) = privileged("adaptation") else {
+        return;
+    };
+    let config = m.dir.join("daemon.toml");
+    std::fs::write(
+        &config,
+        "monitor_interval_ms = 200\n[adaptation]\nenabled = true\ninterval_ms = 400\npatience = 2\n",
+    )
+    .unwrap();
+    m.start_daemon(Some(&config));
+    let create = |m: &Machine, name: &str, runtime: &str, extra: &[&str]| {
+        let mut args = vec!["cell", "create", name, "--policy", "event-triggered"];
+        args.extend(["--runtime", runtime, "--period", "10ms", "--core-list", "1"]);
+        args.extend(extra);
+        m.ok(&args);
+    };
+    // Core 1 holds 0.9 of a core for reservations: the pinned 0.6 leaves
+    // the busy cell room to grow to 0.3 at most, beside the idle 0.1's
+    // shrinking.
+    create(&m, "fixed", "6ms", &["--pinned"]);
+    create(&m, "busy", "1ms", &[]);
+    create(&m, "idle", "1ms", &[]);
+    let hog = busy_loop(&mut m);
+    m.ok(&["cell", "attach", "busy", "--pid", &hog.to_string()]);
+    let fixed_hog = busy_loop(&mut m);
+    m.ok(&["cell", "attach", "fixed", "--pid", &fixed_hog.to_string()]);
+    let sleeper = m.spawn(Command::new("chrt").args(["-f", "5", "sleep", "60"]));
+    m.ok(&["cell", "attach", "idle", "--pid", &sleeper.to_string()]);
+    wait_until("the busy cell grows as it misses", || {
+        m.ok(&["cell", "report", "busy", "--misses", "1"]);
+        budget_us(&m, "busy") > 1000
+    });
+    wait_until("the idle cell shrinks after its patience", || {
+        budget_us(&m, "idle") < 1000
+    });
+    // It keeps missing: it grows until admission stops it.
+    for _ in 0..20 {
+        m.ok(&["cell", "report", "busy", "--misses", "1"]);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (busy, idle, fixed) = (
+        budget_us(&m, "busy"),
+        budget_us(&m, "idle"),
+        budget_us(&m, "fixed"),
+    );
+    assert_eq!(fixed, 6000, "the pinned cell is never changed");
+    assert!(
+        busy + idle + fixed <= 9000,
+        "core 1's capacity holds: busy {busy} µs, idle {idle} µs, fixed {fixed} µs"
+    );
+    assert!(busy >= 2000, "the busy cell took what was free: {busy} µs");
+    assert!(
+        policy_of(hog).contains(&format!("runtime {busy} µs")),
+        "its thread has the new budget: {}",
+        policy_of(hog)
+    );
+}

@@ -493,8 +493,10 @@ impl Guard {
         }
         // PipeWire never reports xruns to JACK clients: a skipped period
         // is an overrun too.
-        if now.xruns > before.xruns || now.skipped > before.skipped {
+        let overruns = (now.xruns + now.skipped).saturating_sub(before.xruns + before.skipped);
+        if overruns > 0 {
             self.bump(|_| true, Adaptive::on_xrun);
+            self.report_xruns(overruns, log);
         }
         if now.joins > before.joins || now.leaves > before.leaves {
             self.rescan_clients();
@@ -509,6 +511,17 @@ impl Guard {
             self.period_ns = period;
             for r in self.reserved.values_mut() {
                 let _ = r.controller.set_audio_period(period);
+            }
+        }
+    }
+
+    /// Tells the broker's monitor of the graph's overruns: each of the
+    /// server's reserved threads' cells counts them (an xrun is the whole
+    /// graph's).
+    fn report_xruns(&mut self, overruns: u64, log: &mut Vec<String>) {
+        for r in self.reserved.values() {
+            if let Err(e) = self.session.report(&r.cell, 0, overruns) {
+                log.push(format!("xruns not reported for cell {:?}: {e}", r.cell));
             }
         }
     }

@@ -12,6 +12,8 @@
 //!   placement of reservations on cores.
 //! - [`mclock`]: the network service's flows: reservation, weight and limit
 //!   (mClock tags), admission against link and CPU, pacing of the total.
+//! - [`rap`]: the RAP service's adaptation: budgets grown on misses with
+//!   demand, shrunk when underused, contested capacity split by weight.
 //! - [`sla`]: the render service's SLAs: probe costs per request kind, the
 //!   terms offered (reservation, gate, service times), the request gate.
 
@@ -21,6 +23,7 @@ pub mod cell;
 pub mod edf;
 pub mod ledger;
 pub mod mclock;
+pub mod rap;
 pub mod sla;
 
 pub use adaptive::{

@@ -13,7 +13,8 @@
 //! start, so a miss never cascades (see `worker` for the exact policy).
 //! Misses and reservation overruns (SIGXCPU from `SCHED_FLAG_DL_OVERRUN`)
 //! are counted per task and reported to [`Notifications`] on a non-real-time
-//! thread. Without privileges the runtime still runs and says it is
+//! thread; [`BrokerReport`] sends the misses on to the broker's monitor.
+//! Without privileges the runtime still runs and says it is
 //! best-effort ([`Guarantee`]).
 //!
 //! ```no_run
@@ -36,6 +37,7 @@
 mod cell;
 mod notify;
 mod queue;
+mod report;
 mod runtime;
 mod stats;
 mod task;
@@ -43,6 +45,7 @@ mod worker;
 
 pub use cell::{join_hook, CellJoin};
 pub use notify::{Miss, NoNotifications, Notifications, Overrun};
+pub use report::{BrokerReport, REPORT_INTERVAL};
 pub use runtime::{
     Builder, Guarantee, RunReport, Runtime, RuntimeConfig, RuntimeError, TaskReport, WorkerInfo,
 };
