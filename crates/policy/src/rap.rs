@@ -16,11 +16,13 @@
 //!
 //! - **Never changed**: a pinned cell, and a cell with no measured thread
 //!   (`used_ns` is `None`).
-//! - **Grow**: it missed (`misses > 0`) and had demand, i.e. used at least
-//!   [`DEMAND_PCT`] % of its runtime: it wants max(runtime × (100 +
-//!   `grow_pct`) / 100, used × (100 + `headroom_pct`) / 100). A cell that
-//!   missed without using its budget missed for another reason than CPU, and
-//!   more runtime would not help: it is left as it is.
+//! - **Grow**: it had demand, i.e. used at least [`DEMAND_PCT`] % of its
+//!   runtime — whether it missed already ([`Reason::Missed`]) or not yet
+//!   ([`Reason::Pressed`]: a step up in demand is met before it costs
+//!   misses): it wants max(runtime × (100 + `grow_pct`) / 100, used × (100 +
+//!   `headroom_pct`) / 100). A cell that missed without using its budget
+//!   missed for another reason than CPU, and more runtime would not help: it
+//!   is left as it is.
 //! - **Shrink**: no miss, `calm` ≥ `patience` intervals since its last change
 //!   or miss, and used < `shrink_below_pct` % of its runtime: it wants
 //!   max(used × (100 + `headroom_pct`) / 100, `floor_ns`, [`MIN_RUNTIME_NS`]).
@@ -234,6 +236,9 @@ pub struct Change {
 pub enum Reason {
     /// It missed and had demand: grown.
     Missed { misses: u64, used_ns: u64 },
+    /// It did not miss yet but used nearly all it holds: grown before it
+    /// does (a step up in demand is met within an interval).
+    Pressed { used_ns: u64 },
     /// It used far less than it held for `calm` intervals: shrunk to use +
     /// headroom.
     Underused { used_ns: u64, calm: u32 },
@@ -254,6 +259,9 @@ impl fmt::Display for Reason {
         match self {
             Reason::Missed { misses, used_ns } => {
                 write!(f, "missed {misses}, used {}", fmt_us(*used_ns))
+            }
+            Reason::Pressed { used_ns } => {
+                write!(f, "used {}: nearly all it held", fmt_us(*used_ns))
             }
             Reason::Underused { used_ns, calm } => {
                 write!(f, "used {} for {calm} calm intervals", fmt_us(*used_ns))
@@ -332,7 +340,7 @@ fn want(cell: &CellView, config: &RapConfig) -> (u64, Option<Reason>) {
     };
     let had_demand = used as u128 * 100 >= current as u128 * DEMAND_PCT as u128;
     let underused = (used as u128 * 100) < current as u128 * config.shrink_below_pct as u128;
-    let target = if cell.misses > 0 {
+    let target = if cell.misses > 0 || had_demand {
         if !had_demand {
             return (current, None);
         }
@@ -346,10 +354,11 @@ fn want(cell: &CellView, config: &RapConfig) -> (u64, Option<Reason>) {
     };
     let reason = match target.cmp(&current) {
         std::cmp::Ordering::Equal => None,
-        std::cmp::Ordering::Greater => Some(Reason::Missed {
+        std::cmp::Ordering::Greater if cell.misses > 0 => Some(Reason::Missed {
             misses: cell.misses,
             used_ns: used,
         }),
+        std::cmp::Ordering::Greater => Some(Reason::Pressed { used_ns: used }),
         std::cmp::Ordering::Less => Some(Reason::Underused {
             used_ns: used,
             calm: cell.calm,
@@ -687,6 +696,20 @@ mod tests {
     }
 
     #[test]
+    fn a_cell_using_nearly_all_it_holds_grows_before_it_misses() {
+        let c = cell("video", 1000, 10_000, 950);
+        let changes = plan(&[c.clone()], Bandwidth::ONE, &config());
+        assert_eq!(changes[0].to.runtime_ns, 1250 * US);
+        assert_eq!(changes[0].reason, Reason::Pressed { used_ns: 950 * US });
+        assert!(changes[0]
+            .to_string()
+            .ends_with("(used 950 µs: nearly all it held)"));
+        // At 80 % of what it holds it stays.
+        let c = cell("video", 1250, 10_000, 1000);
+        assert!(plan(&[c], Bandwidth::ONE, &config()).is_empty());
+    }
+
+    #[test]
     fn a_miss_without_demand_changes_nothing() {
         let mut c = cell("synth", 300, 1000, 200);
         c.misses = 5;
@@ -1006,11 +1029,18 @@ mod tests {
                 prop_assert!(ch.to.runtime_ns >= lowest(c).min(c.budget.runtime_ns), "{}", ch);
                 if !ch.is_shrink() {
                     prop_assert!(ch.to.runtime_ns <= highest(c, &config), "{}", ch);
-                    prop_assert!(c.misses > 0, "{}", ch);
+                    // Grown: it had demand (it missed, or was pressed).
+                    let used = c.used_ns.unwrap_or(0) as u128;
+                    prop_assert!(
+                        used * 100 >= c.budget.runtime_ns as u128 * DEMAND_PCT as u128
+                            || matches!(ch.reason, Reason::Contested { .. }),
+                        "{}",
+                        ch
+                    );
                 }
                 prop_assert!(ch.to.runtime_ns <= ch.to.deadline_ns.max(ch.from.runtime_ns));
                 match ch.reason {
-                    Reason::Missed { .. } => prop_assert!(!ch.is_shrink()),
+                    Reason::Missed { .. } | Reason::Pressed { .. } => prop_assert!(!ch.is_shrink()),
                     Reason::Underused { .. } => prop_assert!(ch.is_shrink()),
                     Reason::Contested { wanted_ns, weight } => {
                         prop_assert!(ch.to.runtime_ns < wanted_ns);
