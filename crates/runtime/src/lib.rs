@@ -45,7 +45,7 @@ mod worker;
 
 pub use cell::{join_hook, CellJoin};
 pub use notify::{Miss, NoNotifications, Notifications, Overrun};
-pub use report::{BrokerReport, REPORT_INTERVAL};
+pub use report::{BrokerReport, CellReport, REPORT_INTERVAL};
 pub use runtime::{
     Builder, Guarantee, RunReport, Runtime, RuntimeConfig, RuntimeError, TaskReport, WorkerInfo,
 };

@@ -34,6 +34,7 @@ impl Reserve for InName {
             join: None,
             note: format!("{task}: {runtime_ns}/{period_ns} (test, not enforced)"),
             release: None,
+            misses: None,
         })
     }
 }

@@ -236,6 +236,7 @@ impl Reserve for Cells {
                 period_ns / 1000
             ),
             release: Some(release),
+            misses: Some(tessera_runtime::CellReport::new(name)),
         })
     }
 }
@@ -249,6 +250,7 @@ impl Reserve for NoReservations {
             join: None,
             note: self.0.clone(),
             release: None,
+            misses: None,
         })
     }
 }

@@ -55,6 +55,9 @@ pub struct Reservation {
     /// 10000 µs (SCHED_DEADLINE)", or best-effort and why).
     pub note: String,
     pub release: Option<Box<dyn FnOnce() + Send>>,
+    /// Where the misses of what runs in it go (the broker's monitor, for
+    /// a cell).
+    pub misses: Option<tessera_runtime::CellReport>,
 }
 
 impl Drop for Reservation {
@@ -329,6 +332,8 @@ struct Agreement {
     reservation: Reservation,
     stop: TaskStop,
     thread: JoinHandle<Option<()>>,
+    /// Late actions already reported to the reservation's cell.
+    late_reported: u64,
 }
 
 /// A client's connection.
@@ -373,6 +378,7 @@ impl control::ControlLoop for ControlThread {
 
     fn after_wake(&mut self) {
         self.take_probes();
+        self.report_late();
         while let Ok(entry) = self.front.retired.pop() {
             drop(entry);
         }
@@ -384,6 +390,22 @@ impl ControlThread {
         control::run_control(&mut self);
         for index in 0..self.connections.len() {
             self.close(index);
+        }
+    }
+
+    /// Tells each SLA's cell of its client's late actions (the broker's
+    /// monitor counts them as the cell's misses).
+    fn report_late(&mut self) {
+        for connection in self.connections.iter_mut().flatten() {
+            let late = connection.lane.counters.late.load(Ordering::Relaxed);
+            let Some(agreement) = &mut connection.agreement else {
+                continue;
+            };
+            let new = late.saturating_sub(agreement.late_reported);
+            if let Some(report) = agreement.reservation.misses.as_mut().filter(|_| new > 0) {
+                report.count(new, 0);
+                agreement.late_reported = late;
+            }
         }
     }
 
@@ -646,11 +668,13 @@ impl ControlThread {
         let gate = RequestGate::new(offer.max_per_second, offer.burst, offer.max_outstanding);
         self.front.send(Command::Agree { client, link, gate });
         let note = reservation.note.clone();
+        let late_reported = connection.lane.counters.late.load(Ordering::Relaxed);
         connection.agreement = Some(Agreement {
             offer,
             reservation,
             stop,
             thread,
+            late_reported,
         });
         Reply::Agreed { reservation: note }
     }
