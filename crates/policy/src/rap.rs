@@ -698,7 +698,7 @@ mod tests {
     #[test]
     fn a_cell_using_nearly_all_it_holds_grows_before_it_misses() {
         let c = cell("video", 1000, 10_000, 950);
-        let changes = plan(&[c.clone()], Bandwidth::ONE, &config());
+        let changes = plan(std::slice::from_ref(&c), Bandwidth::ONE, &config());
         assert_eq!(changes[0].to.runtime_ns, 1250 * US);
         assert_eq!(changes[0].reason, Reason::Pressed { used_ns: 950 * US });
         assert!(changes[0]
