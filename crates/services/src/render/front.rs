@@ -237,7 +237,9 @@ impl FrontEnd {
         let (commands_in, commands) = rtrb::RingBuffer::new(MAX_CLIENTS * 2);
         let (retired, retired_out) = rtrb::RingBuffer::new(MAX_CLIENTS * 2);
         let front = FrontEnd {
-            entries: Vec::with_capacity(MAX_CLIENTS),
+            // Room for as many clients again on their way out: a client
+            // that left stays until its last action is reported.
+            entries: Vec::with_capacity(MAX_CLIENTS * 2),
             commands,
             retired,
             best_effort,
@@ -279,7 +281,8 @@ impl FrontEnd {
         while let Ok(command) = self.commands.pop() {
             match command {
                 Command::Add(entry) => {
-                    // The control thread admits at most MAX_CLIENTS.
+                    // The control thread admits at most MAX_CLIENTS at once,
+                    // and leaving ones go within a task's action.
                     if self.entries.len() < self.entries.capacity() {
                         self.entries.push(entry);
                     }
@@ -298,6 +301,11 @@ impl FrontEnd {
                         // over now.
                         if std::mem::take(&mut entry.mid_action) {
                             entry.in_flight = entry.in_flight.saturating_sub(1);
+                        }
+                        // Its own task stops with it: what it had queued
+                        // there will never be reported.
+                        if entry.in_task == Target::Own {
+                            entry.in_flight = 0;
                         }
                     }
                 }
