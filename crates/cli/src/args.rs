@@ -126,6 +126,9 @@ pub enum Command {
     /// A live view of the cells: budget set and used, load, misses and xruns per second.
     #[command(after_help = crate::top::EXAMPLES)]
     Top(crate::top::TopArgs),
+    /// The demo's configuration with Group 2 for an hour: misses, RSS and open descriptors sampled each minute.
+    #[command(after_help = crate::soak::EXAMPLES)]
+    Soak(crate::soak::SoakArgs),
     /// The render service's clients: its status, a snapshot of its screen, the video player.
     #[command(after_help = crate::render::RENDER_EXAMPLES)]
     Render {

@@ -148,20 +148,24 @@ fn progress_line() -> impl FnMut(&Progress) {
             p.elapsed.min(p.total).as_secs_f64(),
             p.total.as_secs_f64()
         );
-        if terminal {
-            eprint!("\r{line}\x1b[K");
-            if done {
-                eprintln!();
-            }
-        } else {
-            let step = (p.index, p.elapsed.as_secs() / 10);
-            if last != Some(step) || done {
-                eprintln!("{line}");
-            }
-            last = Some(step);
-        }
-        let _ = std::io::stderr().flush();
+        let step = (p.index, p.elapsed.as_secs() / 10);
+        show_progress(terminal, &line, done, last != Some(step) || done);
+        last = Some(step);
     }
+}
+
+/// A progress line: redrawn in place on a terminal (and ended when
+/// `done`); in a log, printed when `log` says so.
+pub fn show_progress(terminal: bool, line: &str, done: bool, log: bool) {
+    if terminal {
+        eprint!("\r{line}\x1b[K");
+        if done {
+            eprintln!();
+        }
+    } else if log {
+        eprintln!("{line}");
+    }
+    let _ = std::io::stderr().flush();
 }
 
 fn print_outcome(results: &RunResults, dir: &std::path::Path, json: bool) -> ExitCode {

@@ -14,6 +14,7 @@ mod render;
 mod serve;
 mod services;
 mod show;
+mod soak;
 mod synth;
 mod top;
 mod trace;
@@ -76,6 +77,7 @@ fn run(cli: Cli) -> Result<ExitCode, BrokerError> {
         Command::Net { command } => net::run(command),
         Command::Render { command } => render::run(command),
         Command::Top(args) => top::run(args),
+        Command::Soak(args) => soak::run(args),
     }
 }
 

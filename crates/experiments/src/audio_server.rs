@@ -40,6 +40,15 @@ const GUARD_SETTLE: Duration = Duration::from_millis(300);
 /// The guard outlives the run by this much at most if nobody stops it.
 const GUARD_DEAD_MAN: Duration = Duration::from_secs(30);
 
+/// Where `tessera guard` puts its reservations and which broker it asks.
+pub(crate) struct GuardPlace {
+    /// Its `--core` (a CPU number, or `global`); None: the guard's default.
+    pub core: Option<String>,
+    /// The run directory of the broker it asks (`TESSERA_RUN_DIR`); None:
+    /// the one `tessera_broker::Session::connect` finds.
+    pub broker_dir: Option<PathBuf>,
+}
+
 /// A scratch directory of one configuration, removed when dropped.
 struct Scratch(PathBuf);
 
@@ -99,21 +108,44 @@ impl AudioServerRun {
             unreachable!("called for audio-server subjects only")
         };
         let sched = config.server.clone().expect("validated with the subject");
+        let guard = GuardPlace {
+            core: scenario.core.map(|c| c.to_string()),
+            broker_dir: None,
+        };
+        AudioServerRun::start_on(subject, sched, scenario.core, scenario.total(), &guard)
+    }
+
+    /// [`AudioServerRun::start`] from its parts: the server, its clients
+    /// and (under `ServerSched::Guard`) the guard, placed as `guard` says;
+    /// `core` is the scenario's, `total` the run's length.
+    pub(crate) fn start_on(
+        subject: &AudioServerSubject,
+        sched: ServerSched,
+        core: Option<usize>,
+        total: Duration,
+        guard: &GuardPlace,
+    ) -> Result<AudioServerRun, String> {
         let peer = servers::program_beside_us("tessera-jack-peer");
         if !servers::is_program(&peer) {
             return Err("tessera-jack-peer is not built: cargo build -p tessera-jack-peer".into());
         }
         let scratch = Scratch::create()?;
-        let core = pinned_core(&sched, scenario.core);
-        let server = start_server(subject, &sched, core, &scratch)?;
-        let peer = start_peer(&server, subject, core, scenario.total(), &scratch)?;
+        let pinned = pinned_core(&sched, core);
+        let server = start_server(subject, &sched, pinned, &scratch)?;
+        let peer = start_peer(&server, subject, pinned, total, &scratch)?;
         let guard = match &sched {
             ServerSched::Guard(settings) => {
                 let mut args = settings.args();
-                if let Some(core) = scenario.core {
-                    args.extend(["--core".to_string(), core.to_string()]);
+                if let Some(core) = &guard.core {
+                    args.extend(["--core".to_string(), core.clone()]);
                 }
-                Some(start_guard(&server, &args, &scratch, scenario.total())?)
+                Some(start_guard(
+                    &server,
+                    &args,
+                    &scratch,
+                    total,
+                    guard.broker_dir.as_deref(),
+                )?)
             }
             ServerSched::Fifo(_) => None,
         };
@@ -124,7 +156,7 @@ impl AudioServerRun {
             scratch,
             subject: subject.clone(),
             sched,
-            total: scenario.total(),
+            total,
             t0: None,
         })
     }
@@ -300,18 +332,23 @@ fn start_peer(
 }
 
 /// `tessera guard jackd --server NAME --pid PID …` (or `pipewire --pid
-/// PID …`), in the server's environment, recording into the scratch
-/// directory. Refused with the reason when this build has no guard.
+/// PID …`), in the server's environment (and `broker_dir`'s broker),
+/// recording into the scratch directory. Refused with the reason when this
+/// build has no guard.
 fn start_guard(
     server: &AudioServer,
     settings: &[String],
     scratch: &Scratch,
     total: Duration,
+    broker_dir: Option<&Path>,
 ) -> Result<GuardChild, String> {
     let tessera = servers::program_beside_us("tessera");
     guard_available(&tessera)?;
     let mut command = Command::new(&tessera);
     command.envs(server.client_env()).arg("guard");
+    if let Some(dir) = broker_dir {
+        command.env("TESSERA_RUN_DIR", dir);
+    }
     match server {
         AudioServer::Jack(jack) => command.args(["jackd", "--server", jack.name()]),
         AudioServer::PipeWire(_) => command.arg("pipewire"),

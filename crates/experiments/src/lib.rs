@@ -5,6 +5,7 @@
 //!
 //! It must never judge a result pass/fail: experiments report, tests assert.
 
+pub mod adaptation;
 pub mod audio_server;
 pub mod cells;
 pub mod isolation;
@@ -15,7 +16,9 @@ pub mod netphone;
 pub mod peer;
 pub mod peer_record;
 pub mod probe;
+pub mod render;
 pub mod runner;
 pub mod scenario;
 pub mod servers;
+pub mod soak;
 pub mod windows;

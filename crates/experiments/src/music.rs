@@ -16,15 +16,24 @@ use crate::net_service::{ServiceData, ServiceRun};
 use crate::runner::setup_for;
 use crate::scenario::{Configuration, Scenario, Sched, Subject};
 use tessera_measure::{Metric, Series};
-use tessera_music::app::{App, AppConfig, AppReport, Roles, ThreadHook, DEADLINE};
+use tessera_music::app::{App, AppConfig, AppReport, Roles, ThreadHook, Timings, DEADLINE};
 use tessera_music::emulator::{self, held_pads, EmulatorConfig, EmulatorReport};
 use tessera_music::lan::{self, Lan, LanError, Shaping};
+use tessera_music::windows::WindowSummary;
 use tessera_music::{protocol, EMULATOR_METRIC, LATENESS_METRIC, RESPONSE_METRIC, SERVICE_METRIC};
 
 /// The seed's §4.1 experiment as shipped (scenarios/seed-4.1.toml).
 pub const SEED_SCENARIO: &str = include_str!("../../../scenarios/seed-4.1.toml");
 /// Seconds per configuration of the shipped scenario at scale 1.
-const SEED_SECONDS: f64 = 180.0;
+pub(crate) const SEED_SECONDS: f64 = 180.0;
+/// Runs longer than this keep Δt per [`WINDOW`] instead of every package's
+/// (which, with the engine's profile of every cycle, takes over 3 KB a
+/// package: some 18 GB an hour).
+const LONG_RUN: Duration = Duration::from_secs(15 * 60);
+/// A long run's window of Δt.
+pub(crate) const WINDOW: Duration = Duration::from_secs(60);
+/// Packages a long run keeps the timing of (the last 12 s).
+const RECENT_PACKAGES: usize = 1 << 14;
 
 /// The shipped §4.1 scenario with each configuration lasting about
 /// `seconds`. Without CAP_SYS_NICE, only its two Group 1 configurations,
@@ -74,6 +83,8 @@ pub(crate) struct MusicRun {
     /// The veth pair to the SLABS's namespace; `None`: loopback.
     lan: Option<Lan>,
     sender: Option<JoinHandle<Result<Result<EmulatorReport, String>, LanError>>>,
+    /// The windows [`MusicRun::windows`] took, for the metrics at the end.
+    windows: Vec<WindowSummary>,
 }
 
 /// What they measured.
@@ -94,10 +105,32 @@ pub(crate) fn role<'a>(config: &'a Configuration, name: &str) -> &'a Sched {
         .map_or(&config.subject, |(_, s)| s)
 }
 
+/// Δt per [`WINDOW`], and the last packages' timings.
+pub(crate) fn windowed() -> Timings {
+    Timings::Windows {
+        window: WINDOW,
+        recent: RECENT_PACKAGES,
+    }
+}
+
 impl MusicRun {
     /// Starts the console, the synth cell's engine and the network service,
     /// each role joined as configured; the emulator waits for the release.
+    /// A run over [`LONG_RUN`] keeps Δt per window.
     pub(crate) fn start(scenario: &Scenario, config: &Configuration) -> Result<MusicRun, String> {
+        let timings = match scenario.total() > LONG_RUN {
+            true => windowed(),
+            false => Timings::Every,
+        };
+        MusicRun::start_with(scenario, config, timings)
+    }
+
+    /// [`MusicRun::start`], keeping `timings`.
+    pub(crate) fn start_with(
+        scenario: &Scenario,
+        config: &Configuration,
+        timings: Timings,
+    ) -> Result<MusicRun, String> {
         let Subject::Music {
             pads,
             x,
@@ -167,6 +200,7 @@ impl MusicRun {
                 console: hook("console"),
             },
             package_log: None,
+            timings,
         })
         .map_err(|e| e.to_string())?;
         emulator.to = app.local_addr();
@@ -178,7 +212,15 @@ impl MusicRun {
             service,
             lan,
             sender: None,
+            windows: Vec::new(),
         })
+    }
+
+    /// The windows of Δt closed since the last call (`Timings::Windows`).
+    pub(crate) fn windows(&mut self) -> Vec<WindowSummary> {
+        let new = self.app.windows();
+        self.windows.extend_from_slice(&new);
+        new
     }
 
     /// Starts the emulator at `t0`, on a thread scheduled as the `slabs`
@@ -223,7 +265,11 @@ impl MusicRun {
         };
         // The service's counters of the music flow, read while it lives.
         let status = self.service.as_ref().map(ServiceRun::status);
-        let app = self.app.stop().map_err(|e| e.to_string());
+        let taken = self.windows;
+        let app = self.app.stop().map_err(|e| e.to_string()).map(|mut app| {
+            app.windows.splice(0..0, taken);
+            app
+        });
         let service = self
             .service
             .zip(status)
@@ -234,6 +280,16 @@ impl MusicRun {
             network: tessera_music::network_name(self.lan.is_some()),
             service,
         }
+    }
+}
+
+impl MusicData {
+    /// Every window of Δt (`Timings::Windows`), oldest first.
+    pub(crate) fn windows(&self) -> Vec<WindowSummary> {
+        self.app
+            .as_ref()
+            .map(|a| a.windows.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -250,9 +306,6 @@ pub(crate) fn metrics(data: MusicData, warmup: Duration) -> (Vec<Metric>, Vec<St
     let through_service = data.service.is_some();
     match data.app {
         Ok(app) => {
-            let warmup_packages = warmup.as_nanos() as u64 / protocol::package_period_ns();
-            let measured =
-                &app.network.timings[(warmup_packages as usize).min(app.network.timings.len())..];
             // Through the service, t2 is when the answer went to it; the
             // service's own Δt (to the socket) is the seed's.
             let name = match through_service {
@@ -262,14 +315,18 @@ pub(crate) fn metrics(data: MusicData, warmup: Duration) -> (Vec<Metric>, Vec<St
             let mut response = Metric::latency(name, Some(deadline_us), app.response.clone());
             // Counted on the exact values: the histogram's 3 significant
             // digits would round a response just past the deadline onto it.
-            let deadline_ns = DEADLINE.as_nanos() as u64;
-            response.summary.misses = Some(
-                measured
-                    .iter()
-                    .filter(|t| t.response_ns() > deadline_ns)
-                    .count() as u64,
-            );
-            response.series = vec![worst_per_bucket(measured)];
+            response.summary.misses = Some(app.misses);
+            response.series = vec![match app.timings {
+                Timings::Every => {
+                    let warmup_packages = warmup.as_nanos() / protocol::package_period_ns() as u128;
+                    let timings = &app.network.timings;
+                    worst_per_bucket(&timings[(warmup_packages as usize).min(timings.len())..])
+                }
+                Timings::Windows { window, .. } => {
+                    notes.push(windows_note(&app, window));
+                    worst_per_window(&app.windows, window)
+                }
+            }];
             metrics.push(response);
             metrics.push(Metric::latency(SERVICE_METRIC, None, app.service.clone()));
             metrics.push(Metric::latency(
@@ -282,10 +339,7 @@ pub(crate) fn metrics(data: MusicData, warmup: Duration) -> (Vec<Metric>, Vec<St
                 app.cycles, app.xruns, app.node_panics, app.malformed_packages
             ));
             notes.push(tessera_music::network_note(&app.network));
-            notes.push(tessera_music::miss_note(
-                &app.network.timings,
-                warmup_packages,
-            ));
+            notes.push(tessera_music::misses_note(app.misses, app.sender_misses));
             notes.push(format!(
                 "console: {} lines, {} dropped",
                 app.console.lines, app.console.dropped
@@ -320,6 +374,32 @@ pub(crate) fn metrics(data: MusicData, warmup: Duration) -> (Vec<Metric>, Vec<St
         Err(e) => notes.push(e),
     }
     (metrics, notes)
+}
+
+/// What a run of `Timings::Windows` kept.
+fn windows_note(app: &AppReport, window: Duration) -> String {
+    format!(
+        "a long run: Δt kept per {:.0} s window ({} windows, {} lost) and over the run, \
+         the timings of the last {} packages only, the synth cell's CPU time per cycle of its \
+         last {} cycles",
+        window.as_secs_f64(),
+        app.windows.len(),
+        app.lost_windows,
+        app.network.timings.len(),
+        app.cycle_cpu.count()
+    )
+}
+
+/// Δt over time in a long run: the worst of each window, at its start.
+fn worst_per_window(windows: &[WindowSummary], window: Duration) -> Series {
+    let mut series = Series::with_capacity(RESPONSE_METRIC, "us", windows.len());
+    for w in windows.iter().filter(|w| w.packages > 0) {
+        series.push(
+            w.index as f64 * window.as_secs_f64(),
+            w.max_ns as f64 / 1000.0,
+        );
+    }
+    series
 }
 
 /// Δt over time: the worst of each [`SERIES_BUCKET_NS`].

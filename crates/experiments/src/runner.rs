@@ -8,12 +8,14 @@
 //! It must never judge a result, and never leave a cell, a thread or a
 //! process behind: every configuration ends in [`Live::finish`], error or not.
 
+use crate::adaptation;
 use crate::audio_server;
 use crate::cells::{setup_thread, Cells};
 use crate::media;
 use crate::music;
 use crate::netphone;
 use crate::probe;
+use crate::render;
 use crate::scenario::{
     Configuration, GraphNode, Interference, LoadKind, Scenario, Sched, Subject, Tool,
 };
@@ -135,6 +137,8 @@ pub fn write_report(results: &RunResults, dir: &Path) -> Result<(), BrokerError>
     let mut extra = probe::report_section(results, dir).map_err(err)?;
     extra.push_str(&audio_server::report_section(results));
     extra.push_str(&netphone::report_section(results));
+    extra.push_str(&render::report_section(results, dir).map_err(err)?);
+    extra.push_str(&adaptation::report_section(results));
     if !extra.is_empty() {
         let mut text = std::fs::read_to_string(&files.readme).map_err(|e| err(e.to_string()))?;
         text.push_str(&extra);
@@ -176,6 +180,8 @@ enum SubjectRun {
     Cyclictest(probe::Cyclictest),
     AudioServer(Box<audio_server::AudioServerRun>),
     Netphone(Box<netphone::NetphoneRun>),
+    Render(Box<render::RenderRun>),
+    Demand(Box<adaptation::DemandRun>),
 }
 
 struct GraphRun {
@@ -205,6 +211,8 @@ enum SubjectData {
     Cyclictest(Result<LatencyHistogram, String>),
     AudioServer(Box<audio_server::AudioServerData>),
     Netphone(Box<netphone::NetphoneData>),
+    Render(Box<render::RenderData>),
+    Demand(Box<adaptation::DemandData>),
 }
 
 impl Live {
@@ -215,6 +223,8 @@ impl Live {
             Some(SubjectRun::Music(m)) => m.release(t0)?,
             Some(SubjectRun::AudioServer(a)) => a.release(t0)?,
             Some(SubjectRun::Netphone(n)) => n.release(t0),
+            Some(SubjectRun::Render(r)) => r.release(t0)?,
+            Some(SubjectRun::Demand(d)) => d.release(t0)?,
             _ => {}
         }
         self.periodic.iter().for_each(|(_, t)| t.start(t0));
@@ -247,6 +257,8 @@ impl Live {
             SubjectRun::Music(m) => SubjectData::Music(Box::new(m.finish())),
             SubjectRun::AudioServer(a) => SubjectData::AudioServer(Box::new(a.finish())),
             SubjectRun::Netphone(n) => SubjectData::Netphone(Box::new(n.finish())),
+            SubjectRun::Render(r) => SubjectData::Render(Box::new(r.finish())),
+            SubjectRun::Demand(d) => SubjectData::Demand(Box::new(d.finish())),
         });
         let periodic = self.periodic.into_iter().map(|(_, t)| t.join()).collect();
         notes.extend(self.threads.into_iter().map(|t| t.join().describe()));
@@ -340,6 +352,12 @@ fn start_subject(scenario: &Scenario, config: &Configuration) -> Result<SubjectR
             .map(|a| SubjectRun::AudioServer(Box::new(a))),
         (Subject::Netphone(_), _) => netphone::NetphoneRun::start(scenario, config)
             .map(|n| SubjectRun::Netphone(Box::new(n))),
+        (Subject::Render(_), _) => {
+            render::RenderRun::start(scenario, config).map(|r| SubjectRun::Render(Box::new(r)))
+        }
+        (Subject::ChangingDemand(_), _) => {
+            adaptation::DemandRun::start(scenario, config).map(|d| SubjectRun::Demand(Box::new(d)))
+        }
     }
 }
 
@@ -633,6 +651,7 @@ fn collect(
             .as_ref()
             .map(|s| s.describe())
             .unwrap_or_default(),
+        [] if config.demand.is_some() => config.demand.map(|d| d.describe()).unwrap_or_default(),
         [] => config.subject.describe(),
         roles => roles
             .iter()
@@ -695,6 +714,16 @@ fn collect(
             let (phone_metrics, phone_notes) = netphone::metrics(*data, scenario.warmup);
             metrics.extend(phone_metrics);
             notes.extend(phone_notes);
+        }
+        Some(SubjectData::Render(data)) => {
+            let (render_metrics, render_notes) = render::metrics(*data);
+            metrics.extend(render_metrics);
+            notes.extend(render_notes);
+        }
+        Some(SubjectData::Demand(data)) => {
+            let (demand_metrics, demand_notes) = adaptation::metrics(*data, scenario, t0);
+            metrics.extend(demand_metrics);
+            notes.extend(demand_notes);
         }
         None => {}
     }

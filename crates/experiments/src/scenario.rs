@@ -1,7 +1,8 @@
 //! Scenario files: the TOML description of an experiment — cells, the
 //! subject measured (a periodic task, an audio graph, the latency probe,
 //! the music application, a real audio server: [`audio_server`], the
-//! netphone: [`netphone`]),
+//! netphone: [`netphone`], video players on the render service: [`render`],
+//! cells whose demand changes, for the RAP service: [`adaptation`]),
 //! interference, duration and warm-up, and the named configurations run
 //! back to back. docs/scenarios.md documents every key.
 //!
@@ -19,15 +20,21 @@ use std::time::Duration;
 use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest, Placement};
 use toml::Spanned;
 
+mod adaptation;
 mod audio_server;
 mod net_service;
 mod netphone;
+mod render;
+pub use adaptation::{
+    Burst, ChangingDemand, DemandSettings, JackLoad, Sizing, SteadyAudio, VideoDemand,
+};
 pub use audio_server::{AudioClient, AudioServerSubject, GuardSettings, ServerKind, ServerSched};
 pub use net_service::ServicePlan;
 pub use netphone::{
     NetphoneSettings, NetphoneSubject, ROLES as NETPHONE_ROLES,
     SERVICE_ROLE as NETPHONE_SERVICE_ROLE,
 };
+pub use render::{PlayerGroup, RenderServer, RenderSettings, RenderSubject};
 
 /// Why a scenario was refused: where, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,6 +170,12 @@ pub enum Subject {
     AudioServer(AudioServerSubject),
     /// Seed 004's netphone across an emulated LAN: T1–T4 of every packet.
     Netphone(NetphoneSubject),
+    /// Seed 003's video players on the render service or its baseline:
+    /// t_fb − t_req of every frame.
+    Render(RenderSubject),
+    /// The RAP service's experiment: cells whose demand changes over time,
+    /// budgets static or adapted by a daemon of each configuration's own.
+    ChangingDemand(ChangingDemand),
 }
 
 /// An interference workload.
@@ -250,6 +263,11 @@ pub struct Configuration {
     pub service: Option<ServicePlan>,
     /// How a netphone subject runs (None for other subjects).
     pub netphone: Option<NetphoneSettings>,
+    /// How a render subject runs (None for other subjects).
+    pub render: Option<RenderSettings>,
+    /// How a changing-demand subject's budgets are set (None for other
+    /// subjects).
+    pub demand: Option<DemandSettings>,
 }
 
 /// A validated scenario.
@@ -289,6 +307,11 @@ impl Configuration {
     /// Whether any thread needs CAP_SYS_NICE (a cell or a FIFO priority).
     pub fn needs_privilege(&self) -> bool {
         self.server.is_some()
+            || self.demand.is_some()
+            || self
+                .render
+                .as_ref()
+                .is_some_and(|r| r.server == RenderServer::Service)
             || !self.subject.is_plain()
             || self
                 .interference
@@ -332,6 +355,14 @@ impl Scenario {
         }
         if let Subject::AudioServer(a) = &mut s.subject {
             a.scale(factor);
+        }
+        if let Subject::Render(r) = &mut s.subject {
+            r.scale(factor);
+            // Probing and agreeing take as long however many frames follow.
+            s.warmup = self.warmup;
+        }
+        if let Subject::ChangingDemand(d) = &mut s.subject {
+            d.scale(factor);
         }
         s
     }
@@ -492,6 +523,20 @@ struct RawSubject {
     stream: Option<Spanned<String>>,
     link: Option<Spanned<String>>,
     flood: Option<Spanned<bool>>,
+    // kind = "render"
+    screen: Option<Spanned<String>>,
+    scale: Option<Spanned<f64>>,
+    best_effort: Option<Spanned<String>>,
+    probing: Option<Spanned<String>>,
+    #[serde(default)]
+    group: Vec<Spanned<render::RawGroup>>,
+    // kind = "changing-demand"
+    margin: Option<Spanned<f64>>,
+    monitor_interval: Option<Spanned<String>>,
+    video: Option<Spanned<adaptation::RawVideo>>,
+    audio: Option<Spanned<adaptation::RawAudio>>,
+    jack: Option<Spanned<adaptation::RawJack>>,
+    adaptation: Option<Spanned<tessera_policy::rap::RapConfig>>,
 }
 
 #[derive(Deserialize)]
@@ -536,6 +581,8 @@ struct RawConfiguration {
     tool: Option<Spanned<String>>,
     /// A music configuration through the network service process.
     service: Option<Spanned<net_service::RawServicePlan>>,
+    /// How a render subject runs.
+    render: Option<Spanned<render::RawRenderConfiguration>>,
 }
 
 /// A configuration's subject: one scheduling for every thread, or (music)
@@ -668,7 +715,13 @@ impl Validator {
         let total = warmup + duration_value;
         let core = raw.core.as_ref().map(|c| self.core(c)).transpose()?;
         let cells = self.cells(&raw.cell, core)?;
-        let subject = self.subject(&raw.subject, total)?;
+        let subject = match raw.subject.get_ref().kind.get_ref().as_str() {
+            "changing-demand" => {
+                let (s, table) = (raw.subject.get_ref(), raw.subject.span());
+                adaptation::subject(s, &table, duration_value).map(Subject::ChangingDemand)?
+            }
+            _ => self.subject(&raw.subject, total)?,
+        };
         let interference = self.interference(&raw.interference, total)?;
         let mut scenario = Scenario {
             file: file.to_string(),
@@ -702,6 +755,11 @@ impl Validator {
                 );
             }
             scenario.configurations.push(configuration);
+        }
+        if let Subject::Render(render) = &scenario.subject {
+            let given = opt_duration(&raw.warmup)?;
+            scenario.warmup =
+                render::warmup(render, &scenario.configurations, given, &raw.duration)?;
         }
         scenario.baseline = match &raw.baseline {
             Some(b)
@@ -947,11 +1005,12 @@ impl Validator {
                     .map(Subject::AudioServer)
             }
             "netphone" => netphone::subject(s).map(Subject::Netphone),
+            "render" => render::subject(s, &table).map(Subject::Render),
             other => refuse(
                 s.kind.span(),
                 format!(
                     "unknown subject kind {other:?} (periodic, graph, probe, music, audio-server, \
-                     netphone)"
+                     netphone, render, changing-demand)"
                 ),
             ),
         }
@@ -1251,7 +1310,14 @@ impl Validator {
             Subject::Netphone(phone) => Some(netphone::configuration(c.subject.as_ref(), phone)?),
             _ => None,
         };
+        let demand = match &scenario.subject {
+            Subject::ChangingDemand(_) => {
+                Some(adaptation::configuration(c.subject.as_ref(), &table)?)
+            }
+            _ => None,
+        };
         let (subject, roles) = match (&c.subject, &netphone) {
+            _ if demand.is_some() => (Sched::default(), Vec::new()),
             (_, Some(phone)) => (Sched::default(), self.netphone_roles(phone, scenario)?),
             (Some(_), None) if server.is_some() => (Sched::default(), Vec::new()),
             (Some(s), None) => self.subject_sched(s, scenario)?,
@@ -1322,9 +1388,22 @@ impl Validator {
                 )
             }
         };
+        let render_subject = match &scenario.subject {
+            Subject::Render(r) => Some(r),
+            _ => None,
+        };
+        let render = render::configuration(
+            c.render.as_ref(),
+            render_subject,
+            &subject,
+            &self.facts.online,
+            &table,
+        )?;
         let configuration = Configuration {
             name: c.name.get_ref().clone(),
             service,
+            render,
+            demand,
             subject,
             roles,
             interference,
@@ -1415,17 +1494,20 @@ fn gui_load(i: &RawInterference) -> Result<LoadKind, Refusal> {
     })
 }
 
+/// A video's frames per second: 30 unless given, at most 240.
+fn frame_rate(value: &Option<Spanned<f64>>) -> Result<f64, Refusal> {
+    match value {
+        None => Ok(30.0),
+        Some(f) if *f.get_ref() > 0.0 && *f.get_ref() <= 240.0 => Ok(*f.get_ref()),
+        Some(f) => refuse(
+            f.span(),
+            format!("fps must be in (0, 240], not {}", f.get_ref()),
+        ),
+    }
+}
+
 fn video_load(i: &RawInterference, table: &Range<usize>) -> Result<LoadKind, Refusal> {
-    let fps = match &i.fps {
-        None => 30.0,
-        Some(f) if *f.get_ref() > 0.0 && *f.get_ref() <= 240.0 => *f.get_ref(),
-        Some(f) => {
-            return refuse(
-                f.span(),
-                format!("fps must be in (0, 240], not {}", f.get_ref()),
-            )
-        }
-    };
+    let fps = frame_rate(&i.fps)?;
     let side = |value: &Option<Spanned<usize>>, default: usize, what: &str| match value {
         None => Ok(default),
         Some(v) if *v.get_ref() >= 2 && *v.get_ref() <= MAX_VIDEO_SIDE && v.get_ref() % 2 == 0 => {

@@ -71,16 +71,31 @@ pub fn spawn_on(
     package: &str,
 ) -> Result<Child, String> {
     let program = command.get_program().to_string_lossy().into_owned();
+    let pin = || match core {
+        Some(core) => tessera_sys::affinity::set_affinity(0, &[core])
+            .map_err(|e| format!("pin {program} to CPU {core}: {e}")),
+        None => Ok(()),
+    };
+    spawn_after(command, pin, &format!("Debian: apt-get install {package}"))
+}
+
+/// Spawns `command` from a helper thread that first runs `setup` (pins
+/// itself, joins a cell): the child starts where that thread is, as a
+/// child inherits the affinity and the cpuset of the thread that forked
+/// it. `install` says how to get the program if it is missing.
+pub fn spawn_after(
+    command: &mut Command,
+    setup: impl FnOnce() -> Result<(), String> + Send,
+    install: &str,
+) -> Result<Child, String> {
+    let program = command.get_program().to_string_lossy().into_owned();
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
-                if let Some(core) = core {
-                    tessera_sys::affinity::set_affinity(0, &[core])
-                        .map_err(|e| format!("pin {program} to CPU {core}: {e}"))?;
-                }
+                setup()?;
                 command.spawn().map_err(|e| match e.kind() {
                     std::io::ErrorKind::NotFound => {
-                        format!("starting {program}: {e} (Debian: apt-get install {package})")
+                        format!("starting {program}: {e} ({install})")
                     }
                     _ => format!("starting {program}: {e}"),
                 })
@@ -205,7 +220,7 @@ pub struct ServerSpec {
 }
 
 /// Waits until `ready` holds, failing early if the server exits.
-fn await_ready(
+pub(crate) fn await_ready(
     process: &mut OwnedChild,
     log: &Path,
     what: &str,

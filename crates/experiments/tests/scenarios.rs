@@ -137,6 +137,8 @@ fn shipped_scenarios_parse() {
         "thesis-4.5-engine",
         "thesis-4.6-engine",
         "probe",
+        "seed-003-a",
+        "seed-003-b",
     ] {
         let path = repo(&format!("scenarios/{name}.toml"));
         let s = Scenario::from_file(&path).unwrap_or_else(|e| panic!("{e}"));

@@ -55,6 +55,12 @@ impl LatencyHistogram {
         self.histogram.saturating_record(ns);
     }
 
+    /// Forgets every sample, keeping the memory. Never allocates: safe on a
+    /// real-time thread.
+    pub fn reset(&mut self) {
+        self.histogram.reset();
+    }
+
     /// Adds every sample of `other`, clamping values above this histogram's
     /// bound. Not for real-time threads.
     pub fn merge(&mut self, other: &LatencyHistogram) {

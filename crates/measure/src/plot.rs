@@ -1,6 +1,8 @@
 //! Plots of results, each written as both PNG and SVG: response-time
 //! histograms (small multiples, one panel per configuration), the tail
-//! "fraction of samples exceeding x" on a log scale, and time series.
+//! "fraction of samples exceeding x" on a log scale and the cumulative
+//! distribution, time series, and each client's min/mean/max (one panel
+//! per configuration).
 //!
 //! Owns figure layout, colours and the embedded font (DejaVu Sans, see
 //! assets/DejaVuSans-LICENSE.txt). It must never compute statistics itself
@@ -38,6 +40,10 @@ const HISTOGRAM_SPAN_DEADLINES: f64 = 3.0;
 /// An exceedance plot whose values span more than this ratio gets a
 /// logarithmic x axis.
 const LOG_AXIS_SPAN: f64 = 100.0;
+/// A range plot whose values (deadlines included) span more than this
+/// ratio gets a logarithmic y axis: a deadline far above the service times
+/// would squeeze them onto the axis.
+const RANGE_LOG_SPAN: f64 = 10.0;
 /// Longer series are drawn as their min/max envelope over this many chunks.
 const ENVELOPE_CHUNKS: usize = 2000;
 
@@ -106,6 +112,29 @@ pub fn exceedance(
     configurations: &[Labelled<LatencyHistogram>],
     deadline_us: Option<f64>,
 ) -> Result<PlotFiles, PlotError> {
+    distribution(stem, (title, quantity), configurations, deadline_us, false)
+}
+
+/// The cumulative distribution: "fraction of samples ≤ x" (linear, 0 to 1)
+/// against x in µs, one line per configuration, the deadline dashed.
+pub fn cdf(
+    stem: &Path,
+    title: &str,
+    quantity: &str,
+    configurations: &[Labelled<LatencyHistogram>],
+    deadline_us: Option<f64>,
+) -> Result<PlotFiles, PlotError> {
+    distribution(stem, (title, quantity), configurations, deadline_us, true)
+}
+
+/// [`exceedance`] (`cumulative` false) or [`cdf`].
+fn distribution(
+    stem: &Path,
+    (title, quantity): (&str, &str),
+    configurations: &[Labelled<LatencyHistogram>],
+    deadline_us: Option<f64>,
+    cumulative: bool,
+) -> Result<PlotFiles, PlotError> {
     render(
         stem,
         &ExceedanceFigure {
@@ -113,6 +142,55 @@ pub fn exceedance(
             quantity,
             configurations,
             deadline_us,
+            cumulative,
+        },
+    )
+}
+
+/// One client's values: a bar from `min` to `max` with a tick at `mean`,
+/// in the colour of its `group` (an index into the figure's groups).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RangeBar {
+    pub label: String,
+    pub group: usize,
+    pub min: f64,
+    pub mean: f64,
+    pub max: f64,
+}
+
+/// One panel of [`ranges`]: a configuration's clients.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RangePanel {
+    pub caption: String,
+    pub bars: Vec<RangeBar>,
+}
+
+/// A group of clients: its legend entry, and its deadline drawn dashed in
+/// its colour.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RangeGroup {
+    pub label: String,
+    pub deadline: Option<f64>,
+}
+
+/// Each client's min, mean and max (seed 003's Figures 6–9): one panel per
+/// configuration on a shared y axis, `quantity` in `unit` (logarithmic
+/// when the values span more than a decade), clients along x.
+pub fn ranges(
+    stem: &Path,
+    title: &str,
+    (quantity, unit): (&str, &str),
+    groups: &[RangeGroup],
+    panels: &[RangePanel],
+) -> Result<PlotFiles, PlotError> {
+    render(
+        stem,
+        &RangeFigure {
+            title,
+            quantity,
+            unit,
+            groups,
+            panels,
         },
     )
 }
@@ -502,6 +580,8 @@ struct ExceedanceFigure<'a> {
     quantity: &'a str,
     configurations: &'a [Labelled<'a, LatencyHistogram>],
     deadline_us: Option<f64>,
+    /// The distribution (fraction ≤ x, linear) instead of its tail.
+    cumulative: bool,
 }
 
 impl ExceedanceFigure<'_> {
@@ -558,7 +638,10 @@ impl Figure for ExceedanceFigure<'_> {
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
         let area = frame(root, self.title, &self.legend())?;
         let x_range = latency_range_us(self.configurations, self.deadline_us);
-        let floor = self.y_floor();
+        let floor = match self.cumulative {
+            true => 0.0,
+            false => self.y_floor(),
+        };
         let mut builder = ChartBuilder::on(&area);
         builder
             .margin(10)
@@ -567,43 +650,85 @@ impl Figure for ExceedanceFigure<'_> {
             .y_label_area_size(90);
         // Across more than two decades (a configuration seconds late beside
         // ones at the deadline) a linear axis would squeeze the good ones
-        // onto its origin.
-        let start = x_range.start.max(1.0);
-        if x_range.end / start > LOG_AXIS_SPAN {
-            let x = (start..x_range.end).log_scale();
-            let chart = builder.build_cartesian_2d(x, (floor..1.5).log_scale())?;
-            self.plot(chart, start, floor, "log scale")
-        } else {
-            let chart = builder.build_cartesian_2d(x_range.clone(), (floor..1.5).log_scale())?;
-            self.plot(chart, x_range.start, floor, "")
+        // onto its origin. A logarithmic axis starts a little below the
+        // smallest sample, not at the linear padding's (often 0, hence 1 µs).
+        let smallest = self
+            .configurations
+            .iter()
+            .filter(|c| c.data.count() > 0)
+            .map(|c| us(c.data.min_ns()))
+            .fold(f64::INFINITY, f64::min);
+        let start = (smallest.min(x_range.end) / 1.25)
+            .max(x_range.start)
+            .max(1.0);
+        match x_range.end / start > LOG_AXIS_SPAN {
+            true => {
+                let x = (start..x_range.end).log_scale();
+                self.with_y(&mut builder, x, (start, floor), "log scale")
+            }
+            false => self.with_y(&mut builder, x_range.clone(), (x_range.start, floor), ""),
         }
     }
 }
 
 impl ExceedanceFigure<'_> {
-    fn plot<DB: DrawingBackend, X>(
+    /// The chart on `x` with the y axis of the figure's kind: the
+    /// fraction exceeding x (logarithmic, down to `floor`) or ≤ x (linear).
+    fn with_y<DB: DrawingBackend, X>(
         &self,
-        mut chart: ChartContext<'_, DB, Cartesian2d<X, LogCoord<f64>>>,
+        builder: &mut ChartBuilder<'_, '_, DB>,
+        x: X,
+        (x_start, floor): (f64, f64),
+        scale: &str,
+    ) -> DrawResult<DB>
+    where
+        X: plotters::coord::ranged1d::AsRangedCoord<Value = f64>,
+        X::CoordDescType: plotters::coord::ranged1d::ValueFormatter<f64>,
+    {
+        match self.cumulative {
+            true => self.plot(
+                builder.build_cartesian_2d(x, 0.0..1.02)?,
+                x_start,
+                floor,
+                scale,
+            ),
+            false => {
+                let y = (floor..1.5).log_scale();
+                self.plot(builder.build_cartesian_2d(x, y)?, x_start, floor, scale)
+            }
+        }
+    }
+}
+
+impl ExceedanceFigure<'_> {
+    fn plot<DB: DrawingBackend, X, Y>(
+        &self,
+        mut chart: ChartContext<'_, DB, Cartesian2d<X, Y>>,
         x_start: f64,
         floor: f64,
         scale: &str,
     ) -> DrawResult<DB>
     where
         X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+        Y: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
     {
         let x_desc = match scale {
             "" => format!("{} x (µs)", self.quantity),
             s => format!("{} x (µs, {s})", self.quantity),
         };
+        let (y_desc, y_format): (&str, &dyn Fn(&f64) -> String) = match self.cumulative {
+            true => ("fraction of samples ≤ x", &|v| format!("{v:.1}")),
+            false => ("fraction of samples exceeding x", &|v| format!("{v:.0e}")),
+        };
         chart
             .configure_mesh()
             .x_desc(x_desc)
-            .y_desc("fraction of samples exceeding x")
+            .y_desc(y_desc)
             .label_style(text(14))
             .axis_desc_style(text(15))
             .light_line_style(BLACK.mix(0.04))
             .x_label_formatter(&axis_value)
-            .y_label_formatter(&|v| format!("{v:.0e}"))
+            .y_label_formatter(y_format)
             .draw()?;
         for (i, c) in self
             .configurations
@@ -611,7 +736,10 @@ impl ExceedanceFigure<'_> {
             .enumerate()
             .filter(|(_, c)| c.data.count() > 0)
         {
-            let steps = exceedance_steps(c.data, x_start, floor);
+            let mut steps = exceedance_steps(c.data, x_start, floor);
+            if self.cumulative {
+                steps.iter_mut().for_each(|p| p.1 = 1.0 - p.1);
+            }
             chart.draw_series(LineSeries::new(steps, colour(i).stroke_width(2)))?;
         }
         if let Some(d) = self.deadline_us {
@@ -621,6 +749,146 @@ impl ExceedanceFigure<'_> {
                 8,
                 DEADLINE_COLOR.stroke_width(2),
             ))?;
+        }
+        Ok(())
+    }
+}
+
+struct RangeFigure<'a> {
+    title: &'a str,
+    quantity: &'a str,
+    unit: &'a str,
+    groups: &'a [RangeGroup],
+    panels: &'a [RangePanel],
+}
+
+impl RangeFigure<'_> {
+    fn legend(&self) -> Vec<LegendEntry> {
+        let bars = self.groups.iter().enumerate().map(|(i, g)| LegendEntry {
+            label: format!("{}: bar min to max, tick at the mean", g.label),
+            colour: colour(i),
+            dashed: false,
+        });
+        let deadlines = self.groups.iter().enumerate().filter_map(|(i, g)| {
+            g.deadline.map(|d| LegendEntry {
+                label: format!("{}: deadline ({} {})", g.label, format_value(d), self.unit),
+                colour: colour(i),
+                dashed: true,
+            })
+        });
+        bars.chain(deadlines).collect()
+    }
+
+    fn values(&self) -> impl Iterator<Item = f64> + '_ {
+        let bars = self.panels.iter().flat_map(|p| &p.bars);
+        let deadlines = self.groups.iter().filter_map(|g| g.deadline);
+        bars.flat_map(|b| [b.min, b.max]).chain(deadlines)
+    }
+
+    fn draw_bars<DB: DrawingBackend, X, Y>(
+        &self,
+        mut chart: ChartContext<'_, DB, Cartesian2d<X, Y>>,
+        panel: &RangePanel,
+    ) -> DrawResult<DB>
+    where
+        X: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+        Y: Ranged<ValueType = f64> + plotters::coord::ranged1d::ValueFormatter<f64>,
+    {
+        let label = |x: &f64| {
+            let i = x.round();
+            match (i - x).abs() < 1e-6 && i >= 0.0 {
+                true => panel
+                    .bars
+                    .get(i as usize)
+                    .map_or(String::new(), |b| b.label.clone()),
+                false => String::new(),
+            }
+        };
+        chart
+            .configure_mesh()
+            .x_desc("client")
+            .y_desc(format!("{} ({})", self.quantity, self.unit))
+            // Whole numbers (the clients) fall on the ticks; others are blank.
+            .x_labels(panel.bars.len() + 2)
+            .y_labels(6)
+            .label_style(text(14))
+            .axis_desc_style(text(15))
+            .light_line_style(BLACK.mix(0.04))
+            .x_label_formatter(&label)
+            .y_label_formatter(&axis_value)
+            .draw()?;
+        for (i, bar) in panel.bars.iter().enumerate() {
+            let (x, c) = (i as f64, colour(bar.group));
+            chart.draw_series([Rectangle::new(
+                [(x - 0.18, bar.min), (x + 0.18, bar.max)],
+                c.mix(0.35).filled(),
+            )])?;
+            chart.draw_series(LineSeries::new(
+                [(x - 0.3, bar.mean), (x + 0.3, bar.mean)],
+                c.stroke_width(3),
+            ))?;
+        }
+        let end = panel.bars.len().max(1) as f64 - 0.5;
+        for (i, g) in self.groups.iter().enumerate() {
+            if let Some(d) = g.deadline {
+                chart.draw_series(DashedLineSeries::new(
+                    [(-0.5, d), (end, d)],
+                    10,
+                    8,
+                    colour(i).stroke_width(2),
+                ))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// 1, 2 and 5 times the powers of ten within `lo..=hi`: a logarithmic
+/// axis's labels (plotters' own may be a single power of ten).
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let first = lo.max(f64::MIN_POSITIVE).log10().floor() as i32;
+    let last = hi.max(f64::MIN_POSITIVE).log10().ceil() as i32;
+    (first..=last)
+        .flat_map(|e| [1.0, 2.0, 5.0].map(|m| m * 10f64.powi(e)))
+        .filter(|v| (lo..=hi).contains(v))
+        .collect()
+}
+
+impl Figure for RangeFigure<'_> {
+    fn height(&self) -> u32 {
+        TITLE_HEIGHT + panels_height(self.panels.len()) + legend_height(self.legend().len())
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult<DB> {
+        let chart = frame(root, self.title, &self.legend())?;
+        let (lo, hi) = self
+            .values()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+                (lo.min(v), hi.max(v))
+            });
+        let log_y = lo > 0.0 && hi / lo > RANGE_LOG_SPAN;
+        let areas = chart.split_evenly((self.panels.len().max(1), 1));
+        for (panel, area) in self.panels.iter().zip(&areas) {
+            let n = panel.bars.len().max(1);
+            let x = || -0.5..n as f64 - 0.5;
+            let mut builder = ChartBuilder::on(area);
+            builder
+                .caption(&panel.caption, text(caption_size(&panel.caption)))
+                .margin(8)
+                .margin_right(30)
+                .x_label_area_size(48)
+                .y_label_area_size(90);
+            match log_y {
+                true => {
+                    let (lo, hi) = (lo / 1.2, hi * 1.2);
+                    let y = (lo..hi).log_scale().with_key_points(log_ticks(lo, hi));
+                    self.draw_bars(builder.build_cartesian_2d(x(), y)?, panel)?
+                }
+                false => {
+                    let y = padded_range(self.values());
+                    self.draw_bars(builder.build_cartesian_2d(x(), y)?, panel)?
+                }
+            }
         }
         Ok(())
     }
@@ -804,6 +1072,54 @@ mod tests {
             )
             .unwrap(),
         );
+        assert_sane(
+            &cdf(
+                &dir.join("cdf"),
+                "Response time distribution",
+                "response time",
+                &configurations,
+                deadline,
+            )
+            .unwrap(),
+        );
+        let bar = |label: &str, group, mean: f64| RangeBar {
+            label: label.into(),
+            group,
+            min: mean / 2.0,
+            mean,
+            max: mean * 3.0,
+        };
+        let groups = [
+            RangeGroup {
+                label: "30 fps".into(),
+                deadline: Some(33.3),
+            },
+            RangeGroup {
+                label: "60 fps".into(),
+                deadline: Some(16.7),
+            },
+        ];
+        // Spanning more than two decades: a logarithmic axis.
+        let panels = [
+            RangePanel {
+                caption: "service: 0 missed".into(),
+                bars: vec![bar("30fps-1", 0, 4.0), bar("60fps-1", 1, 5.0)],
+            },
+            RangePanel {
+                caption: "baseline: 1500 missed".into(),
+                bars: vec![bar("30fps-1", 0, 200.0), bar("60fps-1", 1, 300.0)],
+            },
+        ];
+        assert_sane(
+            &ranges(
+                &dir.join("ranges"),
+                "Service times",
+                ("service time", "ms"),
+                &groups,
+                &panels,
+            )
+            .unwrap(),
+        );
 
         let mut period = Series::with_capacity("period", "us", 20_000);
         let mut driver_end = Series::with_capacity("driver end", "us", 20_000);
@@ -849,6 +1165,8 @@ mod tests {
         .unwrap();
         exceedance(&dir.join("e"), "empty", "response time", &[], Some(1.0)).unwrap();
         time_series(&dir.join("s"), "empty", "value", &[]).unwrap();
+        cdf(&dir.join("c"), "empty", "service time", &[], None).unwrap();
+        ranges(&dir.join("r"), "empty", ("service time", "ms"), &[], &[]).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -887,6 +1205,7 @@ mod tests {
         assert_eq!(axis_value(&1000.0000000001), "1000");
         assert_eq!(axis_value(&0.30000000000000004), "0.3");
         assert_eq!(axis_value(&0.0), "0");
+        assert_eq!(log_ticks(1.3, 45.0), [2.0, 5.0, 10.0, 20.0]);
     }
 
     #[test]

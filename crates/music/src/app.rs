@@ -32,7 +32,7 @@ use tessera_measure::LatencyHistogram;
 use tessera_services::console::{Console, ConsoleBuilder, ConsoleReport};
 use tessera_services::net::{client, Class, Flow, FlowRequest, NetError};
 use tessera_services::network::{
-    NetworkConfig, NetworkError, NetworkPort, NetworkReport, NetworkService,
+    NetworkConfig, NetworkError, NetworkPort, NetworkReport, NetworkService, TimingLog,
 };
 use tessera_synth::{ConfigError, Synth, SynthConfig};
 
@@ -41,6 +41,7 @@ use crate::nodes::{MixerNode, ObjectNode};
 use crate::protocol::{
     FRAMES_PER_PACKAGE, INPUT_PACKET_SIZE, OUTPUT_PACKET_SIZE, PACKETS_PER_PACKAGE, SAMPLE_RATE,
 };
+use crate::windows::{WindowReader, WindowSummary};
 
 /// The response-time deadline: (64 − 2) samples at 44.1 kHz (seed 000 §3.2).
 pub const DEADLINE: Duration = Duration::from_nanos(1_405_896);
@@ -54,6 +55,9 @@ const LINK_DEPTH: usize = 256;
 const RECEIVE_BUFFER: usize = 4 << 20;
 /// Lines the console holds between two of its polls (10 ms ≈ 14 packages).
 const CONSOLE_RING: usize = 4096;
+/// Cycles the engine's profile keeps in [`Timings::Windows`] (about 3 s):
+/// the communication thread's CPU time per cycle is of these.
+const RECENT_CYCLES: usize = 4096;
 
 /// A role's thread-start hook: join a cell, set a priority, lock memory.
 pub type ThreadHook = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
@@ -129,6 +133,21 @@ pub struct AppConfig {
     /// (`t1_ns,complete_ns,t2_ns,dt_ns`);
     /// `None`: the lines are counted, not kept.
     pub package_log: Option<PathBuf>,
+    pub timings: Timings,
+}
+
+/// What the application keeps of each package's timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Timings {
+    /// Every package's t1 and t2, and every cycle's profile: memory in
+    /// proportion to `expected_packages` (about 3 KB a package).
+    #[default]
+    Every,
+    /// For runs of an hour: Δt summarised per `window` ([`App::windows`])
+    /// and over the run, the last `recent` packages' timings and the last
+    /// few seconds of cycles kept. Memory is sized at start and does not
+    /// depend on the run's length beyond a summary per window.
+    Windows { window: Duration, recent: usize },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -161,13 +180,24 @@ pub struct AppReport {
     pub malformed_packages: u64,
     /// Δt = t2 − t1 of every package after the warm-up, at the network.
     pub response: LatencyHistogram,
+    /// Of those, the ones over the deadline (counted on the exact values),
+    /// and how many of them had a sender that stalled mid-package
+    /// ([`crate::sender_stalled`]).
+    pub misses: u64,
+    pub sender_misses: u64,
     /// t2 − the package's last packet: Δt without the sender's pacing.
     pub service: LatencyHistogram,
-    /// CPU time the communication thread used per cycle.
+    /// CPU time the communication thread used per cycle (the last
+    /// [`RECENT_CYCLES`] in [`Timings::Windows`]).
     pub cycle_cpu: LatencyHistogram,
     /// The network service's counters and every package's t1 and t2
-    /// (warm-up included).
+    /// (warm-up included), or only the last ones in [`Timings::Windows`].
     pub network: NetworkReport,
+    pub timings: Timings,
+    /// [`Timings::Windows`]: the windows [`App::windows`] had not yet
+    /// taken, oldest first, and how many the ring had no room for.
+    pub windows: Vec<WindowSummary>,
+    pub lost_windows: u64,
     pub console: ConsoleReport,
     pub control: Option<ControlReport>,
 }
@@ -180,6 +210,9 @@ pub struct App {
     osc: Option<ControlListener>,
     warmup_packages: u64,
     malformed: Arc<AtomicU64>,
+    timings: Timings,
+    /// [`Timings::Windows`]'s reader.
+    windows: Option<WindowReader>,
 }
 
 impl App {
@@ -213,6 +246,26 @@ impl App {
             .map_err(|e| AppError::Console(e.to_string()))?;
         let stream = StreamConfig::new(FRAMES_PER_PACKAGE as u32, SAMPLE_RATE)
             .expect("32 frames at 44.1 kHz is a valid stream");
+        let (timing_log, windows, profile_cycles) = match config.timings {
+            Timings::Every => (
+                TimingLog::Every,
+                None,
+                config.expected_packages + config.expected_packages / 10 + 1000,
+            ),
+            Timings::Windows { window, recent } => {
+                let (sink, reader) = crate::windows::windows(
+                    window,
+                    config.warmup_packages,
+                    config.expected_packages,
+                );
+                let sink = Box::new(sink);
+                (
+                    TimingLog::Bounded { recent, sink },
+                    Some(reader),
+                    RECENT_CYCLES,
+                )
+            }
+        };
         let thread_setup = config.roles.synth.clone().map(|hook| {
             Arc::new(move |_| hook().map_err(Into::into)) as tessera_graph::ThreadSetup
         });
@@ -226,7 +279,7 @@ impl App {
                 // only starts and ends cycles; alone, it runs the objects.
                 driver_runs_nodes: config.workers == 0,
                 max_nodes: objects + 1,
-                profile_cycles: config.expected_packages + config.expected_packages / 10 + 1000,
+                profile_cycles,
                 deadline: Some(DEADLINE),
                 // 33 small nodes: their CPU-time system calls would cost
                 // more than half the synthesizer's own work.
@@ -246,6 +299,7 @@ impl App {
                 },
                 receive_buffer: RECEIVE_BUFFER,
                 expected_packages: config.expected_packages + config.expected_packages / 10 + 1000,
+                log: timing_log,
             },
             network_port(&config)?,
             service_end,
@@ -264,7 +318,19 @@ impl App {
             osc,
             warmup_packages: config.warmup_packages,
             malformed,
+            timings: config.timings,
+            windows,
         })
+    }
+
+    /// [`Timings::Windows`]: the windows summarised since the last call,
+    /// oldest first (a window is summarised when a package of a later one
+    /// is answered). Empty for [`Timings::Every`].
+    pub fn windows(&mut self) -> Vec<WindowSummary> {
+        self.windows
+            .as_mut()
+            .map(WindowReader::take)
+            .unwrap_or_default()
     }
 
     /// Where the emulator sends its packets.
@@ -289,12 +355,20 @@ impl App {
         let console = self.console.stop().map_err(AppError::Console)?;
         let control = self.osc.map(ControlListener::stop);
         let network = network?;
-        let mut response = LatencyHistogram::new(HISTOGRAM_MAX_NS);
-        let mut service = LatencyHistogram::new(HISTOGRAM_MAX_NS);
-        for timing in network.timings.iter().skip(self.warmup_packages as usize) {
-            response.record(timing.response_ns());
-            service.record(timing.service_ns());
-        }
+        let mut reader = self.windows;
+        let windows = reader.as_mut().map(WindowReader::take).unwrap_or_default();
+        let (totals, lost_windows) = match reader.as_mut().and_then(WindowReader::totals) {
+            Some(t) => (
+                (t.response, t.service, t.misses, t.sender_misses),
+                t.lost_windows,
+            ),
+            // Windows only keep the last timings: no warm-up among them.
+            None => match self.timings {
+                Timings::Every => (every_timing(&network, self.warmup_packages), 0),
+                Timings::Windows { .. } => (every_timing(&network, 0), 0),
+            },
+        };
+        let (response, service, misses, sender_misses) = totals;
         let mut cycle_cpu = LatencyHistogram::new(HISTOGRAM_MAX_NS);
         for cycle in run
             .profile
@@ -310,13 +384,34 @@ impl App {
             node_panics: run.node_panics,
             malformed_packages: self.malformed.load(Ordering::Relaxed),
             response,
+            misses,
+            sender_misses,
             service,
             cycle_cpu,
             network,
+            timings: self.timings,
+            windows,
+            lost_windows,
             console,
             control,
         })
     }
+}
+
+/// Δt and the service time of every package after the warm-up, the misses
+/// and the sender's share of them.
+fn every_timing(
+    network: &NetworkReport,
+    warmup_packages: u64,
+) -> (LatencyHistogram, LatencyHistogram, u64, u64) {
+    let mut response = LatencyHistogram::new(HISTOGRAM_MAX_NS);
+    let mut service = LatencyHistogram::new(HISTOGRAM_MAX_NS);
+    for timing in network.timings.iter().skip(warmup_packages as usize) {
+        response.record(timing.response_ns());
+        service.record(timing.service_ns());
+    }
+    let (misses, sender) = crate::count_misses(&network.timings, warmup_packages);
+    (response, service, misses, sender)
 }
 
 /// The network role's own socket, or its flow of the network service

@@ -41,6 +41,10 @@ const START_DELAY_NS: u64 = 2_000_000;
 const RECEIVE_POLL: Duration = Duration::from_millis(20);
 /// Largest response and lateness the histograms keep apart (1 s).
 const HISTOGRAM_MAX_NS: u64 = 1_000_000_000;
+/// Packages whose t0 is remembered at once (about 47 s of them), so a run
+/// of an hour takes no more memory than one of a minute; an answer later
+/// than that counts as unexpected.
+const T0_SLOTS: u64 = 1 << 16;
 
 /// What the emulator sends, where, and for how long.
 #[derive(Debug, Clone)]
@@ -175,11 +179,12 @@ pub fn run_with(
         .try_clone()
         .map_err(io("sharing the emulator's socket"))?;
     let packages = config.packages();
-    let first_sends: Arc<[AtomicU64]> = (0..packages).map(|_| AtomicU64::new(0)).collect();
+    let first_sends = Arc::new(FirstSends::new(packages));
     let sending_done = Arc::new(AtomicBool::new(false));
     let mut receiver = Receiver {
         socket: receive_socket,
         first_sends: Arc::clone(&first_sends),
+        packages,
         sending_done: Arc::clone(&sending_done),
         linger_ns: config.linger.as_nanos() as u64,
         warmup_packages: config.warmup_packages,
@@ -217,13 +222,60 @@ pub fn run_with(
     })
 }
 
+/// t0 of the packages sent and not yet answered, in a ring of
+/// [`T0_SLOTS`] (or fewer, for a short run), each slot tagged with its
+/// package: written by the sender, taken by the receiver.
+struct FirstSends {
+    t0_ns: Box<[AtomicU64]>,
+    package: Box<[AtomicU64]>,
+}
+
+impl FirstSends {
+    fn new(packages: u64) -> FirstSends {
+        let slots = packages.clamp(1, T0_SLOTS);
+        let ring = || (0..slots).map(|_| AtomicU64::new(0)).collect();
+        FirstSends {
+            t0_ns: ring(),
+            package: ring(),
+        }
+    }
+
+    fn slot(&self, package: u64) -> usize {
+        (package % self.t0_ns.len() as u64) as usize
+    }
+
+    /// Package `package` was first sent at `t0_ns`.
+    fn sent(&self, package: u64, t0_ns: u64) {
+        let slot = self.slot(package);
+        self.package[slot].store(package, Ordering::Relaxed);
+        self.t0_ns[slot].store(t0_ns, Ordering::Release);
+    }
+
+    /// Takes package `package`'s t0, which marks it answered: `None` when
+    /// it was answered before, or its slot has been taken by a later one.
+    fn take(&self, package: u64) -> Option<u64> {
+        let slot = self.slot(package);
+        let t0_ns = self.t0_ns[slot].swap(0, Ordering::AcqRel);
+        if t0_ns == 0 {
+            return None;
+        }
+        if self.package[slot].load(Ordering::Relaxed) != package {
+            // A later package's: give it back.
+            let _ =
+                self.t0_ns[slot].compare_exchange(0, t0_ns, Ordering::AcqRel, Ordering::Relaxed);
+            return None;
+        }
+        Some(t0_ns)
+    }
+}
+
 /// The paced half: encodes and sends every packet on schedule.
 struct Sender {
     socket: UdpSocket,
     to: SocketAddr,
     player: GesturePlayer,
     /// t0 of each package, read by the receiver.
-    first_sends: Arc<[AtomicU64]>,
+    first_sends: Arc<FirstSends>,
     lateness: LatencyHistogram,
     packets_sent: u64,
     send_errors: u64,
@@ -234,7 +286,7 @@ struct Sender {
 }
 
 impl Sender {
-    fn new(socket: UdpSocket, config: &EmulatorConfig, first_sends: Arc<[AtomicU64]>) -> Sender {
+    fn new(socket: UdpSocket, config: &EmulatorConfig, first_sends: Arc<FirstSends>) -> Sender {
         Sender {
             socket,
             to: config.to,
@@ -275,7 +327,7 @@ impl Sender {
             // t0 is stored before the send: on loopback the answer can be
             // under way before send_to even returns.
             if first_of_package {
-                self.first_sends[package as usize].store(now, Ordering::Release);
+                self.first_sends.sent(package, now);
             }
             match self.socket.send_to(&buf, self.to) {
                 Ok(_) => self.packets_sent += 1,
@@ -319,7 +371,8 @@ fn wait_until(at_ns: u64, spin_ns: u64) {
 /// The answering half: matches output packets to their packages' t0.
 struct Receiver {
     socket: UdpSocket,
-    first_sends: Arc<[AtomicU64]>,
+    first_sends: Arc<FirstSends>,
+    packages: u64,
     sending_done: Arc<AtomicBool>,
     linger_ns: u64,
     warmup_packages: u64,
@@ -334,7 +387,7 @@ impl Receiver {
     fn run(&mut self) {
         let mut buf = [0u8; OUTPUT_PACKET_SIZE + 1];
         let mut give_up_ns = u64::MAX;
-        while self.answered < self.first_sends.len() as u64 {
+        while self.answered < self.packages {
             let now = clock::monotonic_ns();
             if give_up_ns == u64::MAX && self.sending_done.load(Ordering::Acquire) {
                 give_up_ns = now + self.linger_ns;
@@ -360,19 +413,16 @@ impl Receiver {
     }
 
     fn answer(&mut self, packet: &[u8], tf_ns: u64) {
+        // Taking t0 out marks the package answered: a second answer to it
+        // finds none and counts as unexpected.
         let sent = protocol::decode_output_package(packet)
             .ok()
-            .and_then(|package| Some((package, self.first_sends.get(package as usize)?)));
-        // Taking t0 out marks the package answered: a second answer to it
-        // finds 0 and counts as unexpected.
-        let Some((package, t0_ns)) = sent.map(|(p, t0)| (p, t0.swap(0, Ordering::AcqRel))) else {
+            .filter(|&p| u64::from(p) < self.packages)
+            .and_then(|p| Some((p, self.first_sends.take(u64::from(p))?)));
+        let Some((package, t0_ns)) = sent else {
             self.unexpected += 1;
             return;
         };
-        if t0_ns == 0 {
-            self.unexpected += 1;
-            return;
-        }
         self.answered += 1;
         if u64::from(package) >= self.warmup_packages {
             self.response.record(tf_ns.saturating_sub(t0_ns));

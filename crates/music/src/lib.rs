@@ -10,6 +10,7 @@
 //!   mixer), [`control`]: OSC routed to the nodes;
 //! - [`app`]: Fig. 5 — the network service, the synth cell's engine and the
 //!   console, each role on its own threads; Δt = t2 − t1 per package;
+//! - [`windows`]: Δt aggregated per window for runs of an hour;
 //! - [`run`]: the application in its three cells (network, synth, console:
 //!   the seed's Group 1) and the emulator, in one process on loopback or
 //!   across a veth pair ([`lan`], the seed's LAN).
@@ -23,6 +24,7 @@ pub mod emulator;
 pub mod lan;
 pub mod nodes;
 pub mod protocol;
+pub mod windows;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -89,6 +91,8 @@ pub struct Options {
     pub broker: Option<Paths>,
     /// Where results.json and the report go; `None`: nowhere.
     pub out_dir: Option<PathBuf>,
+    /// What is kept of each package's timing (every one by default).
+    pub timings: app::Timings,
 }
 
 impl Options {
@@ -107,6 +111,7 @@ impl Options {
             lan: false,
             broker: None,
             out_dir: None,
+            timings: app::Timings::Every,
         }
     }
 
@@ -186,6 +191,7 @@ pub fn run(options: &Options) -> Result<Outcome, MusicError> {
         workers: options.workers,
         roles: cells.as_ref().map(GroupOne::roles).unwrap_or_default(),
         package_log: options.out_dir.as_ref().map(|d| d.join("packages.csv")),
+        timings: options.timings,
     })?;
     emulator_config.to = app.local_addr();
     let steal = StealWatch::start();
@@ -238,7 +244,7 @@ fn results(
         app.malformed_packages
     ));
     configuration_notes.push(network_note(&app.network));
-    configuration_notes.push(miss_note(&app.network.timings, options.warmup_packages()));
+    configuration_notes.push(misses_note(app.misses, app.sender_misses));
     configuration_notes.push(format!(
         "pacing: {rate:.1} packets/s (nominal {:.1}), send lateness p50 {:.1} µs, p99 {:.1} µs, \
          schedule slipped by {} packages",
@@ -281,24 +287,45 @@ fn write(results: &RunResults, dir: &std::path::Path) -> Result<(), MusicError> 
 /// The sender's span of a package beyond which a miss is blamed on it.
 const SENDER_SLACK_NS: u64 = 200_000;
 
+/// The longest a sender may take to send a package before its misses are
+/// blamed on it: the pacing of its 16 packets plus [`SENDER_SLACK_NS`].
+fn sender_span_ns() -> u64 {
+    protocol::packet_offset_ns(protocol::PACKETS_PER_PACKAGE as u64 - 1) + SENDER_SLACK_NS
+}
+
+/// Whether a package's sender took over [`sender_span_ns`] to send it (the
+/// SLABS stalled mid-package): a miss of it is the sender's.
+pub fn sender_stalled(timing: &PackageTiming) -> bool {
+    timing.complete_ns.saturating_sub(timing.t1_ns) > sender_span_ns()
+}
+
+/// Misses (Δt over the deadline) among `timings` after the warm-up, and
+/// how many of them the sender stalled ([`sender_stalled`]).
+pub fn count_misses(timings: &[PackageTiming], warmup_packages: u64) -> (u64, u64) {
+    let deadline = DEADLINE.as_nanos() as u64;
+    let measured = timings.iter().skip(warmup_packages as usize);
+    measured
+        .filter(|t| t.response_ns() > deadline)
+        .fold((0, 0), |(misses, sender), t| {
+            (misses + 1, sender + u64::from(sender_stalled(t)))
+        })
+}
+
 /// Where Δt's misses came from: the sender taking longer than its pacing to
 /// send a package (the SLABS stalled mid-package) or the receiving side
 /// answering late after the last packet.
 pub fn miss_note(timings: &[PackageTiming], warmup_packages: u64) -> String {
-    let deadline = DEADLINE.as_nanos() as u64;
-    let nominal_span = protocol::packet_offset_ns(protocol::PACKETS_PER_PACKAGE as u64 - 1);
-    let measured = timings.iter().skip(warmup_packages as usize);
-    let misses: Vec<&PackageTiming> = measured.filter(|t| t.response_ns() > deadline).collect();
-    let sender = misses
-        .iter()
-        .filter(|t| t.complete_ns.saturating_sub(t.t1_ns) > nominal_span + SENDER_SLACK_NS)
-        .count();
+    let (misses, sender) = count_misses(timings, warmup_packages);
+    misses_note(misses, sender)
+}
+
+/// [`miss_note`] of counts: `misses`, of which `sender` the sender's.
+pub fn misses_note(misses: u64, sender: u64) -> String {
     format!(
-        "of {} misses, {sender} had a sender that took over {:.0} µs to send its package (the \
-         SLABS stalled mid-package), {} were late after the last packet (the receiving side)",
-        misses.len(),
-        (nominal_span + SENDER_SLACK_NS) as f64 / 1000.0,
-        misses.len() - sender
+        "of {misses} misses, {sender} had a sender that took over {:.0} µs to send its package \
+         (the SLABS stalled mid-package), {} were late after the last packet (the receiving side)",
+        sender_span_ns() as f64 / 1000.0,
+        misses - sender
     )
 }
 

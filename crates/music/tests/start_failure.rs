@@ -23,6 +23,7 @@ fn a_taken_socket_is_refused_by_name_and_nothing_keeps_running() {
         workers: 0,
         roles: Roles::default(),
         package_log: None,
+        timings: Default::default(),
     })
     .err()
     .expect("the socket is taken")

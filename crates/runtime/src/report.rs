@@ -6,6 +6,7 @@
 //! fails is kept and sent with the next one (a restarted daemon is
 //! reconnected to); reporting never stops the application.
 
+use crate::cell::CellJoin;
 use crate::notify::{Miss, Notifications, Overrun};
 use std::time::{Duration, Instant};
 use tessera_broker::Session;
@@ -15,7 +16,7 @@ pub const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Misses and xruns of one cell, on their way to the broker.
 pub struct CellReport {
-    cell: String,
+    join: CellJoin,
     session: Option<Session>,
     misses: u64,
     xruns: u64,
@@ -25,8 +26,14 @@ pub struct CellReport {
 impl CellReport {
     /// Reports for `cell` to the broker [`Session::connect`] finds.
     pub fn new(cell: impl Into<String>) -> CellReport {
+        CellReport::to(CellJoin::connect(cell))
+    }
+
+    /// Reports for the cell `join` names, to the broker it reaches (e.g. a
+    /// daemon of a private run directory).
+    pub fn to(join: CellJoin) -> CellReport {
         CellReport {
-            cell: cell.into(),
+            join,
             session: None,
             misses: 0,
             xruns: 0,
@@ -54,12 +61,12 @@ impl CellReport {
         }
         self.last_sent = Instant::now();
         if self.session.is_none() {
-            self.session = Session::connect().ok();
+            self.session = self.join.session().ok();
         }
         let Some(session) = &mut self.session else {
             return;
         };
-        match session.report(&self.cell, self.misses, self.xruns) {
+        match session.report(self.join.cell(), self.misses, self.xruns) {
             Ok(_) => (self.misses, self.xruns) = (0, 0),
             // The daemon may have restarted: connect again next time.
             Err(_) => self.session = None,
@@ -82,9 +89,14 @@ pub struct BrokerReport<N: Notifications> {
 
 impl<N: Notifications> BrokerReport<N> {
     pub fn new(cell: impl Into<String>, inner: N) -> BrokerReport<N> {
+        BrokerReport::to(CellJoin::connect(cell), inner)
+    }
+
+    /// Reports to the broker `join` reaches, for the cell it names.
+    pub fn to(join: CellJoin, inner: N) -> BrokerReport<N> {
         BrokerReport {
             inner,
-            report: CellReport::new(cell),
+            report: CellReport::to(join),
         }
     }
 }

@@ -23,6 +23,11 @@
 //! handed to the process, and the process counts when it reached the
 //! socket.
 //!
+//! Every answered package's timing is kept ([`TimingLog::Every`], up to the
+//! packages expected), or, for runs of an hour, handed to a sink that
+//! aggregates it and only the most recent kept in a ring
+//! ([`TimingLog::Bounded`]): memory sized at start, whatever the length.
+//!
 //! This module owns the socket and the measurement. Its serving loop must
 //! never allocate (every buffer and the timing log are sized at start),
 //! lock or block except in its epoll wait; a full link or log is counted.
@@ -67,14 +72,48 @@ enum Port {
 }
 
 /// What the service serves.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct NetworkConfig {
     /// Shape of packages and answers (`output_size` must be the link's).
     pub packet: PacketConfig,
     /// Receive buffer to ask for, in bytes.
     pub receive_buffer: usize,
-    /// Packages whose timing is kept (the rest are counted).
+    /// Packages whose timing is kept by [`TimingLog::Every`] (the rest are
+    /// counted).
     pub expected_packages: usize,
+    pub log: TimingLog,
+}
+
+/// What the service keeps of the answered packages' timings.
+pub enum TimingLog {
+    /// Every one, in answer order, in [`NetworkReport::timings`] (up to
+    /// `expected_packages`): short runs.
+    Every,
+    /// Long runs: each handed to `sink`, and only the last `recent` kept in
+    /// a ring ([`NetworkReport::timings`] holds them, oldest first; the
+    /// ones overwritten are counted in `timings_lost`). Nothing grows with
+    /// the run's length.
+    Bounded {
+        recent: usize,
+        sink: Box<dyn TimingSink>,
+    },
+}
+
+impl std::fmt::Debug for TimingLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TimingLog::Every => f.write_str("Every"),
+            TimingLog::Bounded { recent, .. } => write!(f, "Bounded {{ recent: {recent} }}"),
+        }
+    }
+}
+
+/// Takes every answered package's timing, in answer order, on the serving
+/// thread: it must never allocate, lock or block.
+pub trait TimingSink: Send {
+    fn record(&mut self, timing: &PackageTiming);
+    /// The service has stopped: nothing more will be recorded.
+    fn finish(&mut self) {}
 }
 
 /// One answered package.
@@ -127,9 +166,11 @@ pub struct NetworkReport {
     /// latency and the queue before it.
     pub socket_wait_total_ns: u64,
     pub socket_wait_max_ns: u64,
-    /// In answer order, up to `expected_packages`.
+    /// In answer order, up to `expected_packages` ([`TimingLog::Every`]),
+    /// or the last `recent` ones ([`TimingLog::Bounded`]).
     pub timings: Vec<PackageTiming>,
-    /// Answered packages beyond `expected_packages`, not kept.
+    /// Answered packages not kept: beyond `expected_packages`, or
+    /// overwritten in the ring.
     pub timings_lost: u64,
 }
 
@@ -181,15 +222,21 @@ impl NetworkService {
         let (port, addr, receive_buffer) = open_port(port, config.receive_buffer)?;
         let stop = Arc::new(AtomicBool::new(false));
         let depth = link.config().depth;
+        let (kept, sink) = match config.log {
+            TimingLog::Every => (config.expected_packages, None),
+            TimingLog::Bounded { recent, sink } => (recent, Some(sink)),
+        };
         let server = Server {
             package: vec![0; assembler.package_size()].into_boxed_slice(),
             output: vec![0; config.packet.output_size].into_boxed_slice(),
             scratch: vec![0; config.packet.packet_size + 1].into_boxed_slice(),
             report: NetworkReport {
                 receive_buffer,
-                timings: Vec::with_capacity(config.expected_packages),
+                timings: Vec::with_capacity(kept),
                 ..NetworkReport::default()
             },
+            sink,
+            ring_next: 0,
             port,
             assembler,
             link,
@@ -285,6 +332,10 @@ struct Server {
     /// One datagram plus one byte, to catch oversized ones.
     scratch: Box<[u8]>,
     report: NetworkReport,
+    /// [`TimingLog::Bounded`]'s sink: `report.timings` is then a ring,
+    /// whose oldest entry is at `ring_next` once full.
+    sink: Option<Box<dyn TimingSink>>,
+    ring_next: usize,
 }
 
 impl Server {
@@ -342,6 +393,10 @@ impl Server {
         self.report.incomplete_packages = self.assembler.incomplete_packages();
         self.report.packages_lost = self.link.packages_lost();
         self.report.outputs_lost = self.link.outputs_lost();
+        if let Some(sink) = &mut self.sink {
+            sink.finish();
+            self.report.timings.rotate_left(self.ring_next);
+        }
         Ok(self.report)
     }
 
@@ -479,10 +534,19 @@ impl Server {
     }
 
     fn log(&mut self, timing: PackageTiming) {
-        if self.report.timings.len() < self.report.timings.capacity() {
-            self.report.timings.push(timing);
+        let timings = &mut self.report.timings;
+        if let Some(sink) = &mut self.sink {
+            sink.record(&timing);
+        }
+        if timings.len() < timings.capacity() {
+            timings.push(timing);
         } else {
             self.report.timings_lost += 1;
+            // Bounded: the oldest gives way.
+            if self.sink.is_some() && !timings.is_empty() {
+                timings[self.ring_next] = timing;
+                self.ring_next = (self.ring_next + 1) % timings.len();
+            }
         }
         if let Some(console) = &mut self.console {
             console.line(format_args!(
@@ -499,7 +563,7 @@ impl Server {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
     use tessera_graph::{package_link, Driver, LinkConfig};
 
     const K: usize = 4;
@@ -516,6 +580,7 @@ mod tests {
             },
             receive_buffer: 1 << 20,
             expected_packages: expected,
+            log: TimingLog::Every,
         }
     }
 
@@ -536,30 +601,54 @@ mod tests {
         Box::new(|| Ok(()))
     }
 
+    /// A sender that waits up to 5 s for an answer.
+    fn sender() -> UdpSocket {
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sender
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        sender
+    }
+
+    /// Sends package `n` (its K packets filled with `n`) to `service`,
+    /// runs the client's cycle on it (answering `[n, 0xAA]`) and takes the
+    /// answer: the cycle's start, the package's last byte as the client got
+    /// it, the answer.
+    fn round_trip(
+        sender: &UdpSocket,
+        service: &NetworkService,
+        driver: &mut tessera_graph::LinkDriver,
+        n: u8,
+    ) -> (u64, u8, Vec<u8>) {
+        for index in 0..K as u16 {
+            let mut packet = [n; SIZE];
+            packet[..2].copy_from_slice(&index.to_le_bytes());
+            sender.send_to(&packet, service.local_addr()).unwrap();
+        }
+        let mut package = [0u8; K * SIZE];
+        let stop = AtomicBool::new(false);
+        let start = driver.wait_cycle(0, &mut package, &stop).unwrap().unwrap();
+        driver.end_cycle(&[n, 0xAA]).unwrap();
+        let mut answer = [0u8; 3];
+        let (len, _) = sender.recv_from(&mut answer).unwrap();
+        (
+            start.start_ns,
+            package[K * SIZE - 1],
+            answer[..len].to_vec(),
+        )
+    }
+
     #[test]
     fn packages_reach_the_client_and_answers_reach_the_sender_timed() {
         let (service_end, mut driver) = link();
         let service =
             NetworkService::start(config(8), loopback(), service_end, nothing(), None).unwrap();
-        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
-        sender
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        let stop = AtomicBool::new(false);
-        let mut package = [0u8; K * SIZE];
+        let sender = sender();
         for n in 0..3u8 {
-            for index in 0..K as u16 {
-                let mut packet = [n; SIZE];
-                packet[..2].copy_from_slice(&index.to_le_bytes());
-                sender.send_to(&packet, service.local_addr()).unwrap();
-            }
-            let start = driver.wait_cycle(0, &mut package, &stop).unwrap().unwrap();
-            assert!(start.start_ns > 0);
-            assert_eq!(package[K * SIZE - 1], n, "package {n} arrived whole");
-            driver.end_cycle(&[n, 0xAA]).unwrap();
-            let mut answer = [0u8; 3];
-            let (len, _) = sender.recv_from(&mut answer).unwrap();
-            assert_eq!(&answer[..len], &[n, 0xAA]);
+            let (start_ns, last, answer) = round_trip(&sender, &service, &mut driver, n);
+            assert!(start_ns > 0);
+            assert_eq!(last, n, "package {n} arrived whole");
+            assert_eq!(answer, [n, 0xAA]);
         }
         let report = service.stop().unwrap();
         assert_eq!(
@@ -576,6 +665,55 @@ mod tests {
             report.socket_wait_max_ns > 0
                 && report.socket_wait_total_ns >= report.socket_wait_max_ns,
             "each datagram's wait from its kernel stamp to its read is counted"
+        );
+    }
+
+    /// Counts what it is given; remembers the last t1 and whether it
+    /// was finished.
+    struct Counting(Arc<(AtomicU64, AtomicU64, AtomicBool)>);
+
+    impl TimingSink for Counting {
+        fn record(&mut self, timing: &PackageTiming) {
+            self.0 .0.fetch_add(1, Ordering::Relaxed);
+            self.0 .1.store(timing.t1_ns, Ordering::Relaxed);
+        }
+
+        fn finish(&mut self) {
+            self.0 .2.store(true, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn a_bounded_log_hands_every_timing_to_its_sink_and_keeps_the_last_few() {
+        let (service_end, mut driver) = link();
+        let seen = Arc::new((AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false)));
+        let config = NetworkConfig {
+            log: TimingLog::Bounded {
+                recent: 2,
+                sink: Box::new(Counting(Arc::clone(&seen))),
+            },
+            ..config(1)
+        };
+        let service =
+            NetworkService::start(config, loopback(), service_end, nothing(), None).unwrap();
+        let sender = sender();
+        for n in 0..5u8 {
+            round_trip(&sender, &service, &mut driver, n);
+        }
+        let report = service.stop().unwrap();
+        assert_eq!(report.answered, 5);
+        assert_eq!(seen.0.load(Ordering::Relaxed), 5, "the sink saw every one");
+        assert!(seen.2.load(Ordering::Relaxed), "and was finished");
+        assert_eq!(report.timings.len(), 2, "the ring never grows");
+        assert_eq!(report.timings_lost, 3);
+        assert!(
+            report.timings[0].t1_ns < report.timings[1].t1_ns,
+            "oldest first"
+        );
+        assert_eq!(
+            report.timings[1].t1_ns,
+            seen.1.load(Ordering::Relaxed),
+            "the last one is kept"
         );
     }
 

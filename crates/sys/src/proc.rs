@@ -87,8 +87,13 @@ fn stat_fields(pid: Pid, tid: Option<Tid>) -> Result<Vec<String>> {
 /// identifies a process uniquely across PID reuse.
 pub fn start_time(pid: Pid) -> Result<u64> {
     // Field 22 of stat; index 19 after the command name (fields 3..).
+    stat_value(pid, 19)
+}
+
+/// Field `index` + 3 of a process's stat (counted after the command name).
+fn stat_value<T: std::str::FromStr>(pid: Pid, index: usize) -> Result<T> {
     stat_fields(pid, None)?
-        .get(19)
+        .get(index)
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| {
             Error::new(
@@ -210,19 +215,53 @@ pub fn last_cpu(pid: Pid, tid: Tid) -> Option<usize> {
 
 /// The owner (real uid) of a process.
 pub fn owner_uid(pid: Pid) -> Result<u32> {
-    let status = read_text(&PathBuf::from(format!("/proc/{pid}/status")))?;
+    status_value(pid, "Uid")
+}
+
+/// A process's resident memory in KiB (VmRSS of its status; a kernel
+/// thread has none).
+pub fn resident_kib(pid: Pid) -> Result<u64> {
+    status_value(pid, "VmRSS")
+}
+
+/// The first value of the `key:` line of /proc/PID/status.
+fn status_value<T: std::str::FromStr>(pid: Pid, key: &str) -> Result<T> {
+    let path = PathBuf::from(format!("/proc/{pid}/status"));
+    let status = read_text(&path)?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .ok_or_else(|| {
             Error::new(
                 ErrorKind::Io,
-                format!("read /proc/{pid}/status"),
-                "no Uid line",
+                format!("read {}", path.display()),
+                format!("no {key} line"),
                 "",
             )
         })
+}
+
+/// How many file descriptors a process has open (the entries of
+/// /proc/PID/fd, which only its owner or root may list; for the calling
+/// process, the one listing it is among them).
+pub fn open_fds(pid: Pid) -> Result<usize> {
+    let dir = PathBuf::from(format!("/proc/{pid}/fd"));
+    std::fs::read_dir(&dir)
+        .map(Iterator::count)
+        .map_err(|e| Error::from_io(format!("list {}", dir.display()), &e))
+}
+
+/// A process's parent (field 4 of its stat).
+pub fn parent_of(pid: Pid) -> Result<Pid> {
+    stat_value(pid, 1)
+}
+
+/// The file a process runs (/proc/PID/exe; its name ends in " (deleted)"
+/// when the file was replaced since). Only its owner or root may read it.
+pub fn executable(pid: Pid) -> Result<PathBuf> {
+    let link = PathBuf::from(format!("/proc/{pid}/exe"));
+    std::fs::read_link(&link).map_err(|e| Error::from_io(format!("read {}", link.display()), &e))
 }
 
 /// The path of a thread's group in a cgroup v1 controller ("/" for the root),
@@ -298,6 +337,13 @@ mod tests {
         assert!(threads_of(me).unwrap().contains(&current_tid()));
         assert_eq!(process_of(current_tid()).unwrap(), me);
         let started = start_time(me).unwrap();
+        assert!(resident_kib(me).unwrap() > 0);
+        assert!(open_fds(me).unwrap() >= 3, "stdin, stdout, stderr at least");
+        assert_eq!(
+            parent_of(me).unwrap(),
+            std::os::unix::process::parent_id() as Pid
+        );
+        assert_eq!(executable(me).unwrap(), std::env::current_exe().unwrap());
         assert!(is_same_process(me, started));
         assert!(!is_same_process(me, started + 1));
         assert!(!is_kernel_thread(me));

@@ -146,6 +146,13 @@ pub struct PlayerReport {
     pub times: Times,
     /// t_fb − t_req of every shown frame, in the order shown (ns).
     pub service_ns: Vec<u64>,
+    /// t_req of every shown frame, beside `service_ns` (`CLOCK_MONOTONIC` ns).
+    #[serde(default)]
+    pub sent_ns: Vec<u64>,
+    /// When the player started playing (`CLOCK_MONOTONIC` ns): its
+    /// `start_at_ns`, or later if probing and agreeing took longer.
+    #[serde(default)]
+    pub started_ns: u64,
     /// CPU time the server spent per frame, mean (µs).
     pub cpu_mean_us: f64,
 }
@@ -157,6 +164,7 @@ pub fn play(mut display: Display, spec: &PlayerSpec) -> Result<PlayerReport, Dis
     let (offer, sla_note) = negotiate(&mut display, spec, &frames[0])?;
     let mut run = Run {
         service_ns: Vec::with_capacity(spec.frames),
+        sent_ns: Vec::with_capacity(spec.frames),
         cpu_ns: 0,
         late: 0,
     };
@@ -204,12 +212,15 @@ pub fn play(mut display: Display, spec: &PlayerSpec) -> Result<PlayerReport, Dis
         times: Times::of(&run.service_ns),
         cpu_mean_us: run.cpu_ns as f64 / shown.max(1) as f64 / 1e3,
         service_ns: run.service_ns,
+        sent_ns: run.sent_ns,
+        started_ns: start,
     })
 }
 
 /// What the frames shown so far measured.
 struct Run {
     service_ns: Vec<u64>,
+    sent_ns: Vec<u64>,
     cpu_ns: u64,
     late: usize,
 }
@@ -223,7 +234,13 @@ impl Run {
     }
 
     fn record(&mut self, done: Done) {
+        // A probe's report that comes in after negotiation moved on (its
+        // deadline is "none") is not a frame of the video.
+        if done.deadline_ns == u64::MAX {
+            return;
+        }
         self.service_ns.push(done.service_ns());
+        self.sent_ns.push(done.sent_ns);
         self.cpu_ns += done.cpu_ns;
         self.late += usize::from(done.late());
     }

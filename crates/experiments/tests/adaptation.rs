@@ -1,0 +1,118 @@
+//! The changing-demand subject end to end, as root (about 8 s): a tiny
+//! scenario parses, its adaptive configuration runs with a daemon of its
+//! own, and the daemon grows the video cell's budget when its demand steps
+//! up. Asserts on the monitor's series (budgets before and after the step),
+//! never on how fast anything happened.
+
+use tessera_experiments::adaptation::{self, cell_metric, TOTAL};
+use tessera_experiments::runner;
+use tessera_experiments::scenario::{Scenario, Subject};
+
+/// 5 % of a core, then 30 % from 3 s on; budgets sized for the mean (about
+/// 20 %) and adapted every 250 ms, a pressed cell at least doubled.
+const TINY: &str = r#"
+name = "tiny changing demand"
+duration = "6s"
+warmup = "500ms"
+
+[subject]
+kind = "changing-demand"
+margin = 0.15
+monitor_interval = "250ms"
+
+[subject.video]
+fps = 30
+steps = [0.05, 0.3]
+step = "3s"
+
+[subject.adaptation]
+interval_ms = 250
+grow_pct = 100
+
+[[configuration]]
+name = "adaptive"
+subject = "adaptive:mean"
+"#;
+
+#[test]
+fn a_tiny_scenario_parses_and_refuses_what_it_cannot_run() {
+    let scenario = Scenario::parse(TINY, "tiny.toml").unwrap();
+    let Subject::ChangingDemand(d) = &scenario.subject else {
+        panic!("not a changing-demand subject");
+    };
+    assert_eq!(d.video.steps, vec![0.05, 0.3]);
+    assert!(scenario.configurations[0].needs_privilege());
+    let refused = |from: &str, to: &str, why: &str| {
+        let text = TINY.replace(from, to);
+        let e = Scenario::parse(&text, "tiny.toml").unwrap_err();
+        assert!(e.reason.contains(why), "{e}");
+    };
+    refused("adaptive:mean", "adaptive", "static:peak");
+    refused("step = \"3s\"", "step = \"4s\"", "lengthen `duration`");
+    refused("[0.05, 0.3]", "[0.05, 0.85]", "exceeds 0.9");
+    refused(
+        "interval_ms = 250",
+        "enabled = true",
+        "each configuration's",
+    );
+    refused("interval_ms = 250", "headroom_pct = 5", "headroom_pct");
+}
+
+#[test]
+fn the_adaptive_configuration_grows_the_stepping_cell() {
+    let Some(machine) = tessera_testkit::privileged("changing-demand run") else {
+        return;
+    };
+    if !adaptation::tessera_built() {
+        let msg = "SKIPPED changing-demand run: the tessera binary is not built (cargo build -p \
+                   tessera-cli)";
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{msg}, and CI=true requires it");
+        }
+        eprintln!("{msg}");
+        return;
+    }
+    // The runner connects to a broker before each configuration (no cells
+    // of its own here): keep it off the system's.
+    std::env::set_var("TESSERA_RUN_DIR", machine.dir());
+    let scenario = Scenario::parse(TINY, "tiny.toml").unwrap();
+    let outcome = runner::run(&scenario, &machine.dir().join("report"), |_| {}).unwrap();
+    let result = &outcome.results.configurations[0];
+    let notes = result.notes.join("; ");
+    assert!(!notes.contains("not run"), "{notes}");
+    let video = result
+        .metric(&cell_metric("video"))
+        .unwrap_or_else(|| panic!("no video series: {notes}"));
+    let reserved = &video.series[0];
+    assert_eq!(reserved.name, "reserved");
+    // The step comes 3 s after the warm-up, 3.5 s after t0.
+    let before: Vec<f64> = reserved
+        .points
+        .iter()
+        .filter(|(t, _)| *t < 3.5)
+        .map(|p| p.1)
+        .collect();
+    let last = reserved.points.last().map(|p| p.1).unwrap_or(0.0);
+    assert!(!before.is_empty(), "samples before the step: {notes}");
+    let held = before.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(
+        held < 30.0,
+        "sized for the mean, it holds less than the step asks: {reserved:?}"
+    );
+    assert!(
+        last >= 30.0 && last > held,
+        "grown to the new demand by the end: {reserved:?}; {notes}"
+    );
+    assert!(
+        notes.contains("adapted by"),
+        "the changes are noted: {notes}"
+    );
+    assert!(result.metric(TOTAL).is_some());
+    let readme = std::fs::read_to_string(machine.dir().join("report/README.md")).unwrap();
+    assert!(
+        readme.contains("## Misses against CPU reserved"),
+        "{readme}"
+    );
+    let plot = machine.dir().join("report/cell-video-series.png");
+    assert!(plot.is_file(), "one plot per cell");
+}
