@@ -11,7 +11,6 @@
 
 #![forbid(unsafe_code)]
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use tessera_broker::monitor::{CellSample, Sample};
 use tessera_measure::{Metric, RunResults, Series, Summary};
@@ -205,14 +204,23 @@ fn sum(series: &Series) -> u64 {
 struct Row<'a> {
     name: &'a str,
     adapting: Option<bool>,
-    misses: BTreeMap<String, u64>,
+    /// Per group, in the run's order.
+    misses: Vec<(String, u64)>,
     reserved: f64,
     used: f64,
 }
 
 impl Row<'_> {
+    /// A group's misses, "–" if it did not run here.
+    fn misses_of(&self, group: &str) -> String {
+        self.misses
+            .iter()
+            .find(|(name, _)| name == group)
+            .map_or("–".to_string(), |(_, m)| m.to_string())
+    }
+
     fn total(&self) -> u64 {
-        self.misses.values().sum()
+        self.misses.iter().map(|(_, m)| m).sum()
     }
 }
 
@@ -253,7 +261,12 @@ pub fn report_section(results: &RunResults) -> String {
         .baseline
         .as_deref()
         .and_then(|b| rows.iter().find(|r| r.name == b));
-    let groups: Vec<&String> = rows[0].misses.keys().collect();
+    let mut groups: Vec<&str> = Vec::new();
+    for (group, _) in rows.iter().flat_map(|r| &r.misses) {
+        if !groups.contains(&group.as_str()) {
+            groups.push(group);
+        }
+    }
     let mut text = String::from(
         "\n## Misses against CPU reserved\n\n\
          From each configuration's daemon's monitor (one sample per interval, the measured part \
@@ -289,9 +302,9 @@ pub fn report_section(results: &RunResults) -> String {
             text,
             "| {} | {adapting} | {} | {} | {:.1} | {:.1} | {ratio} |",
             r.name.replace('|', "\\|"),
-            r.misses
-                .values()
-                .map(u64::to_string)
+            groups
+                .iter()
+                .map(|g| r.misses_of(g))
                 .collect::<Vec<_>>()
                 .join(" | "),
             r.total(),
@@ -311,7 +324,10 @@ pub fn report_section(results: &RunResults) -> String {
         baseline.reserved,
         (1.0 - GOAL_RESERVED) * 100.0
     ));
-    for r in rows.iter().filter(|r| r.adapting == Some(true)) {
+    let adaptive = rows
+        .iter()
+        .filter(|r| r.adapting == Some(true) && r.name != baseline.name);
+    for r in adaptive {
         let fewer = r.total() <= baseline.total();
         let ratio = r.reserved / baseline.reserved;
         let less = ratio <= GOAL_RESERVED;
@@ -426,5 +442,56 @@ mod tests {
         assert_eq!(total.name, TOTAL);
         assert_eq!(total.summary.mean, 35.0);
         assert!(note.contains("misses video 2, jack 3 (total 5)"), "{note}");
+    }
+
+    #[test]
+    fn the_section_compares_each_adaptive_run_with_the_baseline() {
+        let groups = [Group {
+            name: "video",
+            job_period_ns: 100_000_000,
+            shared_count: false,
+        }];
+        let window = Window {
+            from_ns: 0,
+            to_ns: 10_000_000_000,
+            t0_ns: 0,
+        };
+        let configuration = |name: &str, adapting: &str, runtime_us: u64, misses: u64| {
+            let samples = [sample(
+                1,
+                vec![cell("video", runtime_us, 100_000, 10.0, misses)],
+            )];
+            let (metrics, _) = metrics(&samples, &window, &groups, &|_| Some(0));
+            tessera_measure::ConfigurationResult {
+                name: name.into(),
+                notes: vec![adapting.into()],
+                metrics,
+            }
+        };
+        let results = RunResults {
+            baseline: Some("peak".into()),
+            configurations: vec![
+                configuration("peak", STATIC, 40_000, 0),
+                configuration("adaptive", ADAPTING, 20_000, 0),
+                configuration("adaptive, missing", ADAPTING, 10_000, 3),
+            ],
+            ..RunResults::start("rap")
+        };
+        let text = report_section(&results);
+        assert!(
+            text.contains("| peak | off | 0 | 0 | 40.0 | 10.0 | 1.000 |"),
+            "{text}"
+        );
+        assert!(text.contains("**adaptive**: 0 misses"), "{text}");
+        assert!(
+            text.contains("0.500 × the baseline's (within the 0.80 asked): goal met"),
+            "{text}"
+        );
+        assert!(
+            text.contains("3 misses (more than the baseline's 0)"),
+            "{text}"
+        );
+        assert!(text.contains("goal not met"), "{text}");
+        assert!(report_section(&RunResults::start("other")).is_empty());
     }
 }
