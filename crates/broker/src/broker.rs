@@ -885,7 +885,8 @@ impl Broker {
     /// One round of the RAP service's adaptation (seed 000 §2.3): the
     /// policy's plan from the latest sample, applied change by change
     /// through admission — shrinks first; a grow that no longer fits gets
-    /// what does. Pinned and time-triggered cells are never changed. Every
+    /// what does. Pinned and time-triggered cells, and those their owner
+    /// adapts (the guard's), are never changed. Every
     /// change made is noted for the next sample and returned as a log line.
     ///
     /// The capacity the plan shares is the cells' bandwidth plus every
@@ -950,8 +951,10 @@ impl Broker {
             budget,
             reservations: cell.reservations as u32,
             // A time-triggered window's deadline is its runtime: no resize
-            // keeps it.
-            pinned: request.pinned || request.policy == CellPolicy::TimeTriggered,
+            // keeps it. A cell its owner adapts is the owner's to change.
+            pinned: request.pinned
+                || request.owner_adapts
+                || request.policy == CellPolicy::TimeTriggered,
             weight: request.weight,
             floor_ns: 0,
             used_ns: cell.used_ns,

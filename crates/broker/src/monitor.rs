@@ -52,6 +52,9 @@ pub struct CellSample {
     pub budget: Option<Budget>,
     pub reservations: usize,
     pub pinned: bool,
+    /// Its owner adapts it (the guard): the RAP service leaves it.
+    #[serde(default)]
+    pub owner_adapts: bool,
     pub weight: u32,
     pub threads: Vec<ThreadSample>,
     /// The largest of its threads' use per period.
@@ -246,6 +249,7 @@ fn sample_cell(facts: &CellFacts, previous: Option<&Sample>, interval_ns: u64) -
         budget: request.budget,
         reservations: facts.grant.reservations.len(),
         pinned: request.pinned,
+        owner_adapts: request.owner_adapts,
         weight: request.weight,
         used_ns: threads.iter().filter_map(|t| t.used_ns).max(),
         misses: grew(reported.misses, before.map(|c| c.misses_total)),

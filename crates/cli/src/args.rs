@@ -184,6 +184,7 @@ pub enum CellCommand {
         tessera cell create video --policy time-triggered --runtime 2ms --period 10ms\n  \
         tessera cell create fx --policy event-triggered --runtime 300us --period 1ms --placement global --cores 2\n  \
         tessera cell create mixer --policy dedicated --cores 1 --pinned\n  \
+        tessera cell create tuned --policy event-triggered --runtime 1ms --period 5ms --owner-adapts\n  \
         tessera cell create batch --policy best-effort --weight 20")]
     Create(CreateArgs),
     /// List the cells.
@@ -335,6 +336,10 @@ pub struct CreateArgs {
     /// Never resize or move this cell's allocation.
     #[arg(long)]
     pub pinned: bool,
+    /// You adapt the budget yourself (`tessera cell resize`): the daemon's
+    /// adaptation leaves it alone.
+    #[arg(long, conflicts_with = "pinned")]
+    pub owner_adapts: bool,
     /// Let reservations reclaim unused bandwidth (GRUB).
     #[arg(long)]
     pub reclaim: bool,
@@ -427,6 +432,7 @@ impl CreateArgs {
             placement,
             weight: self.weight,
             pinned: self.pinned,
+            owner_adapts: self.owner_adapts,
             reclaim: self.reclaim,
             overrun_signal: self.overrun_signal,
         })

@@ -115,7 +115,11 @@ pub fn cells(list: &[CellInfo]) -> String {
 
 fn allocation(c: &CellInfo) -> String {
     let g = &c.grant;
-    let pinned = if g.request.pinned { " pinned" } else { "" };
+    let pinned = match (g.request.pinned, g.request.owner_adapts) {
+        (true, _) => " pinned",
+        (false, true) => " owner adapts",
+        (false, false) => "",
+    };
     match g.request.policy {
         CellPolicy::Dedicated => format!("cores {:?}{pinned}", g.dedicated),
         CellPolicy::BestEffort => format!("weight {}", g.request.weight),

@@ -253,7 +253,7 @@ fn render(sample: &Sample, view: &View, broker: &str) -> String {
             per_second(cell.misses, sample),
             per_second(cell.xruns, sample),
             cell.threads.len(),
-            if cell.pinned { "  pinned" } else { "" },
+            mark(cell),
         );
         if view.threads {
             for t in &cell.threads {
@@ -284,6 +284,15 @@ fn sort_name(key: SortKey) -> &'static str {
         SortKey::Xruns => "xruns",
         SortKey::Budget => "budget",
         SortKey::Name => "name",
+    }
+}
+
+/// What the RAP service may not change, at the end of a cell's line.
+fn mark(cell: &CellSample) -> &'static str {
+    match (cell.pinned, cell.owner_adapts) {
+        (true, _) => "  pinned",
+        (false, true) => "  owner adapts",
+        (false, false) => "",
     }
 }
 

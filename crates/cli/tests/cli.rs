@@ -868,7 +868,7 @@ fn the_monitor_sees_use_and_reports_shows_them_in_top_and_continues_across_a_dae
 }
 
 #[test]
-fn adaptation_grows_a_cell_that_misses_within_admission_shrinks_an_idle_one_and_leaves_a_pinned_one(
+fn adaptation_grows_a_cell_that_misses_within_admission_shrinks_an_idle_one_and_leaves_a_pinned_one_and_an_owners(
 ) {
     let Some(mut m) = privileged("adaptation") else {
         return;
@@ -886,18 +886,28 @@ fn adaptation_grows_a_cell_that_misses_within_admission_shrinks_an_idle_one_and_
         args.extend(extra);
         m.ok(&args);
     };
-    // Core 1 holds 0.9 of a core for reservations: the pinned 0.6 leaves
-    // the busy cell room to grow to 0.3 at most, beside the idle 0.1's
-    // shrinking.
+    // Core 1 holds 0.9 of a core for reservations: the pinned 0.6 and the
+    // owner's 0.05 leave the busy cell room to grow to 0.25 at most, beside
+    // the idle 0.1's shrinking.
     create(&m, "fixed", "6ms", &["--pinned"]);
     create(&m, "busy", "1ms", &[]);
     create(&m, "idle", "1ms", &[]);
+    create(&m, "owned", "500us", &["--owner-adapts"]);
     let hog = busy_loop(&mut m);
     m.ok(&["cell", "attach", "busy", "--pid", &hog.to_string()]);
     let fixed_hog = busy_loop(&mut m);
     m.ok(&["cell", "attach", "fixed", "--pid", &fixed_hog.to_string()]);
     let sleeper = m.spawn(Command::new("chrt").args(["-f", "5", "sleep", "60"]));
     m.ok(&["cell", "attach", "idle", "--pid", &sleeper.to_string()]);
+    // Idle too: the daemon would shrink it, were it not its owner's.
+    let owned_sleeper = m.spawn(Command::new("chrt").args(["-f", "5", "sleep", "60"]));
+    m.ok(&[
+        "cell",
+        "attach",
+        "owned",
+        "--pid",
+        &owned_sleeper.to_string(),
+    ]);
     wait_until("the busy cell grows as it misses", || {
         m.ok(&["cell", "report", "busy", "--misses", "1"]);
         budget_us(&m, "busy") > 1000
@@ -916,9 +926,10 @@ fn adaptation_grows_a_cell_that_misses_within_admission_shrinks_an_idle_one_and_
         budget_us(&m, "fixed"),
     );
     assert_eq!(fixed, 6000, "the pinned cell is never changed");
+    assert_eq!(budget_us(&m, "owned"), 500, "nor the cell its owner adapts");
     assert!(
-        busy + idle + fixed <= 9000,
-        "core 1's capacity holds: busy {busy} µs, idle {idle} µs, fixed {fixed} µs"
+        busy + idle + fixed + 500 <= 9000,
+        "core 1's capacity holds: busy {busy} µs, idle {idle} µs, fixed {fixed} µs, owned 500 µs"
     );
     assert!(busy >= 2000, "the busy cell took what was free: {busy} µs");
     assert!(
@@ -926,4 +937,14 @@ fn adaptation_grows_a_cell_that_misses_within_admission_shrinks_an_idle_one_and_
         "its thread has the new budget: {}",
         policy_of(hog)
     );
+    m.ok(&[
+        "cell",
+        "resize",
+        "owned",
+        "--runtime",
+        "400us",
+        "--period",
+        "10ms",
+    ]);
+    assert_eq!(budget_us(&m, "owned"), 400, "its owner still resizes it");
 }

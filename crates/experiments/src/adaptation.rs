@@ -6,24 +6,31 @@
 //! - `video`: a 30 fps player's periodic task run by tessera's runtime in
 //!   the cell, each job burning the share of a core the staircase and its
 //!   bursts ask at its release ([`crate::scenario::VideoDemand::share_at`]);
-//! - `audio`: a steady audio-like periodic task (in place of the music
-//!   application, whose misses do not reach the broker yet);
+//! - `music`: the music application (seed 000 §3, [`crate::music`]) on
+//!   loopback, its synth's engine in this cell, its late cycles reported
+//!   to the daemon as the cell's xruns; its network service and the SLABS
+//!   emulating its device in cells of their own (`music-network`, `slabs`),
+//!   pinned (never adapted) and left out of the figures, the same in every
+//!   configuration. The synth's budget is sized from its own use in its
+//!   cell during the warm-up ([`Calibration`]);
 //! - JACK: Debian's jackd on its dummy driver with `tessera-jack-peer` load
 //!   clients, every real-time thread reserved by `tessera guard jackd
 //!   --fixed` (the audio-server subject's run, [`crate::audio_server`]),
 //!   its xruns reported by the guard. Left out, with the reason in the
 //!   notes, when jackd or the peer is missing or does not start.
 //!
-//! The tasks report their misses to the daemon (`BrokerReport`), so the
+//! The tasks report their misses to the daemon (`BrokerReport`), the music
+//! application its synth's late cycles (`tessera_music::report`), so the
 //! daemon's monitor holds budgets, use and misses over time; that series is
 //! the run's measurement ([`series`]). Static budgets are the demand (peak
 //! or mean) × (1 + margin); an adaptive configuration starts from them and
 //! lets the daemon adapt.
 //!
 //! It owns one configuration's daemon, cells, tasks and processes, and
-//! stops them all (tasks, JACK, then the daemon, which is reset) however
-//! the run ends. It must never judge a result beyond comparing it with the
-//! goal the issue states, and never run beside another broker's cpusets.
+//! stops them all (tasks, the music application, JACK, then the daemon,
+//! which is reset) however the run ends. It must never judge a result
+//! beyond comparing it with the goal the issue states, and never run beside
+//! another broker's cpusets.
 
 #![forbid(unsafe_code)]
 
@@ -33,9 +40,10 @@ mod series;
 pub use series::{cell_metric, report_section, MISSES, TOTAL};
 
 use crate::audio_server::{self, AudioServerData, AudioServerRun, GuardPlace};
+use crate::music::{self, MusicData, MusicRun, Threads};
 use crate::scenario::{
     AudioClient, AudioServerSubject, ChangingDemand, Configuration, DemandSettings, GuardSettings,
-    Scenario, ServerKind, ServerSched, Sizing, Subject,
+    MusicSubject, Scenario, ServerKind, ServerSched, Sizing, Subject,
 };
 use crate::servers;
 use daemon::PrivateDaemon;
@@ -46,7 +54,8 @@ use std::time::Duration;
 use tessera_broker::monitor::Sample;
 use tessera_broker::Session;
 use tessera_measure::Metric;
-use tessera_policy::{CellRequest, Placement};
+use tessera_music::protocol;
+use tessera_policy::{Budget, CellRequest, Placement};
 use tessera_runtime::{
     BrokerReport, CellJoin, Guarantee, NoNotifications, Periodic, Runtime, RuntimeConfig,
 };
@@ -54,11 +63,29 @@ use tessera_workloads::periodic::burn_cpu;
 
 /// The cells this run creates (the guard names its own after its threads).
 pub const VIDEO: &str = "video";
-pub const AUDIO: &str = "audio";
+/// The music application's synth (its engine's threads).
+pub const MUSIC: &str = "music";
+/// Its network service, and the SLABS's sender: pinned, outside the figures.
+pub const MUSIC_NETWORK: &str = "music-network";
+pub const SLABS: &str = "slabs";
 /// The group of the guard's cells.
 pub const JACK: &str = "jack";
 /// jackd's `-P` (the guard moves every real-time thread to a reservation).
 const JACK_PRIORITY: u32 = 10;
+/// The synth's share of the package period during the warm-up, while its
+/// use is measured: more than it uses, so that the use is its demand and
+/// not its budget (the note says when it was not).
+const CALIBRATION_SHARE: f64 = 0.35;
+/// The first second of the warm-up is the application starting up: left
+/// out of the calibration.
+const CALIBRATION_SETTLE: Duration = Duration::from_secs(1);
+/// The network service's CPU per package, 16 wake-ups each a VM exit:
+/// 213 µs measured on this guest by `tessera music run` in the development
+/// build (141–153 µs in the release build, docs/experiments.md).
+const NETWORK_DEMAND: Duration = Duration::from_micros(213);
+/// The SLABS's sender, sleeping between its 16 packets: about 40 % of a
+/// core (scenarios/seed-4.1.toml), 290 µs per package.
+const SLABS_DEMAND: Duration = Duration::from_micros(290);
 
 /// One periodic task in its cell.
 struct Task {
@@ -67,9 +94,11 @@ struct Task {
 }
 
 /// One configuration's daemon, cells and loads. Fields drop in order:
-/// tasks, JACK, the session, the daemon (reset and stopped) last.
+/// tasks, the music application, JACK, the session, the daemon (reset and
+/// stopped) last.
 pub(crate) struct DemandRun {
     tasks: Vec<Task>,
+    music: Option<MusicRun>,
     jack: Option<AudioServerRun>,
     session: Option<Session>,
     daemon: Option<PrivateDaemon>,
@@ -78,6 +107,8 @@ pub(crate) struct DemandRun {
     origin: Arc<AtomicU64>,
     /// From t0 to the staircase's start.
     warmup: Duration,
+    /// Sizes the synth's cell at the end of the warm-up; its note.
+    calibration: Option<std::thread::JoinHandle<String>>,
     subject: ChangingDemand,
     settings: DemandSettings,
     notes: Vec<String>,
@@ -86,6 +117,7 @@ pub(crate) struct DemandRun {
 /// What a finished run left for the metrics.
 pub(crate) struct DemandData {
     samples: Vec<Sample>,
+    music: Option<MusicData>,
     jack: Option<AudioServerData>,
     subject: ChangingDemand,
     notes: Vec<String>,
@@ -93,7 +125,8 @@ pub(crate) struct DemandData {
 
 impl DemandRun {
     /// Starts the daemon, creates the cells at their configured budgets and
-    /// starts the tasks and JACK; the staircase waits for the release.
+    /// starts the music application, the tasks and JACK; the staircase and
+    /// the SLABS wait for the release.
     pub(crate) fn start(scenario: &Scenario, config: &Configuration) -> Result<DemandRun, String> {
         let Subject::ChangingDemand(subject) = &scenario.subject else {
             unreachable!("called for changing-demand subjects only")
@@ -104,11 +137,13 @@ impl DemandRun {
         let daemon = PrivateDaemon::start(subject.monitor_interval, &rap)?;
         let mut run = DemandRun {
             tasks: Vec::new(),
+            music: None,
             jack: None,
             session: Some(daemon.session()?),
             daemon: Some(daemon),
             origin: Arc::new(AtomicU64::new(0)),
             warmup: scenario.warmup,
+            calibration: None,
             subject: subject.clone(),
             settings,
             notes: vec![match settings.adapt {
@@ -129,18 +164,10 @@ impl DemandRun {
                 subject.monitor_interval
             ));
         }
-        run.start_video(scenario.duration)?;
-        if let Some(audio) = subject.audio.clone() {
-            let budget = run.static_runtime(audio.load, audio.period);
-            let work = audio.period.mul_f64(audio.load);
-            run.start_task(AUDIO, audio.period, budget, move |_| work)?;
-            run.notes.push(format!(
-                "audio: {:.0} % of every {:?}, budget {:?}",
-                audio.load * 100.0,
-                audio.period,
-                budget
-            ));
+        if let Some(music) = &subject.music {
+            run.start_music(music, scenario)?;
         }
+        run.start_video(scenario.duration)?;
         if let Some(jack) = &subject.jack {
             run.start_jack(jack, scenario.total());
         }
@@ -150,6 +177,52 @@ impl DemandRun {
     /// A static budget: `share` of `period` × (1 + margin).
     fn static_runtime(&self, share: f64, period: Duration) -> Duration {
         period.mul_f64((share * (1.0 + self.subject.margin)).min(1.0))
+    }
+
+    /// The music application in its cells: the synth's at
+    /// [`CALIBRATION_SHARE`] until the end of the warm-up (then sized by
+    /// [`Calibration`]), the network's and the SLABS's their demand × (1 +
+    /// margin), pinned; every budget per package period.
+    fn start_music(&mut self, music: &MusicSubject, scenario: &Scenario) -> Result<(), String> {
+        let period = Duration::from_nanos(protocol::package_period_ns());
+        let budget = |demand: Duration| {
+            self.static_runtime(demand.as_secs_f64() / period.as_secs_f64(), period)
+        };
+        let synth_budget = period.mul_f64(CALIBRATION_SHARE);
+        let network_budget = budget(NETWORK_DEMAND);
+        let slabs_budget = budget(SLABS_DEMAND);
+        let synth = self.create(CellRequest::event_triggered(
+            MUSIC,
+            synth_budget.as_nanos() as u64,
+            period.as_nanos() as u64,
+        ))?;
+        let network = self.create(pinned(MUSIC_NETWORK, network_budget, period))?;
+        let slabs = self.create(pinned(SLABS, slabs_budget, period))?;
+        let threads = Threads::in_cells(&synth, &network, &slabs);
+        self.music = Some(MusicRun::start_in(music, scenario, threads)?);
+        let factor = 1.0 + self.subject.margin;
+        self.notes.push(format!(
+            "music: {} pads held, work factor {}; synth budget {synth_budget:?} every {period:?} \
+             during the warm-up; pinned, with reclaiming, outside the figures: network \
+             {network_budget:?}, SLABS {slabs_budget:?} ({NETWORK_DEMAND:?} and \
+             {SLABS_DEMAND:?} per package × {factor:.2})",
+            music.pads.len(),
+            music.synth.work_factor,
+        ));
+        Ok(())
+    }
+
+    /// Creates `request` in the daemon, under global EDF; the join of its
+    /// threads, whose reports go to the daemon.
+    fn create(&mut self, mut request: CellRequest) -> Result<CellJoin, String> {
+        request.placement = Placement::Global;
+        let name = request.name.clone();
+        let session = self.session.as_mut().expect("running");
+        session
+            .create_cell(request, true)
+            .map_err(|e| format!("cell {name:?}: {e}"))?;
+        let paths = self.daemon.as_ref().expect("running").paths().clone();
+        Ok(CellJoin::with(name, move || Session::daemon_at(&paths)))
     }
 
     fn start_video(&mut self, measured: Duration) -> Result<(), String> {
@@ -167,10 +240,7 @@ impl DemandRun {
             period.mul_f64(video.share_at(since))
         };
         self.start_task(VIDEO, period, budget, work)?;
-        let sized = match self.settings.sizing {
-            Sizing::Peak => "peak",
-            Sizing::Mean => "mean",
-        };
+        let sized = self.settings.sizing.name();
         self.notes.push(format!(
             "video: {} fps, steps {:?} of a core every {:?}, peak {:.3}, mean {:.3}; budget \
              {budget:?} every {period:?} (the {sized} × {:.2})",
@@ -195,16 +265,11 @@ impl DemandRun {
         budget: Duration,
         work: impl Fn(u64) -> Duration + Send + 'static,
     ) -> Result<(), String> {
-        let daemon = self.daemon.as_ref().expect("running");
-        let session = self.session.as_mut().expect("running");
-        let mut request =
-            CellRequest::event_triggered(cell, budget.as_nanos() as u64, period.as_nanos() as u64);
-        request.placement = Placement::Global;
-        session
-            .create_cell(request, true)
-            .map_err(|e| format!("cell {cell:?}: {e}"))?;
-        let paths = daemon.paths().clone();
-        let join = CellJoin::with(cell, move || Session::daemon_at(&paths));
+        let join = self.create(CellRequest::event_triggered(
+            cell,
+            budget.as_nanos() as u64,
+            period.as_nanos() as u64,
+        ))?;
         let config = RuntimeConfig {
             workers: 1,
             cell: Some(join.clone()),
@@ -284,11 +349,27 @@ impl DemandRun {
         }
     }
 
-    /// Starts the staircase at the end of the warm-up and JACK's clients'
-    /// timeline at t0.
+    /// Starts the staircase at the end of the warm-up, and the SLABS and
+    /// JACK's clients' timeline at t0.
     pub(crate) fn release(&mut self, t0: u64) -> Result<(), String> {
         self.origin
             .store(t0 + self.warmup.as_nanos() as u64, Ordering::Release);
+        if let Some(music) = &mut self.music {
+            music.release(t0)?;
+            let calibration = Calibration {
+                paths: self.daemon.as_ref().expect("running").paths().clone(),
+                from_ns: t0 + CALIBRATION_SETTLE.as_nanos() as u64,
+                until_ns: t0 + self.warmup.as_nanos() as u64,
+                sizing: self.settings.sizing,
+                margin: self.subject.margin,
+            };
+            self.calibration = Some(
+                std::thread::Builder::new()
+                    .name("calibration".into())
+                    .spawn(move || calibration.run())
+                    .map_err(|e| format!("calibration thread: {e}"))?,
+            );
+        }
         if let Some(jack) = &mut self.jack {
             if let Err(e) = jack.release(t0) {
                 self.notes
@@ -298,7 +379,8 @@ impl DemandRun {
         Ok(())
     }
 
-    /// Stops the tasks and JACK, reads the daemon's series, stops the daemon.
+    /// Stops the tasks, the music application (once its SLABS has sent
+    /// every package) and JACK, reads the daemon's series, stops the daemon.
     pub(crate) fn finish(mut self) -> DemandData {
         let mut notes = std::mem::take(&mut self.notes);
         for task in self.tasks.drain(..) {
@@ -316,6 +398,14 @@ impl DemandRun {
                 Err(e) => notes.push(format!("{}: {e}", task.name)),
             }
         }
+        if let Some(calibration) = self.calibration.take() {
+            notes.push(
+                calibration
+                    .join()
+                    .unwrap_or_else(|_| "music: the calibration panicked".into()),
+            );
+        }
+        let music = self.music.take().map(MusicRun::finish);
         let jack = self.jack.take().map(AudioServerRun::finish);
         drop(self.session.take());
         // The tasks' last reports and the monitor's last sample.
@@ -324,6 +414,7 @@ impl DemandRun {
         notes.extend(daemon.stop());
         DemandData {
             samples,
+            music,
             jack,
             subject: self.subject.clone(),
             notes,
@@ -344,10 +435,10 @@ pub(crate) fn metrics(
         job_period_ns: video_period,
         shared_count: false,
     }];
-    if let Some(audio) = &data.subject.audio {
+    if data.subject.music.is_some() {
         groups.push(Group {
-            name: AUDIO,
-            job_period_ns: audio.period.as_nanos() as u64,
+            name: MUSIC,
+            job_period_ns: protocol::package_period_ns(),
             shared_count: false,
         });
     }
@@ -360,7 +451,10 @@ pub(crate) fn metrics(
     }
     let names: Vec<&str> = groups.iter().map(|g| g.name).collect();
     let jack_group = names.iter().position(|n| *n == JACK);
-    let group_of = |cell: &str| names.iter().position(|n| *n == cell).or(jack_group);
+    let group_of = |cell: &str| match cell {
+        MUSIC_NETWORK | SLABS => None,
+        _ => names.iter().position(|n| *n == cell).or(jack_group),
+    };
     let window = Window {
         from_ns: t0 + scenario.warmup.as_nanos() as u64,
         to_ns: t0 + scenario.total().as_nanos() as u64,
@@ -368,6 +462,12 @@ pub(crate) fn metrics(
     };
     let (metrics, monitor_notes) = series::metrics(&data.samples, &window, &groups, &group_of);
     notes.extend(monitor_notes);
+    if let Some(music) = data.music {
+        // Its own figures (Δt, cycles, xruns), kept as notes: the daemon's
+        // monitor holds what the adaptation saw.
+        let (_, music_notes) = music::metrics(music, scenario.warmup);
+        notes.extend(music_notes.into_iter().map(|n| format!("music: {n}")));
+    }
     if let Some(jack) = data.jack {
         // Its own figures (cycles, xruns, late cycles as the clients saw
         // them), kept as notes: its budget metrics are the guard's view,
@@ -376,6 +476,99 @@ pub(crate) fn metrics(
         notes.extend(jack_notes.into_iter().map(|n| format!("jack: {n}")));
     }
     (metrics, notes)
+}
+
+/// A cell of the music application's that is the same in every
+/// configuration: `budget` every `period`, never adapted, reclaiming idle
+/// time (GRUB) so that a package that outgrows the budget does not wait, as
+/// in the seed's runs.
+fn pinned(name: &str, budget: Duration, period: Duration) -> CellRequest {
+    CellRequest {
+        pinned: true,
+        reclaim: true,
+        ..CellRequest::event_triggered(name, budget.as_nanos() as u64, period.as_nanos() as u64)
+    }
+}
+
+/// The synth's static budget, found as by hand from its profile: its
+/// use per package period in its cell over the warm-up (as the daemon's
+/// monitor sampled it, under the same load as the run), the largest
+/// sample for the peak, their mean for the mean, × (1 + margin); set when
+/// the warm-up ends. The adaptive configuration starts from it too.
+struct Calibration {
+    paths: tessera_broker::paths::Paths,
+    from_ns: u64,
+    until_ns: u64,
+    sizing: Sizing,
+    margin: f64,
+}
+
+impl Calibration {
+    /// Waits for the warm-up's end, sizes the cell; the note saying how.
+    fn run(self) -> String {
+        tessera_sys::clock::sleep_until_monotonic_ns(self.until_ns);
+        match self.size() {
+            Ok(note) => note,
+            Err(e) => format!("music: not calibrated, the synth kept its warm-up budget: {e}"),
+        }
+    }
+
+    fn size(&self) -> Result<String, String> {
+        let mut session = Session::daemon_at(&self.paths).map_err(|e| e.to_string())?;
+        let samples = session.monitor(None, 0).map_err(|e| e.to_string())?;
+        let (budget, used) = self.uses(&samples);
+        let budget = budget.ok_or("no sample of the music cell")?;
+        if used.is_empty() {
+            return Err("no use of the music cell measured in the warm-up".into());
+        }
+        let demand = match self.sizing {
+            Sizing::Peak => used.iter().copied().max().unwrap_or(0) as f64,
+            Sizing::Mean => used.iter().sum::<u64>() as f64 / used.len() as f64,
+        };
+        let runtime = ((demand * (1.0 + self.margin)) as u64)
+            .clamp(tessera_policy::cell::MIN_RUNTIME_NS, budget.period_ns);
+        let reply = session
+            .resize_cell(
+                MUSIC,
+                Budget {
+                    runtime_ns: runtime,
+                    ..budget
+                },
+                true,
+            )
+            .map_err(|e| e.to_string())?;
+        let held_short = used.iter().any(|&u| u * 100 >= budget.runtime_ns * 90);
+        Ok(format!(
+            "music: synth sized for the {} of its use per period in the warm-up ({} samples, {} \
+             µs) × {:.2}: {} µs every {} µs{}",
+            self.sizing.name(),
+            used.len(),
+            demand as u64 / 1000,
+            1.0 + self.margin,
+            reply.budget.runtime_ns / 1000,
+            reply.budget.period_ns / 1000,
+            match held_short {
+                true => " (it used 90 % or more of its warm-up budget: its demand may be more)",
+                false => "",
+            }
+        ))
+    }
+
+    /// The music cell's warm-up budget and its use per period in every
+    /// sample of the calibration window.
+    fn uses(&self, samples: &[Sample]) -> (Option<Budget>, Vec<u64>) {
+        let cells = samples
+            .iter()
+            .filter(|s| (self.from_ns..=self.until_ns).contains(&s.t_mono_ns))
+            .filter_map(|s| s.cells.iter().find(|c| c.name == MUSIC));
+        let mut budget = None;
+        let mut used = Vec::new();
+        for cell in cells {
+            budget = budget.or(cell.budget);
+            used.extend(cell.used_ns);
+        }
+        (budget, used)
+    }
 }
 
 /// Whether this build can run the subject: the `tessera` binary beside us

@@ -5,22 +5,29 @@
 //! (histogram, time series of each 100 ms's worst, misses counted on the
 //! exact values), tf − t0 at the emulator, the emulator's send jitter and
 //! the synth cell's CPU time per cycle; notes with what the network lost.
+//! With the synth in a cell, its late cycles go to that cell's broker while
+//! it runs (`tessera_music::report`), as the broker's monitor's misses.
 //!
-//! Owns starting and stopping the application around the runner's release.
-//! It must never judge a result.
+//! Owns starting and stopping the application around the runner's release,
+//! with its threads scheduled as a configuration says or as a caller sets
+//! them up ([`Threads`], e.g. cells of another daemon). It must never judge
+//! a result.
 
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::net_service::{ServiceData, ServiceRun};
-use crate::runner::setup_for;
-use crate::scenario::{Configuration, Scenario, Sched, Subject};
+use crate::runner::{cell_name, setup_for};
+use crate::scenario::{Configuration, MusicSubject, Scenario, Sched, Subject};
 use tessera_measure::{Metric, Series};
 use tessera_music::app::{App, AppConfig, AppReport, Roles, ThreadHook, Timings, DEADLINE};
 use tessera_music::emulator::{self, held_pads, EmulatorConfig, EmulatorReport};
 use tessera_music::lan::{self, Lan, LanError, Shaping};
 use tessera_music::windows::WindowSummary;
 use tessera_music::{protocol, EMULATOR_METRIC, LATENESS_METRIC, RESPONSE_METRIC, SERVICE_METRIC};
+use tessera_runtime::CellJoin;
+use tessera_synth::Gesture;
 
 /// The seed's §4.1 experiment as shipped (scenarios/seed-4.1.toml).
 pub const SEED_SCENARIO: &str = include_str!("../../../scenarios/seed-4.1.toml");
@@ -71,12 +78,97 @@ pub const HANDED_OVER_METRIC: &str = "Δt to the service (t2' − t1)";
 /// Width of one point of the Δt time series (its worst value).
 const SERIES_BUCKET_NS: u64 = 100_000_000;
 
+/// How the application's and the SLABS's threads start.
+pub(crate) struct Threads {
+    /// Each role's hook (join a cell, a FIFO priority, a core).
+    roles: Roles,
+    /// The synth's cell, whose misses go to the broker that the join
+    /// reaches while the application runs; `None`: not reported.
+    report: Option<CellJoin>,
+    /// The SLABS's sender's setup, and its answer thread's.
+    slabs: ThreadHook,
+    answers: ThreadHook,
+    /// The sender spins before each packet (a core of its own): not in a
+    /// reservation, where spinning would spend the budget, nor at a FIFO
+    /// priority, where it would starve its core.
+    spin: bool,
+}
+
+impl Threads {
+    /// As `config` schedules each role (its own entry, else the subject's),
+    /// pinned to `core` if given; the SLABS's answer thread as its sender
+    /// when that is plain, else [`answering`].
+    fn scheduled(config: &Configuration, core: Option<usize>) -> Threads {
+        let hook = |sched: &Sched| -> ThreadHook {
+            let setup = setup_for(sched, core);
+            Arc::new(move || setup.clone()())
+        };
+        let role_hook = |name: &str| {
+            let sched = role(config, name);
+            (!sched.is_plain() || core.is_some()).then(|| hook(sched))
+        };
+        let slabs = role(config, "slabs");
+        let synth = role(config, "synth").cell.as_deref();
+        Threads {
+            roles: Roles {
+                synth: role_hook("synth"),
+                network: role_hook("network"),
+                console: role_hook("console"),
+            },
+            report: synth.map(|cell| CellJoin::connect(cell_name(cell))),
+            slabs: hook(slabs),
+            answers: match slabs.is_plain() {
+                true => hook(slabs),
+                false => answering(core),
+            },
+            spin: slabs.is_plain(),
+        }
+    }
+
+    /// The synth, the network and the SLABS's sender each joining its cell
+    /// (the synth's misses reported to its broker), the console as it
+    /// starts, the SLABS's answer thread at a high FIFO priority.
+    pub(crate) fn in_cells(synth: &CellJoin, network: &CellJoin, slabs: &CellJoin) -> Threads {
+        let hook = |join: &CellJoin| -> ThreadHook { Arc::new(join.hook()) };
+        Threads {
+            roles: Roles {
+                synth: Some(hook(synth)),
+                network: Some(hook(network)),
+                console: None,
+            },
+            report: Some(synth.clone()),
+            slabs: hook(slabs),
+            answers: answering(None),
+            spin: false,
+        }
+    }
+}
+
+/// The SLABS's answer thread, its sender scheduled: it only timestamps
+/// arrivals, at [`ANSWER_PRIORITY`] (pinned to `core` if given), so the
+/// device's measurement does not wait behind the interference.
+fn answering(core: Option<usize>) -> ThreadHook {
+    let setup = setup_for(
+        &Sched {
+            cell: None,
+            fifo: Some(ANSWER_PRIORITY),
+        },
+        core,
+    );
+    Arc::new(move || setup.clone()())
+}
+
+/// What the SLABS plays: `music`'s pads held.
+pub(crate) fn gesture(music: &MusicSubject) -> Gesture {
+    held_pads(music.pads.iter().copied(), music.x, music.y, music.pressure)
+}
+
 /// The application and its emulator, running.
 pub(crate) struct MusicRun {
     app: App,
     emulator: EmulatorConfig,
-    slabs: Sched,
-    core: Option<usize>,
+    slabs: ThreadHook,
+    answers: ThreadHook,
     /// The network service process, the streamer and its peer, when the
     /// configuration runs through the service (seed 000 §4.2).
     service: Option<ServiceRun>,
@@ -105,6 +197,15 @@ pub(crate) fn role<'a>(config: &'a Configuration, name: &str) -> &'a Sched {
         .map_or(&config.subject, |(_, s)| s)
 }
 
+/// What a run of `scenario` keeps: Δt per window when it lasts over
+/// [`LONG_RUN`], every package's otherwise.
+fn timings_for(scenario: &Scenario) -> Timings {
+    match scenario.total() > LONG_RUN {
+        true => windowed(),
+        false => Timings::Every,
+    }
+}
+
 /// Δt per [`WINDOW`], and the last packages' timings.
 pub(crate) fn windowed() -> Timings {
     Timings::Windows {
@@ -118,11 +219,7 @@ impl MusicRun {
     /// each role joined as configured; the emulator waits for the release.
     /// A run over [`LONG_RUN`] keeps Δt per window.
     pub(crate) fn start(scenario: &Scenario, config: &Configuration) -> Result<MusicRun, String> {
-        let timings = match scenario.total() > LONG_RUN {
-            true => windowed(),
-            false => Timings::Every,
-        };
-        MusicRun::start_with(scenario, config, timings)
+        MusicRun::start_with(scenario, config, timings_for(scenario))
     }
 
     /// [`MusicRun::start`], keeping `timings`.
@@ -131,74 +228,81 @@ impl MusicRun {
         config: &Configuration,
         timings: Timings,
     ) -> Result<MusicRun, String> {
-        let Subject::Music {
-            pads,
-            x,
-            y,
-            pressure,
-            synth,
-            workers,
-            lan,
-            link_bps,
-        } = &scenario.subject
-        else {
+        let Subject::Music(music) = &scenario.subject else {
             unreachable!("called for music subjects only")
         };
-        let hook = |name: &str| -> Option<ThreadHook> {
-            let sched = role(config, name);
-            if sched.is_plain() && scenario.core.is_none() {
-                return None;
-            }
-            let setup = setup_for(sched, scenario.core);
-            Some(std::sync::Arc::new(move || setup.clone()()))
-        };
-        let warmup_packages = scenario.warmup.as_nanos() as u64 / protocol::package_period_ns();
-        let mut emulator = EmulatorConfig::new(
-            "127.0.0.1:0".parse().expect("a socket address"),
-            scenario.total(),
-            held_pads(pads.iter().copied(), *x, *y, *pressure),
-        );
-        emulator.warmup_packages = warmup_packages;
-        let slabs = role(config, "slabs").clone();
-        // In a reservation or at a FIFO priority the sender must sleep
-        // between packets: spinning would spend the budget or starve its core.
-        if !slabs.is_plain() {
-            emulator.spin_ns = 0;
-        }
         // Through the service the link is shaped as the seed's: a gigabit
         // link, marked real-time packets first.
         let shaping = config.service.as_ref().map(|_| Shaping {
-            rate_bps: *link_bps,
+            rate_bps: music.link_bps,
             prio: true,
         });
-        let lan = lan
+        let lan = music
+            .lan
             .then(|| Lan::shaped(shaping))
             .transpose()
             .map_err(|e| e.to_string())?;
-        let seconds = scenario.total().as_secs_f64() + 2.0;
         let service = match &config.service {
             Some(plan) => Some(ServiceRun::start(
                 plan,
                 lan.as_ref(),
                 role(config, "service"),
                 role(config, "streamer"),
-                seconds,
+                scenario.total().as_secs_f64() + 2.0,
             )?),
             None => None,
         };
+        let threads = Threads::scheduled(config, scenario.core);
+        MusicRun::launch(music, scenario, threads, (lan, service), timings)
+    }
+
+    /// `music` on loopback, its own socket, each thread started as
+    /// `threads` says; the emulator waits for the release. A run over
+    /// [`LONG_RUN`] keeps Δt per window.
+    pub(crate) fn start_in(
+        music: &MusicSubject,
+        scenario: &Scenario,
+        threads: Threads,
+    ) -> Result<MusicRun, String> {
+        MusicRun::launch(
+            music,
+            scenario,
+            threads,
+            (None, None),
+            timings_for(scenario),
+        )
+    }
+
+    /// Starts the application across `network` (the LAN to the SLABS, the
+    /// network service process) with `threads`.
+    fn launch(
+        music: &MusicSubject,
+        scenario: &Scenario,
+        threads: Threads,
+        network: (Option<Lan>, Option<ServiceRun>),
+        timings: Timings,
+    ) -> Result<MusicRun, String> {
+        let (lan, service) = network;
+        let warmup_packages = scenario.warmup.as_nanos() as u64 / protocol::package_period_ns();
+        let mut emulator = EmulatorConfig::new(
+            "127.0.0.1:0".parse().expect("a socket address"),
+            scenario.total(),
+            gesture(music),
+        );
+        emulator.warmup_packages = warmup_packages;
+        if !threads.spin {
+            emulator.spin_ns = 0;
+        }
         let app = App::start(AppConfig {
             bind: lan::app_bind(lan.as_ref()),
             service: service.as_ref().map(ServiceRun::music_flow),
             osc: None,
-            synth: synth.clone(),
+            synth: music.synth.clone(),
             warmup_packages,
             expected_packages: emulator.packages() as usize,
-            workers: *workers,
-            roles: Roles {
-                synth: hook("synth"),
-                network: hook("network"),
-                console: hook("console"),
-            },
+            workers: music.workers,
+            roles: threads.roles,
+            report: threads.report,
             package_log: None,
             timings,
         })
@@ -207,8 +311,8 @@ impl MusicRun {
         Ok(MusicRun {
             app,
             emulator,
-            slabs,
-            core: scenario.core,
+            slabs: threads.slabs,
+            answers: threads.answers,
             service,
             lan,
             sender: None,
@@ -223,29 +327,20 @@ impl MusicRun {
         new
     }
 
-    /// Starts the emulator at `t0`, on a thread scheduled as the `slabs`
-    /// role says.
+    /// Starts the emulator at `t0`, its threads set up as the
+    /// [`Threads`] it was started with say.
     pub(crate) fn release(&mut self, t0: u64) -> Result<(), String> {
         let config = self.emulator.clone();
-        let setup = setup_for(&self.slabs, self.core);
-        // The answer thread only timestamps arrivals: at a high FIFO
-        // priority whenever the sender is scheduled, so the device's
-        // measurement does not wait behind the interference.
-        let answers = match self.slabs.is_plain() {
-            true => self.slabs.clone(),
-            false => Sched {
-                cell: None,
-                fifo: Some(ANSWER_PRIORITY),
-            },
-        };
-        let receiver = setup_for(&answers, self.core);
+        let setup = Arc::clone(&self.slabs);
+        let receiver = Arc::clone(&self.answers);
         let sender = lan::spawn_slabs(self.lan.as_ref(), move || {
             let sender = Box::new(move || {
                 setup()?;
                 tessera_sys::clock::sleep_until_monotonic_ns(t0);
                 Ok(())
             });
-            emulator::run_with(&config, sender, Box::new(receiver)).map_err(|e| e.to_string())
+            emulator::run_with(&config, sender, Box::new(move || receiver()))
+                .map_err(|e| e.to_string())
         })
         .map_err(|e| format!("starting the SLABS emulator: {e}"))?;
         self.sender = Some(sender);

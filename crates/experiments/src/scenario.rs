@@ -25,9 +25,7 @@ mod audio_server;
 mod net_service;
 mod netphone;
 mod render;
-pub use adaptation::{
-    Burst, ChangingDemand, DemandSettings, JackLoad, Sizing, SteadyAudio, VideoDemand,
-};
+pub use adaptation::{Burst, ChangingDemand, DemandSettings, JackLoad, Sizing, VideoDemand};
 pub use audio_server::{AudioClient, AudioServerSubject, GuardSettings, ServerKind, ServerSched};
 pub use net_service::ServicePlan;
 pub use netphone::{
@@ -150,21 +148,7 @@ pub enum Subject {
     /// The LAN music application (seed 000 §4.1): the SLABS emulator
     /// playing held pads into the network service, the synth cell and the
     /// console; Δt = t2 − t1 per package.
-    Music {
-        pads: Vec<usize>,
-        x: f32,
-        y: f32,
-        pressure: f32,
-        synth: tessera_synth::SynthConfig,
-        /// Threads of the synth cell beside its communication thread.
-        workers: usize,
-        /// The SLABS across a veth pair in its own network namespace (the
-        /// seed's LAN) instead of on loopback.
-        lan: bool,
-        /// The link's rate (`link`): the LAN's shaping when a configuration
-        /// runs through the network service, and the service's capacity.
-        link_bps: u64,
-    },
+    Music(MusicSubject),
     /// A real audio server (jackd2 or PipeWire) with JACK load clients:
     /// xruns, late cycles, when each client finished, the guard's budgets.
     AudioServer(AudioServerSubject),
@@ -176,6 +160,25 @@ pub enum Subject {
     /// The RAP service's experiment: cells whose demand changes over time,
     /// budgets static or adapted by a daemon of each configuration's own.
     ChangingDemand(ChangingDemand),
+}
+
+/// The music application: what the SLABS plays, the synthesizer, and how
+/// the SLABS reaches it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MusicSubject {
+    pub pads: Vec<usize>,
+    pub x: f32,
+    pub y: f32,
+    pub pressure: f32,
+    pub synth: tessera_synth::SynthConfig,
+    /// Threads of the synth cell beside its communication thread.
+    pub workers: usize,
+    /// The SLABS across a veth pair in its own network namespace (the
+    /// seed's LAN) instead of on loopback.
+    pub lan: bool,
+    /// The link's rate (`link`): the LAN's shaping when a configuration
+    /// runs through the network service, and the service's capacity.
+    pub link_bps: u64,
 }
 
 /// An interference workload.
@@ -441,6 +444,68 @@ impl Facts {
     }
 }
 
+/// The keys of what the music application plays: a music subject's, and
+/// a changing-demand subject's `[subject.music]`.
+pub(super) struct PlayKeys<'a> {
+    pub pads: &'a Option<Spanned<String>>,
+    pub x: &'a Option<Spanned<f64>>,
+    pub y: &'a Option<Spanned<f64>>,
+    pub pressure: &'a Option<Spanned<f64>>,
+    pub oscillators: &'a Option<Spanned<usize>>,
+    pub work_factor: &'a Option<Spanned<f64>>,
+    pub seed: &'a Option<Spanned<u64>>,
+    /// Where a refusal of the synthesizer points when no key of its own does.
+    pub table: Range<usize>,
+}
+
+/// The music application playing held pads (all of them by default, at x
+/// 0.5, y 0.3, pressure 0.8) into the seed's synthesizer with the keys'
+/// changes; no workers, on loopback, the default link.
+pub(super) fn played(k: &PlayKeys) -> Result<MusicSubject, Refusal> {
+    let pads = match k.pads {
+        Some(p) => {
+            tessera_synth::parse_pads(p.get_ref()).map_err(|e| (p.span(), format!("pads: {e}")))?
+        }
+        None => (0..tessera_synth::PADS).collect(),
+    };
+    let unit = |v: &Option<Spanned<f64>>, what: &str, default: f32| match v {
+        Some(v) if (0.0..=1.0).contains(v.get_ref()) => Ok(*v.get_ref() as f32),
+        Some(v) => refuse(
+            v.span(),
+            format!("{what} must be within 0–1, not {}", v.get_ref()),
+        ),
+        None => Ok(default),
+    };
+    let mut synth = tessera_synth::SynthConfig::default();
+    if let Some(n) = k.oscillators {
+        synth.oscillators_per_object = *n.get_ref();
+    }
+    if let Some(w) = k.work_factor {
+        synth.work_factor = *w.get_ref() as f32;
+    }
+    if let Some(seed) = k.seed {
+        synth.seed = *seed.get_ref();
+    }
+    tessera_synth::Synth::new(synth.clone()).map_err(|e| {
+        let span = k.work_factor.as_ref().map(Spanned::span);
+        let span = span.or(k.oscillators.as_ref().map(Spanned::span));
+        (
+            span.unwrap_or(k.table.clone()),
+            format!("the synthesizer: {e}"),
+        )
+    })?;
+    Ok(MusicSubject {
+        pads,
+        x: unit(k.x, "x", 0.5)?,
+        y: unit(k.y, "y", 0.3)?,
+        pressure: unit(k.pressure, "pressure", 0.8)?,
+        synth,
+        workers: 0,
+        lan: false,
+        link_bps: net_service::link(None)?,
+    })
+}
+
 type Refusal = (Range<usize>, String);
 
 fn refuse<T>(span: Range<usize>, reason: impl Into<String>) -> Result<T, Refusal> {
@@ -534,7 +599,7 @@ struct RawSubject {
     margin: Option<Spanned<f64>>,
     monitor_interval: Option<Spanned<String>>,
     video: Option<Spanned<adaptation::RawVideo>>,
-    audio: Option<Spanned<adaptation::RawAudio>>,
+    music: Option<Spanned<adaptation::RawMusic>>,
     jack: Option<Spanned<adaptation::RawJack>>,
     adaptation: Option<Spanned<tessera_policy::rap::RapConfig>>,
 }
@@ -909,6 +974,7 @@ impl Validator {
                 placement,
                 weight,
                 pinned: false,
+                owner_adapts: false,
                 reclaim: c.reclaim,
                 overrun_signal: false,
             },
@@ -1022,45 +1088,20 @@ impl Validator {
             .map_or(Ok(0), |w| sized(w, self.facts.online.len(), "workers"))
     }
 
-    /// The music application: held pads and the synthesizer's load.
+    /// The music application: held pads, the synthesizer's load, the
+    /// synth cell's workers and the network.
     fn music(&self, s: &RawSubject) -> Result<Subject, Refusal> {
-        let pads = match &s.pads {
-            Some(p) => tessera_synth::parse_pads(p.get_ref())
-                .map_err(|e| (p.span(), format!("pads: {e}")))?,
-            None => (0..tessera_synth::PADS).collect(),
-        };
-        let unit = |v: &Option<Spanned<f64>>, what: &str, default: f32| match v {
-            Some(v) if (0.0..=1.0).contains(v.get_ref()) => Ok(*v.get_ref() as f32),
-            Some(v) => refuse(
-                v.span(),
-                format!("{what} must be within 0–1, not {}", v.get_ref()),
-            ),
-            None => Ok(default),
-        };
-        let mut synth = tessera_synth::SynthConfig::default();
-        if let Some(n) = &s.oscillators {
-            synth.oscillators_per_object = *n.get_ref();
-        }
-        if let Some(w) = &s.work_factor {
-            synth.work_factor = *w.get_ref() as f32;
-        }
-        if let Some(seed) = &s.seed {
-            synth.seed = *seed.get_ref();
-        }
-        tessera_synth::Synth::new(synth.clone()).map_err(|e| {
-            let span = s.work_factor.as_ref().map(Spanned::span);
-            let span = span.or(s.oscillators.as_ref().map(Spanned::span));
-            (
-                span.unwrap_or(s.kind.span()),
-                format!("the synthesizer: {e}"),
-            )
+        let played = played(&PlayKeys {
+            pads: &s.pads,
+            x: &s.x,
+            y: &s.y,
+            pressure: &s.pressure,
+            oscillators: &s.oscillators,
+            work_factor: &s.work_factor,
+            seed: &s.seed,
+            table: s.kind.span(),
         })?;
-        Ok(Subject::Music {
-            pads,
-            x: unit(&s.x, "x", 0.5)?,
-            y: unit(&s.y, "y", 0.3)?,
-            pressure: unit(&s.pressure, "pressure", 0.8)?,
-            synth,
+        Ok(Subject::Music(MusicSubject {
             workers: self.workers(s)?,
             lan: match s.network.as_ref().map(|n| (n.span(), n.get_ref().as_str())) {
                 None | Some((_, "loopback")) => false,
@@ -1074,7 +1115,8 @@ impl Validator {
                 )?,
             },
             link_bps: net_service::link(s.link.as_ref())?,
-        })
+            ..played
+        }))
     }
 
     fn graph(
@@ -1378,8 +1420,8 @@ impl Validator {
         };
         let service = match (&c.service, &scenario.subject) {
             (None, _) => None,
-            (Some(raw), Subject::Music { link_bps, .. }) => {
-                Some(net_service::plan(raw, *link_bps, &table)?)
+            (Some(raw), Subject::Music(music)) => {
+                Some(net_service::plan(raw, music.link_bps, &table)?)
             }
             (Some(raw), _) => {
                 return refuse(
@@ -1435,7 +1477,7 @@ impl Validator {
         }
         let engine_cell = match &scenario.subject {
             Subject::Graph { workers, .. } => c.subject.cell.as_ref().map(|cell| (*workers, cell)),
-            Subject::Music { workers, .. } => c
+            Subject::Music(MusicSubject { workers, .. }) => c
                 .roles
                 .iter()
                 .find(|(role, _)| role == "synth")

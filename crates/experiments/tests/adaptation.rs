@@ -1,15 +1,17 @@
 //! The changing-demand subject end to end, as root (about 8 s): a tiny
 //! scenario parses, its adaptive configuration runs with a daemon of its
-//! own, and the daemon grows the video cell's budget when its demand steps
-//! up. Asserts on the monitor's series (budgets before and after the step),
-//! never on how fast anything happened.
+//! own, the daemon grows the video cell's budget when its demand steps up,
+//! and the music application's synth cell is in the daemon's monitor with
+//! its budget and its use. Asserts on the monitor's series (budgets before
+//! and after the step), never on how fast anything happened.
 
-use tessera_experiments::adaptation::{self, cell_metric, TOTAL};
+use tessera_experiments::adaptation::{self, cell_metric, MUSIC, TOTAL};
 use tessera_experiments::runner;
 use tessera_experiments::scenario::{Scenario, Subject};
 
 /// 5 % of a core, then 30 % from 3 s on; budgets sized for the mean (about
-/// 20 %) and adapted every 250 ms, a pressed cell at least doubled.
+/// 20 %) and adapted every 250 ms, a pressed cell at least doubled. A light
+/// music application beside it (4 pads of 8 oscillators).
 const TINY: &str = r#"
 name = "tiny changing demand"
 duration = "6s"
@@ -24,6 +26,10 @@ monitor_interval = "250ms"
 fps = 30
 steps = [0.05, 0.3]
 step = "3s"
+
+[subject.music]
+pads = "0-3"
+oscillators = 8
 
 [subject.adaptation]
 interval_ms = 250
@@ -41,6 +47,10 @@ fn a_tiny_scenario_parses_and_refuses_what_it_cannot_run() {
         panic!("not a changing-demand subject");
     };
     assert_eq!(d.video.steps, vec![0.05, 0.3]);
+    let music = d.music.as_ref().expect("a music application");
+    assert_eq!(music.pads, vec![0, 1, 2, 3]);
+    assert_eq!(music.synth.oscillators_per_object, 8);
+    assert_eq!(music.pressure, 0.8, "the music subject's defaults");
     assert!(scenario.configurations[0].needs_privilege());
     let refused = |from: &str, to: &str, why: &str| {
         let text = TINY.replace(from, to);
@@ -56,6 +66,8 @@ fn a_tiny_scenario_parses_and_refuses_what_it_cannot_run() {
         "each configuration's",
     );
     refused("interval_ms = 250", "headroom_pct = 5", "headroom_pct");
+    refused("pads = \"0-3\"", "pads = \"0-40\"", "is not a list of pads");
+    refused("oscillators = 8", "period = \"2ms\"", "unknown field");
 }
 
 #[test]
@@ -108,6 +120,22 @@ fn the_adaptive_configuration_grows_the_stepping_cell() {
         "the changes are noted: {notes}"
     );
     assert!(result.metric(TOTAL).is_some());
+    let music = result
+        .metric(&cell_metric(MUSIC))
+        .unwrap_or_else(|| panic!("no music series: {notes}"));
+    let (reserved, used) = (&music.series[0], &music.series[1]);
+    assert!(
+        reserved.points.iter().all(|p| p.1 > 0.0),
+        "the synth's cell holds a budget in every sample: {reserved:?}"
+    );
+    assert!(
+        used.points.iter().any(|p| p.1 > 0.0),
+        "the monitor sees the synth's threads work: {used:?}"
+    );
+    assert!(
+        notes.contains("music: synth cell:") && !notes.contains("music: the application"),
+        "the application ran and said how: {notes}"
+    );
     let readme = std::fs::read_to_string(machine.dir().join("report/README.md")).unwrap();
     assert!(
         readme.contains("## Misses against CPU reserved"),

@@ -6,7 +6,7 @@
 
 use tessera_experiments::music::{seed_scenario, ROLES};
 use tessera_experiments::runner;
-use tessera_experiments::scenario::{Scenario, Subject};
+use tessera_experiments::scenario::{MusicSubject, Scenario, Subject};
 use tessera_music::{EMULATOR_METRIC, RESPONSE_METRIC};
 use tessera_policy::{CoreRequest, Placement};
 
@@ -60,14 +60,14 @@ fn refusal(from: &str, to: &str) -> (usize, String) {
 #[test]
 fn roles_sized_values_and_global_cells_parse() {
     let s = Scenario::parse(MUSIC, "music.toml").unwrap();
-    let Subject::Music {
+    let Subject::Music(MusicSubject {
         pads,
         workers,
         synth,
         pressure,
         lan,
         ..
-    } = &s.subject
+    }) = &s.subject
     else {
         panic!("a music subject")
     };

@@ -377,6 +377,9 @@ impl Guard {
             None => request.placement = Placement::Global,
         }
         request.reclaim = self.settings.reclaim;
+        // The guard budgets from the thread's cycles; the RAP service, which
+        // sees only its mean use, must leave the cell to it.
+        request.owner_adapts = true;
         self.session.create_cell(request, true)?;
         let attached = self.session.attach(&cell, pid, Some(tid));
         if let Err(e) = attached {

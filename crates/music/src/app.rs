@@ -7,7 +7,9 @@
 //! and records Δt = t2 − t1 (t1: first packet of the package received, t2:
 //! output packet written), one line per package to the console service
 //! (its own cell), which writes the package log. OSC controls reach the
-//! nodes through [`crate::control`].
+//! nodes through [`crate::control`]. Given the synth's cell, the engine's
+//! late cycles go to the broker's monitor as that cell's xruns while the
+//! application runs ([`crate::report`]).
 //!
 //! The network role may instead be a client of the network service process
 //! (seed 000 Fig. 2, [`ServiceFlow`]): the process owns the socket and
@@ -25,10 +27,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tessera_graph::{
-    package_link, Engine, EngineConfig, EngineError, Graph, GraphError, LinkConfig, PacketConfig,
-    StreamConfig,
+    package_link, Callbacks, Engine, EngineConfig, EngineError, Graph, GraphError, LinkConfig,
+    NoCallbacks, PacketConfig, StreamConfig,
 };
 use tessera_measure::LatencyHistogram;
+use tessera_runtime::CellJoin;
 use tessera_services::console::{Console, ConsoleBuilder, ConsoleReport};
 use tessera_services::net::{client, Class, Flow, FlowRequest, NetError};
 use tessera_services::network::{
@@ -41,6 +44,7 @@ use crate::nodes::{MixerNode, ObjectNode};
 use crate::protocol::{
     FRAMES_PER_PACKAGE, INPUT_PACKET_SIZE, OUTPUT_PACKET_SIZE, PACKETS_PER_PACKAGE, SAMPLE_RATE,
 };
+use crate::report::XrunReporter;
 use crate::windows::{WindowReader, WindowSummary};
 
 /// The response-time deadline: (64 − 2) samples at 44.1 kHz (seed 000 §3.2).
@@ -129,6 +133,10 @@ pub struct AppConfig {
     /// the objects. With none, the communication thread runs them itself.
     pub workers: usize,
     pub roles: Roles,
+    /// The synth's cell, whose deadline misses (the engine's late cycles)
+    /// go to the broker `join` reaches while the application runs;
+    /// `None`: not reported.
+    pub report: Option<CellJoin>,
     /// Where the console writes the package log
     /// (`t1_ns,complete_ns,t2_ns,dt_ns`);
     /// `None`: the lines are counted, not kept.
@@ -168,6 +176,8 @@ pub enum AppError {
     Console(String),
     #[error("the OSC socket: {0}")]
     Osc(std::io::Error),
+    #[error("the miss reporter's thread: {0}")]
+    Report(std::io::Error),
 }
 
 /// What the application measured.
@@ -208,6 +218,7 @@ pub struct App {
     engine: Engine,
     console: Console,
     osc: Option<ControlListener>,
+    reporter: Option<XrunReporter>,
     warmup_packages: u64,
     malformed: Arc<AtomicU64>,
     timings: Timings,
@@ -266,6 +277,7 @@ impl App {
                 )
             }
         };
+        let (reporter, callbacks) = reporting(config.report.clone())?;
         let thread_setup = config.roles.synth.clone().map(|hook| {
             Arc::new(move |_| hook().map_err(Into::into)) as tessera_graph::ThreadSetup
         });
@@ -285,6 +297,7 @@ impl App {
                 // more than half the synthesizer's own work.
                 node_cpu_time: false,
                 thread_setup,
+                callbacks,
                 ..EngineConfig::default()
             },
         )?;
@@ -316,6 +329,7 @@ impl App {
             engine,
             console,
             osc,
+            reporter,
             warmup_packages: config.warmup_packages,
             malformed,
             timings: config.timings,
@@ -352,6 +366,10 @@ impl App {
     pub fn stop(self) -> Result<AppReport, AppError> {
         let network = self.network.stop();
         let run = self.engine.stop()?;
+        // After the engine: its last notices are delivered by now.
+        if let Some(reporter) = self.reporter {
+            reporter.stop();
+        }
         let console = self.console.stop().map_err(AppError::Console)?;
         let control = self.osc.map(ControlListener::stop);
         let network = network?;
@@ -395,6 +413,20 @@ impl App {
             console,
             control,
         })
+    }
+}
+
+/// The reporter for `cell` and the engine's callbacks feeding it; none
+/// without a cell.
+fn reporting(
+    cell: Option<CellJoin>,
+) -> Result<(Option<XrunReporter>, Box<dyn Callbacks>), AppError> {
+    match cell {
+        Some(join) => {
+            let (reporter, count) = XrunReporter::start(join).map_err(AppError::Report)?;
+            Ok((Some(reporter), Box::new(count)))
+        }
+        None => Ok((None, Box::new(NoCallbacks))),
     }
 }
 

@@ -11,6 +11,8 @@
 //! - [`app`]: Fig. 5 — the network service, the synth cell's engine and the
 //!   console, each role on its own threads; Δt = t2 − t1 per package;
 //! - [`windows`]: Δt aggregated per window for runs of an hour;
+//! - [`report`]: the synth cell's deadline misses (the engine's late
+//!   cycles) sent to the broker's monitor while the application runs;
 //! - [`run`]: the application in its three cells (network, synth, console:
 //!   the seed's Group 1) and the emulator, in one process on loopback or
 //!   across a veth pair ([`lan`], the seed's LAN).
@@ -24,6 +26,7 @@ pub mod emulator;
 pub mod lan;
 pub mod nodes;
 pub mod protocol;
+pub mod report;
 pub mod windows;
 
 use std::path::PathBuf;
@@ -190,6 +193,7 @@ pub fn run(options: &Options) -> Result<Outcome, MusicError> {
         expected_packages: emulator_config.packages() as usize,
         workers: options.workers,
         roles: cells.as_ref().map(GroupOne::roles).unwrap_or_default(),
+        report: cells.as_ref().map(GroupOne::synth),
         package_log: options.out_dir.as_ref().map(|d| d.join("packages.csv")),
         timings: options.timings,
     })?;
@@ -366,7 +370,7 @@ impl GroupOne {
     fn create(options: &Options, notes: &mut Vec<String>) -> Result<GroupOne, MusicError> {
         let id = std::process::id();
         let period_ns = protocol::package_period_ns();
-        let block_p99 = block_time_p99(&options.synth, &options.gesture)?;
+        let block_p99 = block_times(&options.synth, &options.gesture)?.quantile(0.99);
         let wanted = BUDGET_FACTOR * block_p99 + BUDGET_OVERHEAD_NS;
         let budget = wanted.min(period_ns * BUDGET_CAP_PERCENT / 100);
         let slots = options.workers + 1;
@@ -434,6 +438,11 @@ impl GroupOne {
         Ok(GroupOne { session, joins })
     }
 
+    /// The synth's cell, its misses reported to the broker.
+    fn synth(&self) -> CellJoin {
+        self.joins[0].clone()
+    }
+
     fn roles(&self) -> Roles {
         let hook = |join: &CellJoin| Some(Arc::new(join.hook()) as ThreadHook);
         Roles {
@@ -464,21 +473,25 @@ fn destroy_all(session: &mut Session, names: &[String]) {
     }
 }
 
-/// The p99 wall time of one synthesizer block for this input, on the
-/// calling thread (outside any cell).
-fn block_time_p99(config: &SynthConfig, gesture: &Gesture) -> Result<u64, MusicError> {
+/// The CPU time of synthesizer blocks for this input, on the calling
+/// thread (outside any cell; its thread CPU clock, so that a preemption
+/// does not count): [`TIMED_BLOCKS`] of them, after as many untimed ones.
+pub fn block_times(
+    config: &SynthConfig,
+    gesture: &Gesture,
+) -> Result<LatencyHistogram, MusicError> {
     let mut synth = Synth::new(config.clone()).map_err(AppError::from)?;
     let pads = *GesturePlayer::new(gesture.clone()).advance(0.0);
     let mut block: OutputBlock = [[0.0; CHANNELS]; BLOCK];
     let mut times = LatencyHistogram::new(1_000_000_000);
     for i in 0..2 * TIMED_BLOCKS {
-        let start = tessera_sys::clock::monotonic_ns();
+        let start = tessera_sys::clock::thread_cpu_ns();
         synth.process(&pads, &mut block);
         if i >= TIMED_BLOCKS {
-            times.record(tessera_sys::clock::monotonic_ns() - start);
+            times.record(tessera_sys::clock::thread_cpu_ns() - start);
         }
     }
-    Ok(times.quantile(0.99))
+    Ok(times)
 }
 
 #[cfg(test)]

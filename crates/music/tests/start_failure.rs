@@ -22,6 +22,7 @@ fn a_taken_socket_is_refused_by_name_and_nothing_keeps_running() {
         expected_packages: 10,
         workers: 0,
         roles: Roles::default(),
+        report: None,
         package_log: None,
         timings: Default::default(),
     })

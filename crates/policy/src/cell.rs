@@ -163,6 +163,15 @@ pub struct CellRequest {
     /// An allocation that must never change once granted.
     #[serde(default)]
     pub pinned: bool,
+    /// Its owner adapts its budget itself (the guard's adaptive or fixed
+    /// shares, seed 001 §3.4): the RAP service leaves it as it leaves a
+    /// pinned cell, but unlike a pinned one its owner may resize it. Two
+    /// controllers on one budget would fight, and the RAP service sees only
+    /// a coarse interval's mean use per period, where the guard counts the
+    /// thread's own cycles, predicts from the worst of recent ones and
+    /// reacts to xruns.
+    #[serde(default)]
+    pub owner_adapts: bool,
     /// Let the reservations reclaim unused bandwidth (GRUB, SCHED_FLAG_RECLAIM).
     #[serde(default)]
     pub reclaim: bool,
@@ -210,8 +219,8 @@ fn bad(field: &'static str, problem: impl Into<String>, fix: impl Into<String>) 
 }
 
 impl CellRequest {
-    /// A cell with the defaults: partitioned, weight 100, not pinned, no
-    /// reclaiming, no overrun signal.
+    /// A cell with the defaults: partitioned, weight 100, not pinned, left
+    /// to the RAP service, no reclaiming, no overrun signal.
     pub fn new(
         name: impl Into<String>,
         policy: CellPolicy,
@@ -226,6 +235,7 @@ impl CellRequest {
             placement: Placement::Partitioned,
             weight: default_weight(),
             pinned: false,
+            owner_adapts: false,
             reclaim: false,
             overrun_signal: false,
         }

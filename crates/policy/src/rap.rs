@@ -14,8 +14,9 @@
 //! The method, per cell (runtime per reservation; period and deadline
 //! never change):
 //!
-//! - **Never changed**: a pinned cell, and a cell with no measured thread
-//!   (`used_ns` is `None`).
+//! - **Never changed**: a pinned cell (the broker passes as pinned also the
+//!   cells whose owner adapts them, e.g. the guard's), and a cell with no
+//!   measured thread (`used_ns` is `None`).
 //! - **Grow**: it had demand, i.e. used at least [`DEMAND_PCT`] % of its
 //!   runtime — whether it missed already ([`Reason::Missed`]) or not yet
 //!   ([`Reason::Pressed`]: a step up in demand is met before it costs
@@ -205,7 +206,8 @@ pub struct CellView {
     /// How many reservations (threads) carry this budget; the cell's
     /// bandwidth is runtime / period × reservations.
     pub reservations: u32,
-    /// Never changed.
+    /// Never changed (pinned by the performer, time-triggered, or adapted
+    /// by its owner).
     pub pinned: bool,
     /// Share of contested capacity (100 by default).
     pub weight: u32,

@@ -1,6 +1,6 @@
 //! The changing-demand run's figures, from its daemon's monitor series
-//! (`monitor.jsonl`): per cell group (the video cell, the audio cell, the
-//! guard's cells of jackd and its clients) the CPU reserved (Σ runtime /
+//! (`monitor.jsonl`): per cell group (the video cell, the music
+//! application's synth cell, the guard's cells of jackd and its clients) the CPU reserved (Σ runtime /
 //! period × reservations), the CPU used (Σ its threads') and the jobs missed
 //! per sample, over the measured part of the run; the same summed over
 //! every cell; the misses per interval. Also the report's section: misses
@@ -270,8 +270,9 @@ pub fn report_section(results: &RunResults) -> String {
     let mut text = String::from(
         "\n## Misses against CPU reserved\n\n\
          From each configuration's daemon's monitor (one sample per interval, the measured part \
-         of the run): misses as the cells' programs reported them (the video and audio tasks' \
-         late or dropped jobs, JACK's xruns as the guard heard them), CPU reserved Σ runtime / \
+         of the run): misses as the cells' programs reported them (the video task's late or \
+         dropped jobs, the music application's late cycles, JACK's xruns as the guard heard \
+         them), CPU reserved Σ runtime / \
          period × reservations and used Σ the cells' threads' CPU, in % of one CPU, averaged \
          over the samples.\n\n",
     );
@@ -362,6 +363,7 @@ mod tests {
             budget: Some(Budget::new(runtime_us * 1000, period_us * 1000)),
             reservations: 1,
             pinned: false,
+            owner_adapts: false,
             weight: 100,
             threads: vec![ThreadSample {
                 pid: 1,

@@ -1,7 +1,7 @@
 //! The `changing-demand` subject of a scenario file (the RAP service's
 //! experiment, seed 000 §2.3): a video cell whose demand follows a
-//! staircase with short bursts, a steady audio-like cell, a guarded JACK2
-//! with load clients, the static budgets' `margin`, the monitor's interval
+//! staircase with short bursts, the music application (what its SLABS
+//! plays, the synthesizer), a guarded JACK2 with load clients, the static budgets' `margin`, the monitor's interval
 //! and the daemon's `[adaptation]` table; and how a configuration sets the
 //! budgets: `"static:peak"`, `"static:mean"`, `"adaptive:mean"` or
 //! `"adaptive:peak"` (sized so, and adapted by the daemon or not).
@@ -14,7 +14,9 @@
 
 #![forbid(unsafe_code)]
 
-use super::{duration, refuse, RawSubject, RawSubjectSched, Refusal};
+use super::{
+    duration, played, refuse, MusicSubject, PlayKeys, RawSubject, RawSubjectSched, Refusal,
+};
 use serde::Deserialize;
 use std::ops::Range;
 use std::time::Duration;
@@ -31,9 +33,9 @@ const MIN_STEP: Duration = Duration::from_millis(100);
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChangingDemand {
     pub video: VideoDemand,
-    /// A steady audio-like periodic task (stands in for the music
-    /// application); `None`: no audio cell.
-    pub audio: Option<SteadyAudio>,
+    /// The music application (seed 000 §3) in cells of the daemon: its
+    /// synth's cell adapted like the video's; `None`: no music.
+    pub music: Option<MusicSubject>,
     /// A guarded jackd with load clients; `None`: no JACK.
     pub jack: Option<JackLoad>,
     /// A static budget is the demand (peak or mean) × (1 + margin).
@@ -65,13 +67,6 @@ pub struct Burst {
     pub every: Duration,
     pub length: Duration,
     pub factor: f64,
-}
-
-/// A steady periodic task: `load` of every `period`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SteadyAudio {
-    pub period: Duration,
-    pub load: f64,
 }
 
 /// Debian's jackd2 on its dummy driver with load clients in a chain, every
@@ -109,12 +104,19 @@ pub struct DemandSettings {
     pub adapt: bool,
 }
 
+impl Sizing {
+    /// "peak" or "mean".
+    pub fn name(self) -> &'static str {
+        match self {
+            Sizing::Peak => "peak",
+            Sizing::Mean => "mean",
+        }
+    }
+}
+
 impl DemandSettings {
     pub fn describe(&self) -> String {
-        let sized = match self.sizing {
-            Sizing::Peak => "sized for the peak",
-            Sizing::Mean => "sized for the mean",
-        };
+        let sized = format!("sized for the {}", self.sizing.name());
         match self.adapt {
             true => format!("adaptive, starting {sized}"),
             false => format!("static, {sized}"),
@@ -216,11 +218,15 @@ struct RawBurst {
     factor: Spanned<f64>,
 }
 
+/// `[subject.music]`: a music subject's keys of its load (the pads held
+/// where the music subject holds them).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawAudio {
-    period: Spanned<String>,
-    load: Spanned<f64>,
+pub(super) struct RawMusic {
+    pads: Option<Spanned<String>>,
+    oscillators: Option<Spanned<usize>>,
+    work_factor: Option<Spanned<f64>>,
+    seed: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize)]
@@ -313,7 +319,7 @@ pub(super) fn subject(
     };
     Ok(ChangingDemand {
         video,
-        audio: s.audio.as_ref().map(audio).transpose()?,
+        music: s.music.as_ref().map(music).transpose()?,
         jack: s.jack.as_ref().map(jack).transpose()?,
         margin,
         monitor_interval,
@@ -370,20 +376,18 @@ fn burst(raw: &Spanned<RawBurst>, fps: f64) -> Result<Burst, Refusal> {
     })
 }
 
-fn audio(raw: &Spanned<RawAudio>) -> Result<SteadyAudio, Refusal> {
-    let a = raw.get_ref();
-    let period = duration(&a.period)?;
-    if !(Duration::from_micros(500)..=Duration::from_secs(1)).contains(&period) {
-        return refuse(a.period.span(), "the audio task's period must be 500us–1s");
-    }
-    let load = *a.load.get_ref();
-    if !(load > 0.0 && load <= 0.6) {
-        return refuse(
-            a.load.span(),
-            format!("load is the share of each period the task works, in (0, 0.6], not {load}"),
-        );
-    }
-    Ok(SteadyAudio { period, load })
+fn music(raw: &Spanned<RawMusic>) -> Result<MusicSubject, Refusal> {
+    let m = raw.get_ref();
+    played(&PlayKeys {
+        pads: &m.pads,
+        x: &None,
+        y: &None,
+        pressure: &None,
+        oscillators: &m.oscillators,
+        work_factor: &m.work_factor,
+        seed: &m.seed,
+        table: raw.span(),
+    })
 }
 
 fn jack(raw: &Spanned<RawJack>) -> Result<JackLoad, Refusal> {

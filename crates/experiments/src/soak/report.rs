@@ -229,8 +229,10 @@ fn readme(results: &SoakResults, run: Option<&RunResults>, plots: &[(&str, Strin
     let _ = writeln!(
         out,
         "Misses per minute count as rising when the second half of the run had more than \
-         3 √(both halves' misses) + 1 more than the first (three standard deviations of the \
-         difference of two Poisson counts).\n"
+         three standard deviations + 1 more than the first. The deviation is the larger of the \
+         Poisson one, √(both halves' misses), and the one the minutes' own spread gives, \
+         √(n/2 × (s₁² + s₂²)) with s² each half's variance per minute: misses on a virtual \
+         machine come in bursts, far more spread than Poisson counts.\n"
     );
     let metric = tessera_music::RESPONSE_METRIC;
     if let Some(run) = run.filter(|r| r.metric_names().contains(&metric)) {

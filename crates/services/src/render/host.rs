@@ -203,7 +203,12 @@ struct Cells {
 impl Reserve for Cells {
     fn reserve(&self, task: &str, runtime_ns: u64, period_ns: u64) -> Result<Reservation, String> {
         let name = format!("{}-{task}", self.prefix);
-        let mut request = CellRequest::event_triggered(&name, runtime_ns, period_ns);
+        // An SLA's reservation is the client's guarantee, and the shares
+        // are the service's design: the RAP service must not resize them.
+        let mut request = CellRequest {
+            pinned: true,
+            ..CellRequest::event_triggered(&name, runtime_ns, period_ns)
+        };
         request = match &self.cores {
             Some(cores) => request.on_cores(cores.clone()),
             None => CellRequest {
