@@ -1,8 +1,9 @@
 //! The `changing-demand` subject of a scenario file (the RAP service's
 //! experiment, seed 000 §2.3): a video cell whose demand follows a
 //! staircase with short bursts, the music application (what its SLABS
-//! plays, the synthesizer), a guarded JACK2 with load clients, the static budgets' `margin`, the monitor's interval
-//! and the daemon's `[adaptation]` table; and how a configuration sets the
+//! plays, the synthesizer), a guarded JACK2 with load clients, the static
+//! budgets' `margin`, the monitor's interval and the daemon's
+//! `[adaptation]` table; and how a configuration sets the
 //! budgets: `"static:peak"`, `"static:mean"`, `"adaptive:mean"` or
 //! `"adaptive:peak"` (sized so, and adapted by the daemon or not).
 //!
