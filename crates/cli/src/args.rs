@@ -141,11 +141,24 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::net::NetCommand,
     },
+    /// AES67 network audio: a graph in a cell receiving and sending RTP streams through the network service.
+    #[command(after_help = crate::aes67::EXAMPLES)]
+    Aes67 {
+        #[command(subcommand)]
+        command: Aes67Command,
+    },
     /// The LAN music application (seed 000 §3): SLABS emulator and Migrator Synthesizer over UDP.
     Music {
         #[command(subcommand)]
         command: crate::music::MusicCommand,
     },
+}
+
+#[derive(Subcommand)]
+pub enum Aes67Command {
+    /// A host: received streams played into a graph, the graph's audio sent as streams.
+    #[command(after_help = crate::aes67::EXAMPLES)]
+    Run(crate::aes67::RunArgs),
 }
 
 #[derive(Subcommand)]

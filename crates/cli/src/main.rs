@@ -2,6 +2,7 @@
 //! libraries, and prints (as text or `--json`). It must never hold logic a
 //! library user would also need.
 
+mod aes67;
 mod args;
 mod bench;
 mod console;
@@ -75,6 +76,9 @@ fn run(cli: Cli) -> Result<ExitCode, BrokerError> {
             serve::ServeCommand::Render(args) => render::serve(args),
         },
         Command::Net { command } => net::run(command),
+        Command::Aes67 { command } => match command {
+            args::Aes67Command::Run(a) => aes67::run(a),
+        },
         Command::Render { command } => render::run(command),
         Command::Top(args) => top::run(args),
         Command::Soak(args) => soak::run(args),

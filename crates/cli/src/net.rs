@@ -7,13 +7,14 @@ use crate::args::invalid;
 use crate::show;
 use clap::{Args, Subcommand};
 use std::fmt::Write;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_broker::{BrokerError, ServicePolicy};
+use tessera_services::net::discovery::DiscoveryConfig;
 use tessera_services::net::host::{Host, HostOptions};
 use tessera_services::net::{client, Class, Discipline, Flow, FlowRequest, Status};
 use tessera_sys::process::{catch_termination, take_termination};
@@ -30,6 +31,7 @@ pub const SERVE_EXAMPLES: &str = "Examples:\n  \
 pub const NET_EXAMPLES: &str = "Examples:\n  \
     tessera net status\n  \
     tessera net status --json\n  \
+    tessera net streams\n  \
     tessera net stream --peer 10.213.0.2:9000 --seconds 30\n  \
     tessera net stream-peer --bind 10.213.0.2:9000 --seconds 30";
 
@@ -70,6 +72,12 @@ pub struct ServeNetArgs {
     /// Stop after this many seconds (default: until Ctrl-C or SIGTERM).
     #[arg(long)]
     pub seconds: Option<f64>,
+    /// Neither announce clients' AES67 streams nor listen to others' (SAP).
+    #[arg(long)]
+    pub no_discovery: bool,
+    /// The address of the interface SAP joins and announces on (0.0.0.0: the routing table's choice).
+    #[arg(long, default_value = "0.0.0.0")]
+    pub sap_interface: Ipv4Addr,
 }
 
 #[derive(Subcommand)]
@@ -82,6 +90,9 @@ pub enum NetCommand {
         #[arg(long)]
         json: bool,
     },
+    /// The AES67 streams announced (SAP) on the network, as the service heard them.
+    #[command(after_help = crate::aes67::EXAMPLES)]
+    Streams(crate::aes67::StreamsArgs),
     /// The abusive streamer (seed 000 §4.2): send and receive as much as the service lets it.
     #[command(after_help = NET_EXAMPLES)]
     Stream(StreamArgs),
@@ -101,7 +112,7 @@ pub struct ServiceArgs {
 }
 
 impl ServiceArgs {
-    fn connect(&self) -> Result<std::os::unix::net::UnixStream, BrokerError> {
+    pub fn connect(&self) -> Result<std::os::unix::net::UnixStream, BrokerError> {
         match &self.socket {
             Some(path) => client::connect(path),
             None => client::connect_by_name(&self.name),
@@ -178,6 +189,10 @@ pub fn serve(args: ServeNetArgs) -> Result<ExitCode, BrokerError> {
             uids: args.allow_uid.clone(),
             gids: args.allow_gid.clone(),
         },
+        discovery: (!args.no_discovery).then(|| DiscoveryConfig {
+            interface: args.sap_interface,
+            ..DiscoveryConfig::default()
+        }),
     };
     let host = crate::serve::until_stopped(args.seconds, || {
         let host = Host::start(&options).map_err(refused)?;
@@ -196,6 +211,7 @@ pub fn run(command: NetCommand) -> Result<ExitCode, BrokerError> {
             let status = client::ask_status(&stream).map_err(refused)?;
             show::print(json, &status, status_table)
         }
+        NetCommand::Streams(args) => crate::aes67::streams(args),
         NetCommand::Stream(args) => stream(args),
         NetCommand::StreamPeer(args) => stream_peer(args),
     }
@@ -217,6 +233,8 @@ fn stream(args: StreamArgs) -> Result<ExitCode, BrokerError> {
         max_datagram: streamer::DATAGRAM,
         slots: 1024,
         response_deadline_ns: None,
+        multicast: None,
+        rtp_clock_rate: None,
     };
     let mut flow = Flow::open(args.service.connect()?, &request).map_err(refused)?;
     let stop = stop_after(args.seconds);

@@ -628,6 +628,8 @@ fn music_flow(reservation_bps: u64) -> tessera_services::net::FlowRequest {
         max_datagram: 1472,
         slots: 64,
         response_deadline_ns: None,
+        multicast: None,
+        rtp_clock_rate: None,
     }
 }
 

@@ -108,6 +108,8 @@ impl ServiceFlow {
                 max_datagram: INPUT_PACKET_SIZE.max(OUTPUT_PACKET_SIZE),
                 slots: 1024,
                 response_deadline_ns: Some(DEADLINE.as_nanos() as u64),
+                multicast: None,
+                rtp_clock_rate: None,
             },
         }
     }

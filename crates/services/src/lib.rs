@@ -23,6 +23,7 @@
 //! its threads to a cell (or sets a priority) before they serve; the
 //! network service's process ([`net::host`]) asks the broker for its cell.
 
+pub mod aes67;
 pub mod console;
 pub mod control;
 pub mod net;

@@ -34,6 +34,7 @@ fn config(test: &str, discipline: Discipline, link_bps: u64) -> NetConfig {
         real_time_setup: None,
         real_time_note: "best-effort (test)".into(),
         policy: Arc::new(|_| Ok(())),
+        discovery: None,
     }
 }
 
@@ -49,6 +50,8 @@ fn request(name: &str, class: Class, reservation_bps: u64) -> FlowRequest {
         max_datagram: 1472,
         slots: 256,
         response_deadline_ns: Some(1_000_000_000),
+        multicast: None,
+        rtp_clock_rate: None,
     }
 }
 

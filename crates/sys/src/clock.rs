@@ -1,7 +1,8 @@
 //! Clocks: `CLOCK_MONOTONIC` for cycle timestamps and absolute-time periodic
 //! wake-ups, `CLOCK_REALTIME` where times meet the kernel's packet stamps,
-//! `CLOCK_THREAD_CPUTIME_ID` for the CPU time a thread really
-//! consumed (a descheduled thread's clock does not advance).
+//! `CLOCK_TAI` and the kernel's TAI−UTC offset for media clocks counted
+//! from the PTP epoch, `CLOCK_THREAD_CPUTIME_ID` for the CPU time a thread
+//! really consumed (a descheduled thread's clock does not advance).
 //!
 //! Times are plain `u64` nanoseconds so that profilers can store and subtract
 //! them without conversions. Every function here is allocation-free and safe
@@ -44,6 +45,29 @@ pub fn monotonic_ns() -> u64 {
 /// packet stamps, to place them on the monotonic clock or beside them.
 pub fn realtime_ns() -> u64 {
     read_clock(libc::CLOCK_REALTIME)
+}
+
+/// Now on `CLOCK_TAI`, in nanoseconds: `CLOCK_REALTIME` plus the kernel's
+/// TAI−UTC offset ([`tai_offset_s`]), which is 0 — TAI then reads as UTC —
+/// until something sets it (phc2sys `-a`/`-O`, ptp4l from a traceable
+/// grandmaster, chrony's `leapsectz`, `adjtimex`).
+pub fn tai_ns() -> u64 {
+    read_clock(libc::CLOCK_TAI)
+}
+
+/// The kernel's TAI−UTC offset in seconds (`adjtimex` with no modes set
+/// reads it, unprivileged): what `CLOCK_TAI` adds to `CLOCK_REALTIME`. 0
+/// when unset. A system call, not a vDSO read: read it off the real-time
+/// path and keep it.
+pub fn tai_offset_s() -> i32 {
+    // SAFETY: an all-zero timex is a valid argument (modes 0: read only).
+    let mut tx: libc::timex = unsafe { std::mem::zeroed() };
+    // SAFETY: `tx` is a valid, writable timex owned by this frame; with
+    // modes 0 the kernel only fills it in.
+    let rc = unsafe { libc::adjtimex(&mut tx) };
+    // Only EFAULT is possible with modes 0, and `tx` is valid.
+    debug_assert!(rc >= 0, "adjtimex failed");
+    tx.tai
 }
 
 /// A read of the two clocks across a gap longer than this (three vDSO reads
@@ -128,6 +152,22 @@ mod tests {
         assert!((a - b).abs() < 1_000_000, "{a} then {b}");
         let now = realtime_ns() as i128 - monotonic_ns() as i128;
         assert!((now - a).abs() < 50_000_000, "{now} against {a}");
+    }
+
+    #[test]
+    fn tai_is_the_wall_clock_plus_the_kernels_tai_offset() {
+        let offset = tai_ns() as i128 - realtime_ns() as i128;
+        let expected = tai_offset_s() as i128 * 1_000_000_000;
+        assert!(
+            (offset - expected).abs() < 50_000_000,
+            "{offset} against {expected}"
+        );
+    }
+
+    #[test]
+    fn the_kernels_tai_offset_is_unset_or_plausible() {
+        // 0 until set; 37 s since 2017 (leap seconds only ever added).
+        assert!(matches!(tai_offset_s(), 0 | 37..=60), "{}", tai_offset_s());
     }
 
     #[test]

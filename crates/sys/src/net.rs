@@ -84,6 +84,69 @@ fn set_int_option(socket: &impl AsRawFd, option: libc::c_int, value: libc::c_int
     rc == 0
 }
 
+/// A UDP socket bound to `address` with `SO_REUSEADDR` set first, so that
+/// other programs on this host (another receiver of the same multicast
+/// group and port: PipeWire, a second tessera flow) may bind it too, as
+/// every multicast receiver must let them.
+pub fn bind_udp_shared(address: SocketAddrV4) -> io::Result<UdpSocket> {
+    // SAFETY: socket takes constants only; the returned fd is owned at once.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh socket no one else owns.
+    let socket = unsafe { <UdpSocket as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    if !set_int_option(&socket, libc::SO_REUSEADDR, 1) {
+        return Err(io::Error::last_os_error());
+    }
+    let raw = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: address.port().to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(*address.ip()).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: `raw` is a valid sockaddr_in on this frame and its size is
+    // passed; the fd is the socket owned above.
+    let rc = unsafe {
+        libc::bind(
+            socket.as_raw_fd(),
+            (&raw as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    match rc {
+        0 => Ok(socket),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Makes `socket` send multicast out of the interface whose address is
+/// `interface` (`IP_MULTICAST_IF`, which std does not offer): without it
+/// the routing table picks, and a host with no route for the group cannot
+/// send at all.
+pub fn set_multicast_interface(socket: &UdpSocket, interface: Ipv4Addr) -> io::Result<()> {
+    let address = libc::in_addr {
+        s_addr: u32::from(interface).to_be(),
+    };
+    // SAFETY: `address` is a readable in_addr on this frame and its size
+    // is passed; the fd is a socket the caller owns for the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_IP,
+            libc::IP_MULTICAST_IF,
+            (&address as *const libc::in_addr).cast(),
+            std::mem::size_of::<libc::in_addr>() as libc::socklen_t,
+        )
+    };
+    match rc {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 fn int_option(socket: &impl AsRawFd, option: libc::c_int) -> Result<usize> {
     socket_int_option(socket, option).map(|value| value.max(0) as usize)
 }
@@ -382,6 +445,16 @@ fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn two_shared_sockets_bind_one_port_and_an_unshared_one_cannot() {
+        let first = bind_udp_shared(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let SocketAddr::V4(at) = first.local_addr().unwrap() else {
+            panic!("an IPv4 socket")
+        };
+        assert!(bind_udp_shared(at).is_ok());
+        assert!(UdpSocket::bind(at).is_err());
+    }
 
     #[test]
     fn a_larger_receive_buffer_is_granted_or_capped_but_never_smaller_than_before() {

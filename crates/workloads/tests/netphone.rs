@@ -195,6 +195,7 @@ fn through_the_network_service_every_packet_arrives_stamped_in_order() {
         })),
         real_time_note: "SCHED_FIFO 50 (a test)".into(),
         policy: Arc::new(|_| Ok(())),
+        discovery: None,
     };
     let launch: Launch = Box::new(move |host| {
         let service = host

@@ -1,7 +1,7 @@
 //! The client library of the network service: open a flow (a connection
 //! to the service, a QoS spec, the two channels it hands over), take the
-//! datagrams the service hands over and give it datagrams to send, and ask
-//! for its status.
+//! datagrams the service hands over and give it datagrams to send, ask for
+//! its status, have it announce a stream, and list the streams it heard.
 //!
 //! Receiving and sending never allocate and never block unless asked to
 //! wait (with a timeout), so a real-time thread may call them; a service
@@ -11,13 +11,15 @@
 
 use super::service::NetError;
 use super::wire::{
-    self, FlowRequest, Grant, Received, Request, Status, StatusReply, ToSend, HEADER,
+    self, AnnounceReply, FlowRequest, Grant, Received, Request, Status, StatusReply, StreamsReply,
+    ToSend, HEADER,
 };
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
+use tessera_aes67::HeardSession;
 use tessera_broker::Session;
 use tessera_channel::{ChannelError, Consumer, Producer, Readiness};
 
@@ -72,6 +74,41 @@ pub fn ask_status(stream: &UnixStream) -> Result<Status, NetError> {
     match wire::receive::<StatusReply>(stream)? {
         StatusReply::Status(status) => Ok(status),
         StatusReply::Refused { reason } => Err(NetError::Refused(reason)),
+    }
+}
+
+/// A stream description the service announces (SAP) for as long as this
+/// lives: dropping it closes the connection, and the service sends the
+/// deletion.
+pub struct Announcement {
+    _socket: UnixStream,
+    pub id: u64,
+}
+
+/// Asks the service on `socket` to announce `sdp` (the service checks it
+/// first).
+pub fn announce(socket: UnixStream, sdp: &str) -> Result<Announcement, NetError> {
+    let request = Request::Announce { sdp: sdp.into() };
+    wire::send(&socket, &request)?;
+    match wire::receive::<AnnounceReply>(&socket)? {
+        AnnounceReply::Announced { id } => Ok(Announcement {
+            _socket: socket,
+            id,
+        }),
+        AnnounceReply::Refused { reason } => Err(NetError::Refused(reason)),
+    }
+}
+
+/// The streams the service has heard announced on the network, and how
+/// many datagrams on the SAP port it could not read as announcements.
+pub fn streams(stream: &UnixStream) -> Result<(Vec<HeardSession>, u64), NetError> {
+    wire::send(stream, &Request::Streams)?;
+    match wire::receive::<StreamsReply>(stream)? {
+        StreamsReply::Streams {
+            sessions,
+            unreadable,
+        } => Ok((sessions, unreadable)),
+        StreamsReply::Refused { reason } => Err(NetError::Refused(reason)),
     }
 }
 

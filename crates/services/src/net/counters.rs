@@ -8,6 +8,7 @@
 //! the flow is. This module must never block a
 //! writer; readers see each counter whole, not all of them at one instant.
 
+use super::rtp::RtpCounts;
 use super::wire::{Delays, DirectionStats};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -152,6 +153,8 @@ pub struct FlowCounters {
     late_responses: AtomicU64,
     /// 0: no deadline.
     response_deadline_ns: u64,
+    /// An RTP flow's arrivals, counted by sequence.
+    pub rtp: Option<RtpCounts>,
 }
 
 impl FlowCounters {
@@ -159,6 +162,14 @@ impl FlowCounters {
         FlowCounters {
             response_deadline_ns: response_deadline_ns.unwrap_or(0),
             ..FlowCounters::default()
+        }
+    }
+
+    /// Counts the flow's arrivals as RTP too.
+    pub fn with_rtp(self) -> FlowCounters {
+        FlowCounters {
+            rtp: Some(RtpCounts::default()),
+            ..self
         }
     }
 

@@ -8,6 +8,7 @@
 //! registration is found stale by the broker). It must never run without
 //! saying how: best-effort is labelled, with how to grant CAP_SYS_NICE.
 
+use super::discovery::DiscoveryConfig;
 use super::serve::Discipline;
 use super::service::{NetConfig, NetError, NetService, ThreadHook};
 use std::path::PathBuf;
@@ -38,6 +39,8 @@ pub struct HostOptions {
     pub cell: Option<String>,
     /// Whom the service admits beside its owner and root.
     pub policy: ServicePolicy,
+    /// SAP: announce clients' streams, list others'.
+    pub discovery: Option<DiscoveryConfig>,
 }
 
 /// The link rate assumed when nothing says otherwise: gigabit Ethernet.
@@ -81,6 +84,7 @@ impl Host {
             real_time_setup: setup,
             real_time_note: real_time_note.clone(),
             policy: Arc::new(move |caller| policy.allows(caller)),
+            discovery: options.discovery.clone(),
         };
         let mut host = Host {
             service: None,

@@ -12,6 +12,8 @@
 //! - [`serve`]: a serving thread — heads, the discipline, the capacity;
 //! - [`pacing`]: the capacity both serving threads share;
 //! - [`counters`]: per-flow counters and delay histograms;
+//! - [`discovery`]: SAP — clients' streams announced, others' heard;
+//! - [`rtp`]: what it counts of flows that carry RTP (loss, order, jitter);
 //! - [`client`]: the client library.
 //!
 //! The in-process network role of the music application is the sibling
@@ -19,8 +21,10 @@
 
 pub mod client;
 pub mod counters;
+pub mod discovery;
 pub mod host;
 pub mod pacing;
+pub mod rtp;
 pub mod serve;
 pub mod service;
 pub mod wire;
@@ -29,7 +33,7 @@ pub use client::Flow;
 pub use serve::Discipline;
 pub use service::{NetConfig, NetError, NetService, Policy, ThreadHook};
 pub use tessera_channel::ChannelError;
-pub use wire::{Class, FlowRequest, FlowStatus, Received, Status, ToSend};
+pub use wire::{Class, FlowRequest, FlowStatus, Multicast, Received, RtpStats, Status, ToSend};
 
 /// A rate as `tc` and people write it: bits/s, or with kbit, mbit or gbit
 /// ("240mbit", "1gbit", "2.5gbit").

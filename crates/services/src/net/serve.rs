@@ -18,6 +18,7 @@
 
 use super::counters::FlowCounters;
 use super::pacing::SharedPacer;
+use super::rtp::SequenceTracker;
 use super::wire::{Received, ToSend, HEADER};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, SocketAddrV4, UdpSocket};
@@ -70,6 +71,8 @@ pub struct ServedFlow {
     pub from_client: Consumer,
     pub peer: Option<SocketAddr>,
     pub counters: Arc<FlowCounters>,
+    /// An RTP flow's sequence, for its counters.
+    rtp: Option<SequenceTracker>,
     /// A slot's worth each way: the header, then the datagram.
     rx_slot: Box<[u8]>,
     tx_slot: Box<[u8]>,
@@ -117,11 +120,21 @@ impl ServedFlow {
             from_client,
             peer,
             counters,
+            rtp: None,
             rx_head: None,
             tx_head: None,
             readable: true,
             client_gone: false,
             ids: None,
+        }
+    }
+
+    /// Counts the flow's arrivals as RTP at `clock_rate` (its counters must
+    /// have room for them: [`FlowCounters::with_rtp`]).
+    pub fn with_rtp(self, clock_rate: u32) -> ServedFlow {
+        ServedFlow {
+            rtp: Some(SequenceTracker::new(clock_rate)),
+            ..self
         }
     }
 }
@@ -328,9 +341,14 @@ impl Server {
                 if let Some(total) = datagram.dropped_before {
                     flow.counters.received.overflowed(total);
                 }
+                let arrival_ns = datagram.arrival_ns.unwrap_or(now);
+                if let (Some(tracker), Some(counts)) = (&mut flow.rtp, &flow.counters.rtp) {
+                    let bytes = &flow.rx_slot[HEADER..HEADER + datagram.len];
+                    tracker.observe(bytes, arrival_ns, counts);
+                }
                 flow.rx_head = Some(RxHead {
                     len: datagram.len,
-                    arrival_ns: datagram.arrival_ns.unwrap_or(now),
+                    arrival_ns,
                     from,
                 });
                 if let (Some((i, _)), Discipline::MClock) = (flow.ids, self.discipline) {

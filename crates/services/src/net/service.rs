@@ -13,12 +13,14 @@
 //! its control thread never touches a flow a serving thread holds.
 
 use super::counters::FlowCounters;
+use super::discovery::{Discovery, DiscoveryConfig};
 use super::pacing::SharedPacer;
 use super::serve::{Command, Discipline, ServedFlow, Server, ThreadLink, MAX_FLOWS};
 use super::wire::{
-    self, FlowRequest, FlowStatus, Grant, Request, Status, StatusReply, WireError, HEADER,
+    self, AnnounceReply, FlowRequest, FlowStatus, Grant, Multicast, Request, Status, StatusReply,
+    StreamsReply, WireError, HEADER,
 };
-use std::net::UdpSocket;
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -39,6 +41,9 @@ pub use crate::control::{Policy, ThreadHook};
 const RECEIVE_BUFFER: usize = 4 << 20;
 /// The largest UDP payload over IPv4.
 const MAX_DATAGRAM: usize = 65_507;
+/// What a service started without discovery answers to its requests.
+const NO_DISCOVERY: &str = "this network service runs without SAP discovery; fix: start it with \
+                            `tessera serve net --discovery`";
 /// How long a client may take to send a whole control frame.
 const FRAME_PATIENCE: Duration = Duration::from_secs(2);
 
@@ -57,6 +62,9 @@ pub struct NetConfig {
     /// How the real-time thread runs, for status.
     pub real_time_note: String,
     pub policy: Policy,
+    /// Announce clients' streams and list others' (SAP); `None`: no
+    /// discovery.
+    pub discovery: Option<DiscoveryConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -127,9 +135,21 @@ impl NetService {
             threads.push(spawn_server(server, class, setup)?);
             links.push(link);
         }
+        // A host without a multicast route still gets its flows served.
+        let discovery = config.discovery.as_ref().and_then(|discovery| {
+            Discovery::start(discovery.clone())
+                .map_err(|e| {
+                    eprintln!(
+                        "tessera serve net: SAP discovery is off: {e} (fix: give the host a \
+                         route for 224.0.0.0/4, or name an interface with --sap-interface)"
+                    )
+                })
+                .ok()
+        });
         let control = Control {
             listener,
             links,
+            discovery,
             connections: Vec::new(),
             config: config.clone(),
             capacity,
@@ -232,6 +252,8 @@ struct Connection {
     stream: UnixStream,
     caller: PeerCredentials,
     flow: Option<Held>,
+    /// A description this client has announced (retracted when it leaves).
+    announcement: Option<u64>,
 }
 
 /// A flow admission let in: its spec, its serving thread, its socket.
@@ -254,6 +276,7 @@ struct Held {
 struct Control {
     listener: UnixListener,
     links: Vec<ThreadLink>,
+    discovery: Option<Discovery>,
     connections: Vec<Option<Connection>>,
     config: NetConfig,
     capacity: Capacity,
@@ -301,6 +324,7 @@ impl Control {
                     stream,
                     caller,
                     flow: None,
+                    announcement: None,
                 });
             }
         }
@@ -330,6 +354,25 @@ impl Control {
                 let reply = StatusReply::Status(self.status());
                 self.reply_or_close(index, &reply);
             }
+            Ok(Request::Announce { sdp }) => {
+                let reply = self.announce(index, &sdp);
+                self.reply_or_close(index, &reply);
+            }
+            Ok(Request::Streams) => {
+                let reply = match &self.discovery {
+                    Some(discovery) => {
+                        let (sessions, unreadable) = discovery.sessions();
+                        StreamsReply::Streams {
+                            sessions,
+                            unreadable,
+                        }
+                    }
+                    None => StreamsReply::Refused {
+                        reason: NO_DISCOVERY.into(),
+                    },
+                };
+                self.reply_or_close(index, &reply);
+            }
             Err(WireError::Malformed(e)) => {
                 let reason = format!(
                     "a malformed request ({e}); fix: speak the service's protocol, e.g. \
@@ -357,6 +400,9 @@ impl Control {
         let Some(connection) = self.connections[index].take() else {
             return;
         };
+        if let (Some(id), Some(discovery)) = (connection.announcement, &self.discovery) {
+            discovery.retract(id);
+        }
         if let Some(held) = connection.flow {
             let mut command = Command::Remove(held.id);
             // The queue is short only while the thread catches up.
@@ -364,6 +410,31 @@ impl Control {
                 command = back;
                 std::thread::sleep(Duration::from_millis(1));
             }
+        }
+    }
+
+    /// Announces a client's description for as long as its connection
+    /// lasts (one per connection).
+    fn announce(&mut self, index: usize, sdp: &str) -> AnnounceReply {
+        let Some(discovery) = &self.discovery else {
+            return AnnounceReply::Refused {
+                reason: NO_DISCOVERY.into(),
+            };
+        };
+        let connection = self.connections[index].as_mut().expect("a connection");
+        if connection.announcement.is_some() {
+            return AnnounceReply::Refused {
+                reason: "this connection announces a stream already; fix: open one connection \
+                         per announcement"
+                    .into(),
+            };
+        }
+        match discovery.announce(sdp) {
+            Ok(id) => {
+                connection.announcement = Some(id);
+                AnnounceReply::Announced { id }
+            }
+            Err(reason) => AnnounceReply::Refused { reason },
         }
     }
 
@@ -453,7 +524,11 @@ impl Control {
             Channel::with_doorbell(&format!("net.{id}.out"), slot, request.slots, doorbell)
                 .and_then(|c| c.hand_over_producer(stream))
                 .map_err(|e| e.to_string())?;
-        let counters = Arc::new(FlowCounters::with_deadline(request.response_deadline_ns));
+        let counters = FlowCounters::with_deadline(request.response_deadline_ns);
+        let counters = Arc::new(match request.rtp_clock_rate {
+            Some(_) => counters.with_rtp(),
+            None => counters,
+        });
         let flow = ServedFlow::new(
             id,
             spec,
@@ -463,6 +538,10 @@ impl Control {
             request.peer,
             counters.clone(),
         );
+        let flow = match request.rtp_clock_rate {
+            Some(rate) => flow.with_rtp(rate),
+            None => flow,
+        };
         self.links[thread]
             .send(Command::Add(Box::new(flow)))
             .map_err(|_| "the serving thread's queue is full".to_string())?;
@@ -527,6 +606,7 @@ fn flow_status(held: &Held, caller: &PeerCredentials) -> FlowStatus {
         response: held.counters.response.delays(),
         response_buckets: held.counters.response.buckets(),
         late_responses: held.counters.late_responses(),
+        rtp: held.counters.rtp.as_ref().map(|counts| counts.stats()),
     }
 }
 
@@ -560,17 +640,54 @@ fn check_shape(request: &FlowRequest) -> Result<(), String> {
     Ok(())
 }
 
+/// Binds where the client asked: a group is bound shared (other receivers
+/// on this host may hear it too) and joined on the flow's interface.
+fn bind_flow(bind: SocketAddr, multicast: &Multicast) -> Result<UdpSocket, String> {
+    let refused = |e: std::io::Error| {
+        format!(
+            "cannot bind {bind}: {e}; fix: pick an address of this host that no other flow or \
+             program holds (port 0 lets the kernel choose)"
+        )
+    };
+    let SocketAddr::V4(at) = bind else {
+        return UdpSocket::bind(bind).map_err(refused);
+    };
+    if !at.ip().is_multicast() {
+        return UdpSocket::bind(at).map_err(refused);
+    }
+    let socket = tessera_sys::net::bind_udp_shared(at).map_err(refused)?;
+    socket
+        .join_multicast_v4(at.ip(), &multicast.interface)
+        .map_err(|e| {
+            format!(
+                "cannot join group {} on {}: {e}; fix: name the address of an interface of \
+                 this host that is up (or give the host a route for 224.0.0.0/4)",
+                at.ip(),
+                multicast.interface
+            )
+        })?;
+    Ok(socket)
+}
+
 /// The flow's socket: bound where the client asked, non-blocking, stamping
 /// arrivals, marked by class.
 fn flow_socket(request: &FlowRequest) -> Result<UdpSocket, String> {
-    let socket = UdpSocket::bind(request.bind).map_err(|e| {
-        format!(
-            "cannot bind {}: {e}; fix: pick an address of this host that no other flow or \
-             program holds (port 0 lets the kernel choose)",
-            request.bind
-        )
-    })?;
+    let multicast = request.multicast.unwrap_or_default();
+    let socket = bind_flow(request.bind, &multicast)?;
     let failed = |e: &dyn std::fmt::Display| format!("the flow's socket: {e}");
+    socket
+        .set_multicast_ttl_v4(u32::from(multicast.ttl))
+        .and_then(|()| socket.set_multicast_loop_v4(multicast.loopback))
+        .map_err(|e| failed(&e))?;
+    if !multicast.interface.is_unspecified() {
+        tessera_sys::net::set_multicast_interface(&socket, multicast.interface).map_err(|e| {
+            format!(
+                "cannot send multicast from {}: {e}; fix: name an address of one of this \
+                 host's interfaces",
+                multicast.interface
+            )
+        })?;
+    }
     socket.set_nonblocking(true).map_err(|e| failed(&e))?;
     tessera_sys::net::set_receive_buffer(&socket, RECEIVE_BUFFER).map_err(|e| failed(&e))?;
     tessera_sys::net::enable_receive_timestamps(&socket).map_err(|e| failed(&e))?;

@@ -12,6 +12,7 @@
 pub use crate::control::{receive, send, WireError};
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use tessera_aes67::HeardSession;
 
 /// A flow's class: real-time flows are received, handed over and sent by
 /// the service's real-time thread, before any bulk work (seed 004 §3.4).
@@ -56,6 +57,57 @@ pub struct FlowRequest {
     /// Answers sent later than this after the arrival of what they answer
     /// (their origin stamp) are counted late; `None`: none counted.
     pub response_deadline_ns: Option<u64>,
+    /// How the flow joins its group (when `bind` is a multicast address)
+    /// and sends to groups; `None`: [`Multicast::default`].
+    #[serde(default)]
+    pub multicast: Option<Multicast>,
+    /// The flow carries RTP at this clock rate: the service counts its
+    /// sequence gaps, reordering and jitter ([`FlowStatus::rtp`]).
+    #[serde(default)]
+    pub rtp_clock_rate: Option<u32>,
+}
+
+/// A multicast flow's membership and sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Multicast {
+    /// The address of the interface to join and send on (0.0.0.0: the one
+    /// the routing table picks for the group).
+    pub interface: Ipv4Addr,
+    /// Hops a sent datagram may take.
+    pub ttl: u8,
+    /// Whether receivers on this host hear what the flow sends.
+    pub loopback: bool,
+}
+
+impl Default for Multicast {
+    /// Any interface, AES67's customary TTL, heard on this host too (a
+    /// second program here may be the receiver).
+    fn default() -> Self {
+        Multicast {
+            interface: Ipv4Addr::UNSPECIFIED,
+            ttl: 32,
+            loopback: true,
+        }
+    }
+}
+
+/// What the service counted of an RTP flow's arrivals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RtpStats {
+    pub packets: u64,
+    /// Sequence numbers never seen (a packet that comes later is taken off
+    /// and counted reordered).
+    pub lost: u64,
+    pub reordered: u64,
+    pub duplicates: u64,
+    /// The sender restarted: a new SSRC, or a sequence jump.
+    pub restarts: u64,
+    /// Datagrams that were not RTP.
+    pub not_rtp: u64,
+    /// The latest sender's synchronisation source.
+    pub ssrc: u32,
+    /// RFC 3550's interarrival jitter estimate, µs.
+    pub jitter_us: f64,
 }
 
 /// The service's answer to a [`FlowRequest`].
@@ -81,6 +133,35 @@ pub enum Request {
     Open(FlowRequest),
     /// Every flow's counters, and the service's capacity.
     Status,
+    /// Announce this SDP (SAP) while the connection lasts.
+    Announce {
+        sdp: String,
+    },
+    /// The streams announced on the network.
+    Streams,
+}
+
+/// The answer to [`Request::Announce`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AnnounceReply {
+    Announced { id: u64 },
+    Refused { reason: String },
+}
+
+/// The answer to [`Request::Streams`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StreamsReply {
+    Streams {
+        sessions: Vec<HeardSession>,
+        /// Datagrams on the SAP port that were not announcements of an
+        /// audio stream.
+        unreadable: u64,
+    },
+    Refused {
+        reason: String,
+    },
 }
 
 /// Delay percentiles of one direction, nanoseconds.
@@ -134,6 +215,9 @@ pub struct FlowStatus {
     pub response_buckets: Vec<(u64, u64)>,
     /// Answers later than the flow's response deadline, counted exactly.
     pub late_responses: u64,
+    /// An RTP flow's sequence and jitter counts.
+    #[serde(default)]
+    pub rtp: Option<RtpStats>,
 }
 
 /// The service and its flows.

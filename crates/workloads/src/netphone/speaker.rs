@@ -138,6 +138,8 @@ impl ServiceInbox {
             max_datagram: stream.packet_bytes + 1,
             slots: SLOTS,
             response_deadline_ns: None,
+            multicast: None,
+            rtp_clock_rate: None,
         }
     }
 

@@ -1,0 +1,18 @@
+//! AES67 network audio in cells (seed 000 §5's audio between machines, in
+//! the standard studios use): RTP streams received and sent through the
+//! network service, played into and taken from a cell's audio graph by
+//! nodes, stamped by the media clock, described in SDP and announced with
+//! SAP. The protocol formats themselves are `tessera_aes67`'s.
+//!
+//! - [`clock`]: the media clock — PTP through linuxptp when it runs, else
+//!   the system clock — and its label;
+//! - [`stream`]: a stream, the flow that carries it, its description;
+//! - [`node`]: the graph's source and sink nodes of streams.
+
+pub mod clock;
+pub mod node;
+pub mod stream;
+
+pub use clock::{ClockSource, MediaClock};
+pub use node::{Playout, StreamCounters, StreamCounts, StreamSink, StreamSource};
+pub use stream::{origin_towards, StreamSpec, PAYLOAD_TYPE};

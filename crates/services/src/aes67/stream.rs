@@ -1,0 +1,206 @@
+//! An AES67 stream as tessera sends or receives it: where it goes, its
+//! format, the network service flow that carries it (a real-time flow
+//! reserving the stream's rate, joined to its group, counted as RTP), and
+//! the SDP that describes it to others.
+//!
+//! It owns the mapping between a stream and a flow request and between a
+//! stream and its description; it opens nothing itself.
+
+use super::clock::MediaClock;
+use crate::net::{Class, FlowRequest, Multicast};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use tessera_aes67::sdp::RefClock;
+use tessera_aes67::{SessionDescription, StreamFormat};
+
+/// The dynamic RTP payload type AES67 devices customarily use.
+pub const PAYLOAD_TYPE: u8 = 96;
+/// UDP and IPv4 headers around each datagram, for the rate reserved.
+const UDP_IP_BYTES: usize = 28;
+/// The largest datagram a receiving flow takes: any sender's packet that
+/// fits an Ethernet frame (others may packetise differently from us).
+const LARGEST_DATAGRAM: usize = 1500;
+/// Slots of a stream's channels each way: 64 packets, well over any jitter
+/// buffer's worth of 1 ms packets.
+const SLOTS: usize = 64;
+
+/// The address this host sends to `destination` from: `interface` when one
+/// is named, else the one the routing table picks (a description's origin
+/// must be a real address; 0.0.0.0 when there is no route at all).
+pub fn origin_towards(interface: Ipv4Addr, destination: SocketAddrV4) -> Ipv4Addr {
+    if !interface.is_unspecified() {
+        return interface;
+    }
+    let local = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).and_then(|socket| {
+        socket.connect(destination)?;
+        socket.local_addr()
+    });
+    match local {
+        Ok(SocketAddr::V4(local)) => *local.ip(),
+        _ => Ipv4Addr::UNSPECIFIED,
+    }
+}
+
+/// One stream.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct StreamSpec {
+    /// For flows, counters and the SDP's session name.
+    pub name: String,
+    /// The group (or unicast address) and port the stream is sent to.
+    pub address: SocketAddrV4,
+    pub format: StreamFormat,
+    pub payload_type: u8,
+}
+
+impl StreamSpec {
+    /// What the stream takes on the wire, bits/s.
+    pub fn bits_per_second(&self) -> u64 {
+        let bytes = (self.format.packet_bytes() + UDP_IP_BYTES) as u64;
+        bytes * 8 * 1_000_000_000 / self.format.packet_time_ns().max(1)
+    }
+
+    /// The flow that receives the stream on `interface`: bound to its group
+    /// and port (or to the port on every address, for a unicast stream).
+    pub fn receive_request(&self, interface: Ipv4Addr) -> FlowRequest {
+        let bind = match self.address.ip().is_multicast() {
+            true => self.address,
+            false => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, self.address.port()),
+        };
+        FlowRequest {
+            max_datagram: LARGEST_DATAGRAM,
+            ..self.flow(format!("{} in", self.name), bind, None, interface)
+        }
+    }
+
+    /// The flow that sends the stream from `interface`.
+    pub fn send_request(&self, interface: Ipv4Addr) -> FlowRequest {
+        let bind = SocketAddrV4::new(interface, 0);
+        FlowRequest {
+            max_datagram: self.format.packet_bytes(),
+            ..self.flow(
+                format!("{} out", self.name),
+                bind,
+                Some(self.address),
+                interface,
+            )
+        }
+    }
+
+    fn flow(
+        &self,
+        name: String,
+        bind: SocketAddrV4,
+        peer: Option<SocketAddrV4>,
+        interface: Ipv4Addr,
+    ) -> FlowRequest {
+        let rate = self.bits_per_second();
+        FlowRequest {
+            name,
+            class: Class::RealTime,
+            reservation_bps: rate,
+            weight: 1,
+            limit_bps: None,
+            bind: SocketAddr::V4(bind),
+            peer: peer.map(SocketAddr::V4),
+            max_datagram: LARGEST_DATAGRAM,
+            slots: SLOTS,
+            response_deadline_ns: None,
+            multicast: Some(Multicast {
+                interface,
+                ..Multicast::default()
+            }),
+            rtp_clock_rate: Some(self.format.sample_rate),
+        }
+    }
+
+    /// The stream a description tells of (its first audio media).
+    pub fn from_description(description: &SessionDescription) -> StreamSpec {
+        StreamSpec {
+            name: description.name.clone(),
+            address: SocketAddrV4::new(description.destination, description.port),
+            format: description.format,
+            payload_type: description.payload_type,
+        }
+    }
+
+    /// The description of this stream sent from `origin` on `clock`: the
+    /// media clock's reference (PTP's grandmaster, or none on the system
+    /// clock) and a direct media clock with offset 0, as the sink stamps.
+    pub fn describe(
+        &self,
+        origin: Ipv4Addr,
+        session_id: u64,
+        clock: &MediaClock,
+    ) -> SessionDescription {
+        let ref_clock = clock
+            .ptp_reference()
+            .map(|(version, grandmaster, domain)| RefClock::Ptp {
+                version,
+                grandmaster,
+                domain,
+            });
+        let multicast = self.address.ip().is_multicast();
+        SessionDescription {
+            origin_user: "-".into(),
+            session_id,
+            session_version: session_id,
+            origin_address: origin,
+            name: self.name.clone(),
+            info: Some(format!(
+                "{} channels, tessera; media clock: {}",
+                self.format.channels,
+                clock.label()
+            )),
+            destination: *self.address.ip(),
+            ttl: multicast.then_some(Multicast::default().ttl),
+            port: self.address.port(),
+            payload_type: self.payload_type,
+            format: self.format,
+            ref_clock,
+            media_clock_offset: Some(0),
+            direction: Some("recvonly".into()),
+            tool: Some(format!("tessera {}", env!("CARGO_PKG_VERSION"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_aes67::Encoding;
+
+    fn stream() -> StreamSpec {
+        StreamSpec {
+            name: "stage".into(),
+            address: "239.69.1.1:5004".parse().unwrap(),
+            format: StreamFormat::with_packet_time(Encoding::L24, 48_000, 8, 1000).unwrap(),
+            payload_type: PAYLOAD_TYPE,
+        }
+    }
+
+    #[test]
+    fn a_stream_reserves_its_rate_on_the_wire() {
+        // 48 frames × 8 channels × 3 bytes + 12 + 28, a thousand a second.
+        assert_eq!(stream().bits_per_second(), (1152 + 40) * 8 * 1000);
+    }
+
+    #[test]
+    fn a_multicast_stream_is_received_on_its_group_and_sent_to_it() {
+        let here = Ipv4Addr::new(10, 0, 0, 1);
+        let receive = stream().receive_request(here);
+        assert_eq!(receive.bind, "239.69.1.1:5004".parse().unwrap());
+        assert_eq!(receive.rtp_clock_rate, Some(48_000));
+        let send = stream().send_request(here);
+        assert_eq!(send.peer, Some("239.69.1.1:5004".parse().unwrap()));
+        assert_eq!(send.bind, "10.0.0.1:0".parse().unwrap());
+        assert_eq!(send.max_datagram, 1164);
+    }
+
+    #[test]
+    fn a_description_gives_back_the_stream() {
+        let clock = MediaClock::system("a test");
+        let description = stream().describe(Ipv4Addr::new(10, 0, 0, 1), 7, &clock);
+        let text = description.to_sdp();
+        let parsed = SessionDescription::parse(&text).unwrap();
+        assert_eq!(StreamSpec::from_description(&parsed), stream());
+    }
+}
