@@ -8,7 +8,8 @@ packages=(
   util-linux                   # setpriv, chrt, taskset (tests, docs)
   iproute2                     # network namespaces for the network tests
   jackd2 libjack-jackd2-dev    # the JACK2 peer benchmark, audio-server scenarios
-  pipewire pipewire-bin pipewire-jack  # audio-server scenarios on PipeWire (pw-metadata, pw-jack)
+  pipewire pipewire-bin pipewire-jack  # audio-server scenarios on PipeWire (pw-metadata, pw-jack), its RTP modules
+  linuxptp                     # ptp4l, pmc: the AES67 media clock and its test
   rt-tests                     # cyclictest, to compare wake-up latency with
   stress-ng rt-app             # third-party interference, to cross-check ours
   faust                        # the seed's DSP compiler, for the synthesizer benchmark

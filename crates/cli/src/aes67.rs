@@ -289,7 +289,17 @@ fn service_socket(service: &ServiceArgs) -> PathBuf {
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode, BrokerError> {
+    // Everything the arguments can get wrong is refused before anything
+    // (a cell, a flow) is made.
     let format = format(&args)?;
+    let route = route(&args.route)?;
+    let playout = playout(&args.playout)?;
+    if args.receive.is_empty() && args.receive_sap.is_empty() && args.send.is_empty() {
+        return Err(invalid(
+            "no streams to receive or send",
+            "give --receive, --receive-sap or --send (see the examples in --help)",
+        ));
+    }
     let receive = received(&args, format)?;
     let send = sent(&args, format);
     let latency_ns = time_ns(&args.latency, "--latency 2ms")?;
@@ -308,12 +318,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode, BrokerError> {
         interface: args.interface,
         receive,
         send,
-        route: route(&args.route)?,
+        route,
         frames,
         sample_rate: args.rate,
         latency_frames,
         buffer_packets: args.buffer,
-        playout: playout(&args.playout)?,
+        playout,
         clock: clock.clone(),
         workers: 0,
         setup,

@@ -339,6 +339,21 @@ fn status_table(status: &Status) -> String {
             f.sent.queueing.p99_ns as f64 / 1e3,
             f.response.p99_ns as f64 / 1e3
         );
+        if let Some(rtp) = &f.rtp {
+            let _ = writeln!(
+                out,
+                "      RTP: {} packets, {} lost, {} reordered, {} duplicates, {} restarts, {} not \
+                 RTP, jitter {:.1} µs (SSRC {:08x})",
+                rtp.packets,
+                rtp.lost,
+                rtp.reordered,
+                rtp.duplicates,
+                rtp.restarts,
+                rtp.not_rtp,
+                rtp.jitter_us,
+                rtp.ssrc
+            );
+        }
     }
     out
 }

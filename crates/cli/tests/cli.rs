@@ -642,7 +642,14 @@ fn the_network_service_is_opened_by_name_admits_what_fits_and_its_death_is_an_er
     std::env::set_var("TESSERA_RUN_DIR", &m.dir);
     let socket = m.dir.join("net.sock");
     let mut serve = m.tessera();
-    serve.args(["serve", "net", "--link-rate", "100mbit", "--socket"]);
+    serve.args([
+        "serve",
+        "net",
+        "--no-discovery",
+        "--link-rate",
+        "100mbit",
+        "--socket",
+    ]);
     serve.arg(&socket).stdout(Stdio::null());
     let pid = m.spawn(&mut serve);
     // It listens a moment before its name is registered: wait for the name,

@@ -205,7 +205,8 @@ pub(crate) fn spawn_service(
     log_dir: &Path,
     sched: &Sched,
 ) -> Result<OwnedChild, String> {
-    command.args(["serve", "net", "--socket"]);
+    // No experiment needs SAP, and none may announce on the machine's LAN.
+    command.args(["serve", "net", "--no-discovery", "--socket"]);
     command.arg(socket);
     command.args([
         "--name",

@@ -32,8 +32,9 @@ use tessera_sys::clock::monotonic_ns;
 use tessera_sys::event::{Epoll, EventFd, Readiness, TimerFd, Trigger};
 use tessera_sys::net::receive_stamped;
 
-/// Flows one serving thread holds at most.
-pub const MAX_FLOWS: usize = 64;
+/// Flows one serving thread holds at most: room for 64 AES67 streams each
+/// way (a flow per stream and direction) beside a few others.
+pub const MAX_FLOWS: usize = 160;
 /// Longest wait before the stop flag is looked at.
 const STOP_POLL_NS: u64 = 50_000_000;
 /// Heads carried each way before the thread looks at its sockets, bells
