@@ -6,6 +6,8 @@
 //! source and a sink delays by the source's latency whatever the phases of
 //! the cycles — nothing is lost, each service counts the RTP it carried,
 //! and neither graph touches the heap on its real-time threads.
+//! And SAP through the service: an announced stream is listed, until its
+//! client leaves; a description that is not one is refused.
 //! Root only: skipped (with "SKIPPED") otherwise, a failure under CI=true.
 //! Its own test binary: the allocation guard's counters are process-wide.
 
@@ -17,7 +19,8 @@ use std::time::Duration;
 use tessera_aes67::{Encoding, StreamFormat};
 use tessera_rtguard::{assert_no_rt_allocations, CountingAllocator};
 use tessera_services::aes67::{MediaClock, Playout, StreamSpec, PAYLOAD_TYPE};
-use tessera_services::net::{client, Discipline, NetConfig, NetService};
+use tessera_services::net::discovery::DiscoveryConfig;
+use tessera_services::net::{client, Discipline, NetConfig, NetError, NetService};
 use tessera_sys::sched::{set_policy, Policy};
 use tessera_workloads::aes67::{Host, HostConfig, HostReport, Route};
 use tessera_workloads::lan::{End, Lan};
@@ -36,6 +39,10 @@ fn fifo(priority: u32) -> Arc<dyn Fn() -> Result<(), String> + Send + Sync> {
 /// A network service whose threads start from a thread in `host`, so its
 /// flows' sockets are that host's.
 fn service_in(lan: &Lan, host: End, socket: &Path) -> NetService {
+    start_in(lan, host, socket, None)
+}
+
+fn start_in(lan: &Lan, host: End, socket: &Path, discovery: Option<DiscoveryConfig>) -> NetService {
     let config = NetConfig {
         socket: socket.to_path_buf(),
         discipline: Discipline::MClock,
@@ -44,7 +51,7 @@ fn service_in(lan: &Lan, host: End, socket: &Path) -> NetService {
         real_time_setup: Some(fifo(60)),
         real_time_note: "SCHED_FIFO 60 (a test)".into(),
         policy: Arc::new(|_| Ok(())),
-        discovery: None,
+        discovery,
     };
     lan.spawn_in(host, "aes67-service", move || NetService::start(config))
         .unwrap()
@@ -181,4 +188,76 @@ fn report(report: &HostReport) {
         report.markers_lost,
         report.streams
     );
+}
+
+/// Lets a host's loopback carry multicast: SAP's groups stay inside it.
+fn multicast_on_loopback(lan: &Lan, host: End) {
+    for args in [
+        &["link", "set", "lo", "multicast", "on"][..],
+        &["route", "add", "224.0.0.0/4", "dev", "lo"][..],
+    ] {
+        let status = lan
+            .command(host, "ip")
+            .unwrap()
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(status.success(), "ip {args:?}");
+    }
+}
+
+/// The sessions the service heard, once `done` holds of them (bounded).
+fn heard_until(
+    socket: &Path,
+    done: impl Fn(&[tessera_aes67::HeardSession]) -> bool,
+) -> Vec<tessera_aes67::HeardSession> {
+    for _ in 0..100 {
+        let (sessions, _) = client::streams(&client::connect(socket).unwrap()).unwrap();
+        if done(&sessions) {
+            return sessions;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the service never heard what was expected");
+}
+
+#[test]
+fn an_announced_stream_is_listed_until_its_client_leaves_and_garbage_is_refused() {
+    let Some(machine) = tessera_testkit::privileged("SAP through the network service") else {
+        return;
+    };
+    let mut lan = Lan::new();
+    let host = End::Host(lan.add_host("studio").unwrap());
+    multicast_on_loopback(&lan, host);
+    let socket = machine.dir().join("net-sap.sock");
+    let discovery = DiscoveryConfig {
+        interface: Ipv4Addr::LOCALHOST,
+        ..DiscoveryConfig::default()
+    };
+    let _service = start_in(&lan, host, &socket, Some(discovery));
+    let garbage = client::announce(
+        client::connect(&socket).unwrap(),
+        "v=0\r\nm=video 1 RTP/AVP 96\r\n",
+    );
+    match garbage {
+        Err(NetError::Refused(reason)) => assert!(reason.contains("fix:"), "{reason}"),
+        _ => panic!("a description that is not one was announced"),
+    }
+    let clock = MediaClock::system("a test");
+    let description = stream("stage", "239.69.83.9:5004".parse().unwrap(), 8).describe(
+        Ipv4Addr::LOCALHOST,
+        42,
+        &clock,
+    );
+    let announcement =
+        client::announce(client::connect(&socket).unwrap(), &description.to_sdp()).unwrap();
+    let heard = heard_until(&socket, |s| s.iter().any(|h| h.description.name == "stage"));
+    let stage = heard
+        .iter()
+        .find(|h| h.description.name == "stage")
+        .unwrap();
+    assert_eq!(stage.description, description);
+    assert_eq!(stage.origin, Ipv4Addr::LOCALHOST);
+    drop(announcement);
+    heard_until(&socket, |s| s.iter().all(|h| h.description.name != "stage"));
 }
