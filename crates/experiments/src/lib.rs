@@ -6,6 +6,7 @@
 //! It must never judge a result pass/fail: experiments report, tests assert.
 
 pub mod adaptation;
+pub mod aes67;
 pub mod audio_server;
 pub mod cells;
 pub mod isolation;
@@ -15,6 +16,8 @@ pub mod net_service;
 pub mod netphone;
 pub mod peer;
 pub mod peer_record;
+/// PipeWire's RTP modules beside a PipeWire started here, for interoperation.
+pub mod pipewire_rtp;
 pub mod probe;
 pub mod render;
 pub mod runner;

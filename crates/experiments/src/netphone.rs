@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use crate::music::role;
 use crate::net_service::{await_listening, flow_note, spawn_service};
-use crate::runner::{latency_histogram, setup_for};
+use crate::runner::{latency_histogram, note_cell, setup_for, within_cell};
 use crate::scenario::{
     Configuration, NetphoneSettings, Scenario, Sched, ServicePlan, Subject,
     NETPHONE_ROLES as ROLES, NETPHONE_SERVICE_ROLE as SERVICE_ROLE,
@@ -328,7 +328,11 @@ fn in_order(r: &Record) -> bool {
 
 /// A latency metric whose summary is exact (the histogram, for the plots,
 /// keeps 3 significant digits).
-fn latency_metric(name: &str, deadline_us: Option<f64>, ns: impl Iterator<Item = u64>) -> Metric {
+pub(crate) fn latency_metric(
+    name: &str,
+    deadline_us: Option<f64>,
+    ns: impl Iterator<Item = u64>,
+) -> Metric {
     let samples: Vec<u64> = ns.collect();
     let us: Vec<f64> = samples.iter().map(|&v| v as f64 / 1000.0).collect();
     Metric {
@@ -433,32 +437,22 @@ fn seed_row(hz: u32, flood: bool, tessera: bool, plain: bool) -> Option<&'static
 /// ms, variance in ms²), each configuration beside its counterpart in the
 /// seed. Empty for other runs.
 pub fn report_section(results: &RunResults) -> String {
-    let note = |notes: &[String], prefix: &str| -> String {
-        notes
-            .iter()
-            .find_map(|n| n.strip_prefix(prefix))
-            .unwrap_or("–")
-            .to_string()
-    };
     let mut rows = String::new();
     for c in &results.configurations {
         let Some(m) = c.metric(METRIC) else { continue };
         let s = &m.summary;
-        let within = s.misses.map_or("–".into(), |misses| match misses {
-            0 => "yes".to_string(),
-            n => format!("no ({n} over)"),
-        });
+        let within = within_cell(s.misses);
         let _ = writeln!(
             rows,
             "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {within} | {} |",
             c.name,
-            note(&c.notes, STREAM_NOTE),
-            note(&c.notes, PACKETS_NOTE),
+            note_cell(&c.notes, STREAM_NOTE),
+            note_cell(&c.notes, PACKETS_NOTE),
             s.min / 1000.0,
             s.max / 1000.0,
             s.mean / 1000.0,
             (s.stdev / 1000.0).powi(2),
-            note(&c.notes, SEED_NOTE),
+            note_cell(&c.notes, SEED_NOTE),
         );
     }
     if rows.is_empty() {

@@ -9,6 +9,7 @@
 //! process behind: every configuration ends in [`Live::finish`], error or not.
 
 use crate::adaptation;
+use crate::aes67;
 use crate::audio_server;
 use crate::cells::{setup_thread, Cells};
 use crate::media;
@@ -139,6 +140,7 @@ pub fn write_report(results: &RunResults, dir: &Path) -> Result<(), BrokerError>
     extra.push_str(&netphone::report_section(results));
     extra.push_str(&render::report_section(results, dir).map_err(err)?);
     extra.push_str(&adaptation::report_section(results));
+    extra.push_str(&aes67::report_section(results));
     if !extra.is_empty() {
         let mut text = std::fs::read_to_string(&files.readme).map_err(|e| err(e.to_string()))?;
         text.push_str(&extra);
@@ -182,6 +184,7 @@ enum SubjectRun {
     Netphone(Box<netphone::NetphoneRun>),
     Render(Box<render::RenderRun>),
     Demand(Box<adaptation::DemandRun>),
+    Aes67(Box<aes67::Aes67Run>),
 }
 
 struct GraphRun {
@@ -213,6 +216,7 @@ enum SubjectData {
     Netphone(Box<netphone::NetphoneData>),
     Render(Box<render::RenderData>),
     Demand(Box<adaptation::DemandData>),
+    Aes67(Box<aes67::Aes67Data>),
 }
 
 impl Live {
@@ -225,6 +229,7 @@ impl Live {
             Some(SubjectRun::Netphone(n)) => n.release(t0),
             Some(SubjectRun::Render(r)) => r.release(t0)?,
             Some(SubjectRun::Demand(d)) => d.release(t0)?,
+            Some(SubjectRun::Aes67(a)) => a.release(t0),
             _ => {}
         }
         self.periodic.iter().for_each(|(_, t)| t.start(t0));
@@ -259,6 +264,7 @@ impl Live {
             SubjectRun::Netphone(n) => SubjectData::Netphone(Box::new(n.finish())),
             SubjectRun::Render(r) => SubjectData::Render(Box::new(r.finish())),
             SubjectRun::Demand(d) => SubjectData::Demand(Box::new(d.finish())),
+            SubjectRun::Aes67(a) => SubjectData::Aes67(Box::new(a.finish())),
         });
         let periodic = self.periodic.into_iter().map(|(_, t)| t.join()).collect();
         notes.extend(self.threads.into_iter().map(|t| t.join().describe()));
@@ -357,6 +363,9 @@ fn start_subject(scenario: &Scenario, config: &Configuration) -> Result<SubjectR
         }
         (Subject::ChangingDemand(_), _) => {
             adaptation::DemandRun::start(scenario, config).map(|d| SubjectRun::Demand(Box::new(d)))
+        }
+        (Subject::Aes67(_), _) => {
+            aes67::Aes67Run::start(scenario, config).map(|a| SubjectRun::Aes67(Box::new(a)))
         }
     }
 }
@@ -633,6 +642,26 @@ fn drive(
     }
 }
 
+/// A report table's cell from a configuration's notes: the text after
+/// `prefix` in the first note that starts with it, "–" if none does.
+pub(crate) fn note_cell(notes: &[String], prefix: &str) -> String {
+    notes
+        .iter()
+        .find_map(|n| n.strip_prefix(prefix))
+        .unwrap_or("–")
+        .to_string()
+}
+
+/// A report table's cell for a metric's deadline: "yes" when no sample
+/// missed it, "no (N over)", "–" without a deadline.
+pub(crate) fn within_cell(misses: Option<u64>) -> String {
+    match misses {
+        None => "–".into(),
+        Some(0) => "yes".into(),
+        Some(n) => format!("no ({n} over)"),
+    }
+}
+
 pub(crate) fn latency_histogram(values_ns: impl Iterator<Item = u64>) -> LatencyHistogram {
     let mut h = LatencyHistogram::new(HISTOGRAM_BOUND_NS);
     values_ns.for_each(|v| h.record(v));
@@ -724,6 +753,11 @@ fn collect(
             let (demand_metrics, demand_notes) = adaptation::metrics(*data, scenario, t0);
             metrics.extend(demand_metrics);
             notes.extend(demand_notes);
+        }
+        Some(SubjectData::Aes67(data)) => {
+            let (aes67_metrics, aes67_notes) = aes67::metrics(*data);
+            metrics.extend(aes67_metrics);
+            notes.extend(aes67_notes);
         }
         None => {}
     }

@@ -2,7 +2,8 @@
 //! subject measured (a periodic task, an audio graph, the latency probe,
 //! the music application, a real audio server: [`audio_server`], the
 //! netphone: [`netphone`], video players on the render service: [`render`],
-//! cells whose demand changes, for the RAP service: [`adaptation`]),
+//! cells whose demand changes, for the RAP service: [`adaptation`], AES67
+//! hosts passing streams along a chain: [`aes67`]),
 //! interference, duration and warm-up, and the named configurations run
 //! back to back. docs/scenarios.md documents every key.
 //!
@@ -21,11 +22,13 @@ use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest, Placement};
 use toml::Spanned;
 
 mod adaptation;
+mod aes67;
 mod audio_server;
 mod net_service;
 mod netphone;
 mod render;
 pub use adaptation::{Burst, ChangingDemand, DemandSettings, JackLoad, Sizing, VideoDemand};
+pub use aes67::{role_name as aes67_role, Aes67Settings, Aes67Subject, ROLES as AES67_ROLES};
 pub use audio_server::{AudioClient, AudioServerSubject, GuardSettings, ServerKind, ServerSched};
 pub use net_service::ServicePlan;
 pub use netphone::{
@@ -160,6 +163,9 @@ pub enum Subject {
     /// The RAP service's experiment: cells whose demand changes over time,
     /// budgets static or adapted by a daemon of each configuration's own.
     ChangingDemand(ChangingDemand),
+    /// AES67 hosts on a bridge passing streams along a chain and back: the
+    /// round trip of a marker in the audio, loss, CPU.
+    Aes67(Aes67Subject),
 }
 
 /// The music application: what the SLABS plays, the synthesizer, and how
@@ -271,6 +277,9 @@ pub struct Configuration {
     /// How a changing-demand subject's budgets are set (None for other
     /// subjects).
     pub demand: Option<DemandSettings>,
+    /// How an aes67 subject runs (None for other subjects); its roles, one
+    /// per host, are `roles`.
+    pub aes67: Option<Aes67Settings>,
 }
 
 /// A validated scenario.
@@ -311,6 +320,8 @@ impl Configuration {
     pub fn needs_privilege(&self) -> bool {
         self.server.is_some()
             || self.demand.is_some()
+            // Network namespaces.
+            || self.aes67.is_some()
             || self
                 .render
                 .as_ref()
@@ -602,6 +613,13 @@ struct RawSubject {
     music: Option<Spanned<adaptation::RawMusic>>,
     jack: Option<Spanned<adaptation::RawJack>>,
     adaptation: Option<Spanned<tessera_policy::rap::RapConfig>>,
+    // kind = "aes67" (and rate, deadline)
+    hosts: Option<Spanned<usize>>,
+    streams: Option<Spanned<usize>>,
+    channels: Option<Spanned<u16>>,
+    encoding: Option<Spanned<String>>,
+    ptime: Option<Spanned<String>>,
+    latency: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -648,6 +666,8 @@ struct RawConfiguration {
     service: Option<Spanned<net_service::RawServicePlan>>,
     /// How a render subject runs.
     render: Option<Spanned<render::RawRenderConfiguration>>,
+    /// An aes67 subject's streams each way between neighbours.
+    streams: Option<Spanned<usize>>,
 }
 
 /// A configuration's subject: one scheduling for every thread, or (music)
@@ -1072,11 +1092,12 @@ impl Validator {
             }
             "netphone" => netphone::subject(s).map(Subject::Netphone),
             "render" => render::subject(s, &table).map(Subject::Render),
+            "aes67" => aes67::subject(s, &table).map(Subject::Aes67),
             other => refuse(
                 s.kind.span(),
                 format!(
                     "unknown subject kind {other:?} (periodic, graph, probe, music, audio-server, \
-                     netphone, render, changing-demand)"
+                     netphone, render, changing-demand, aes67)"
                 ),
             ),
         }
@@ -1329,16 +1350,30 @@ impl Validator {
         }
     }
 
-    /// The netphone's roles, each checked as any scheduling is.
-    fn netphone_roles(
+    /// A netphone's or aes67 subject's roles as written, each checked as
+    /// any scheduling is.
+    fn written_roles(
         &self,
-        netphone: &netphone::NetphoneConfiguration,
+        roles: &[(String, String, Range<usize>)],
         scenario: &Scenario,
     ) -> Result<Vec<(String, Sched)>, Refusal> {
         let check = |(role, text, span): &(String, String, Range<usize>)| {
             Ok((role.clone(), self.sched_at(text, span.clone(), scenario)?))
         };
-        netphone.roles.iter().map(check).collect()
+        roles.iter().map(check).collect()
+    }
+
+    /// An aes67 subject's roles, one per host, checked, with a reservation
+    /// slot for every thread that joins a reserved cell.
+    fn aes67_roles(
+        &self,
+        aes: &aes67::Aes67Configuration,
+        scenario: &Scenario,
+        span: &Range<usize>,
+    ) -> Result<Vec<(String, Sched)>, Refusal> {
+        let roles = self.written_roles(&aes.roles, scenario)?;
+        aes67::slots_suffice(&roles, scenario, span)?;
+        Ok(roles)
     }
 
     fn configuration(
@@ -1358,9 +1393,29 @@ impl Validator {
             }
             _ => None,
         };
+        let aes = match (&scenario.subject, &c.streams) {
+            (Subject::Aes67(a), streams) => Some(aes67::configuration(
+                streams.as_ref(),
+                c.subject.as_ref(),
+                a,
+                &table,
+            )?),
+            (_, Some(streams)) => {
+                return refuse(streams.span(), "only an aes67 subject takes `streams`")
+            }
+            (_, None) => None,
+        };
         let (subject, roles) = match (&c.subject, &netphone) {
             _ if demand.is_some() => (Sched::default(), Vec::new()),
-            (_, Some(phone)) => (Sched::default(), self.netphone_roles(phone, scenario)?),
+            _ if aes.is_some() => {
+                let span = c.subject.as_ref().map_or(table.clone(), Spanned::span);
+                let aes = aes.as_ref().expect("matched");
+                (Sched::default(), self.aes67_roles(aes, scenario, &span)?)
+            }
+            (_, Some(phone)) => (
+                Sched::default(),
+                self.written_roles(&phone.roles, scenario)?,
+            ),
             (Some(_), None) if server.is_some() => (Sched::default(), Vec::new()),
             (Some(s), None) => self.subject_sched(s, scenario)?,
             (None, None) => (Sched::default(), Vec::new()),
@@ -1452,6 +1507,7 @@ impl Validator {
             tool,
             server,
             netphone: netphone.map(|phone| phone.settings),
+            aes67: aes.map(|a| a.settings),
         };
         self.feasible(&configuration, scenario, &table)?;
         Ok(configuration)

@@ -198,7 +198,7 @@ pub fn log_tail(path: &Path) -> String {
 }
 
 /// A log file for a child's stdout and stderr.
-fn log_to(path: &Path) -> Result<(Stdio, Stdio), String> {
+pub(crate) fn log_to(path: &Path) -> Result<(Stdio, Stdio), String> {
     let file = fs::File::create(path).map_err(|e| format!("create {}: {e}", path.display()))?;
     let copy = file
         .try_clone()
@@ -419,11 +419,19 @@ impl PipeWireServer {
         Ok(())
     }
 
-    fn metadata(&self, args: &[&str]) -> Result<String, String> {
-        let mut command = Command::new("pw-metadata");
-        command.args(args).stdin(Stdio::null());
+    /// PipeWire's program `program` (pw-cli, a second `pipewire`, …) as a
+    /// client of this server only.
+    pub fn pipewire_command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
         private_environment(&mut command, &self.runtime_dir);
-        let output = command
+        command
+    }
+
+    fn metadata(&self, args: &[&str]) -> Result<String, String> {
+        let output = self
+            .pipewire_command("pw-metadata")
+            .args(args)
+            .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("pw-metadata: {e} (Debian: apt-get install pipewire-bin)"))?;
         if !output.status.success() {

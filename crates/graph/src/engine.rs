@@ -150,6 +150,9 @@ pub struct RunReport {
 struct CycleInfo {
     number: u64,
     start_ns: u64,
+    /// When the cycle was due: the start less the driver's wake-up
+    /// latency.
+    due_ns: u64,
     /// Tag of the cycle in the ready queue and the end-of-cycle word.
     tag: u32,
 }
@@ -509,6 +512,7 @@ fn run_node(shared: &Shared, position: u32, thread: u16) {
         node,
         cycle: info.number,
         cycle_start_ns: info.start_ns,
+        cycle_due_ns: info.due_ns,
         // SAFETY: the driver writes the package only between cycles.
         package: unsafe { shared.package.get() },
         packet_out,
@@ -649,7 +653,7 @@ impl DriverLoop {
             };
             let cpu_start_ns = clock::thread_cpu_ns();
             self.switch_graph();
-            let end_ns = self.run_cycle(start.start_ns);
+            let end_ns = self.run_cycle(&start);
             // SAFETY: the cycle ended; nodes no longer touch the output.
             let output = unsafe { self.shared.output.get() };
             let written_ns = self.driver.end_cycle(output)?;
@@ -674,13 +678,14 @@ impl DriverLoop {
 
     /// Runs one cycle of the current graph; returns when its last node
     /// finished.
-    fn run_cycle(&mut self, start_ns: u64) -> u64 {
-        let tag = (self.cycle as u32).wrapping_add(1);
+    fn run_cycle(&mut self, start: &CycleStart) -> u64 {
+        let (start_ns, tag) = (start.start_ns, (self.cycle as u32).wrapping_add(1));
         // SAFETY: between cycles only the driver touches the cycle info.
         unsafe {
             *self.shared.cycle.get_mut() = CycleInfo {
                 number: self.cycle,
                 start_ns,
+                due_ns: start_ns.saturating_sub(start.wakeup_latency_ns),
                 tag,
             }
         };

@@ -99,6 +99,7 @@ pub struct ProcessContext<'a> {
     pub(crate) node: &'a CompiledNode,
     pub(crate) cycle: u64,
     pub(crate) cycle_start_ns: u64,
+    pub(crate) cycle_due_ns: u64,
     /// The driver's input package, read-only for every node in a cycle.
     pub(crate) package: &'a [u8],
     /// The driver's output packet, present only for the designated writer.
@@ -172,6 +173,15 @@ impl<'a> ProcessContext<'a> {
         let buffer = &self.graph.events[self.node.event_out[port] as usize];
         // SAFETY: as for `audio_out`.
         unsafe { buffer.get_mut() }
+    }
+
+    /// When the cycle was due (`CLOCK_MONOTONIC` ns): the timer's expiry,
+    /// however late the driver woke — the grid a node that keeps time
+    /// against a clock (a media clock) should stand on, so that wake-up
+    /// jitter stays out of its timing. The start, for drivers that wait for
+    /// an event.
+    pub fn cycle_due_ns(&self) -> u64 {
+        self.cycle_due_ns
     }
 
     /// The input package of a packet driver (empty for other drivers).

@@ -192,7 +192,8 @@ impl Host {
             TimerDriver::new(),
             EngineConfig {
                 workers: config.workers,
-                max_nodes: sources.len() + sinks.len() * 2 + 8,
+                // A marker and a probe per stream pair, or a tone per sink.
+                max_nodes: (sources.len() + sinks.len()) * 2 + 8,
                 node_cpu_time: false,
                 thread_setup: config.setup.clone(),
                 callbacks: Box::new(XrunTally(late_nodes.clone())),
@@ -232,30 +233,41 @@ impl Host {
             .collect()
     }
 
+    /// What the host measured so far, without stopping it, taking the
+    /// marker latencies measured since the last call (or the start): a
+    /// window's report is the difference of two, and [`Host::stop`]'s
+    /// latencies are those not taken by then.
+    pub fn report(&mut self) -> HostReport {
+        self.collect();
+        HostReport {
+            streams: self.counts(),
+            latencies_ns: std::mem::take(&mut self.latencies_ns),
+            markers_written: self.markers.iter().map(|(_, c)| c.written()).sum(),
+            markers_lost: self.markers.iter().map(|(_, c)| c.lost()).sum(),
+            cycles: self.engine.cycles(),
+            xruns: self.engine.xruns(),
+            late_nodes: tally(&self.late_nodes),
+            clock: self.clock.clone(),
+        }
+    }
+
     /// Stops the engine; what the host measured.
     pub fn stop(mut self) -> Result<HostReport, HostError> {
-        self.collect();
-        let streams = self.counts();
+        let mut report = self.report();
         let run = self
             .engine
             .stop()
             .map_err(|e| HostError::Engine(e.to_string()))?;
-        let late_nodes = self
-            .late_nodes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        Ok(HostReport {
-            streams,
-            latencies_ns: self.latencies_ns,
-            markers_written: self.markers.iter().map(|(_, c)| c.written()).sum(),
-            markers_lost: self.markers.iter().map(|(_, c)| c.lost()).sum(),
-            cycles: run.cycles,
-            xruns: run.xruns,
-            late_nodes,
-            clock: self.clock,
-        })
+        report.cycles = run.cycles;
+        report.xruns = run.xruns;
+        report.late_nodes = tally(&self.late_nodes);
+        Ok(report)
     }
+}
+
+/// The xruns each node was named late in, so far.
+fn tally(late_nodes: &Mutex<BTreeMap<String, u64>>) -> BTreeMap<String, u64> {
+    late_nodes.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 fn check(config: &HostConfig) -> Result<(), HostError> {

@@ -1,7 +1,9 @@
 //! An emulated LAN inside one machine: hosts — anonymous network
 //! namespaces — joined to each other or to the machine's own namespace by
 //! veth pairs, each pair optionally shaped to a link of a set rate whose
-//! queue sends packets marked real-time first. Work runs inside a host as a
+//! queue sends packets marked real-time first, or joined on one subnet by a
+//! bridge (a switch: a bridge device in a namespace of its own with a veth
+//! to each host, multicast crossing it). Work runs inside a host as a
 //! thread that joined its namespace, or as a child process started in it.
 //!
 //! It owns the namespaces, the pairs, their addresses, routes and queueing
@@ -11,7 +13,8 @@
 //! process dies; a pair between two hosts goes with their namespaces, and a
 //! pair with an end in the machine's namespace is deleted on drop (deleting
 //! one end deletes both), or with the host at its other end if the process
-//! dies; a queueing discipline goes with its device. It must never touch an
+//! dies; a bridge and its pairs go with the bridge's namespace and the
+//! hosts'; a queueing discipline goes with its device. It must never touch an
 //! interface it did not create, nor change a setting of the machine's
 //! namespace (forwarding is turned on inside hosts only).
 //!
@@ -19,7 +22,9 @@
 //! modulo 2048, and each link takes the next /30 of it in turn, so that
 //! parallel runs do not collide unless their pids agree modulo 2048 (and
 //! then only on links to the machine's namespace: hosts see no one else's
-//! addresses).
+//! addresses). A bridge's hosts share a /27 of 10.214.0.0/16, the next one
+//! for each bridge the process makes (a bridge never reaches the machine's
+//! namespace, so only the bridges one host is on must differ).
 
 use std::fs::File;
 use std::net::Ipv4Addr;
@@ -38,6 +43,12 @@ const LINKS_PER_PROCESS: u32 = 8;
 const PROCESS_SLOTS: u32 = 1 << 11;
 /// Links this process created so far (their /30s and machine-side names).
 static LINKS_CREATED: AtomicU32 = AtomicU32::new(0);
+/// The private block bridges' subnets come from.
+const BRIDGE_BLOCK: Ipv4Addr = Ipv4Addr::new(10, 214, 0, 0);
+/// Hosts on one bridge: the usable addresses of its /27.
+pub const MAX_BRIDGE_HOSTS: usize = 30;
+/// Bridges this process created so far (their /27s).
+static BRIDGES_CREATED: AtomicU32 = AtomicU32::new(0);
 
 /// A token bucket's burst: the traffic of this long at the link's rate
 /// passes at the speed of the machine (1 ms: 125 kB at 1 Gbit/s), …
@@ -61,6 +72,8 @@ pub enum LanError {
     Thread,
     #[error("a LAN has at most {LINKS_PER_PROCESS} links at a time")]
     TooManyLinks,
+    #[error("a bridge joins at most {MAX_BRIDGE_HOSTS} hosts")]
+    TooManyOnBridge,
 }
 
 /// A host of a [`Lan`].
@@ -70,6 +83,10 @@ pub struct HostId(usize);
 /// A veth pair of a [`Lan`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkId(usize);
+
+/// A bridge of a [`Lan`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BridgeId(usize);
 
 /// Where one end of a pair is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,11 +121,17 @@ struct Link {
     addresses: [Ipv4Addr; 2],
 }
 
+/// A bridge's member hosts and their addresses on its subnet.
+struct Bridge {
+    members: Vec<(HostId, Ipv4Addr)>,
+}
+
 /// Hosts and the links between them; everything is removed when dropped.
 #[derive(Default)]
 pub struct Lan {
     hosts: Vec<Host>,
     links: Vec<Link>,
+    bridges: Vec<Bridge>,
 }
 
 impl Lan {
@@ -178,6 +201,55 @@ impl Lan {
         Ok(id)
     }
 
+    /// A bridge joining `hosts` on one /27: a bridge device in a namespace
+    /// of its own (a host of this LAN, named "bridgeN") with a veth to each
+    /// host, whose end there is "brN" with the next address of the subnet.
+    /// Multicast crosses it, flooded to every host (no IGMP snooping: as a
+    /// switch without a querier, and whatever joins appear).
+    pub fn bridge(&mut self, hosts: &[HostId]) -> Result<BridgeId, LanError> {
+        if hosts.len() > MAX_BRIDGE_HOSTS {
+            return Err(LanError::TooManyOnBridge);
+        }
+        let id = BridgeId(self.bridges.len());
+        let switch = End::Host(self.add_host(&format!("bridge{}", id.0))?);
+        let subnet = bridge_subnet(BRIDGES_CREATED.fetch_add(1, Ordering::Relaxed));
+        self.run(switch, "ip link add switch type bridge mcast_snooping 0")?;
+        self.run(switch, "ip link set switch up")?;
+        let device = format!("br{}", id.0);
+        let mut members = Vec::new();
+        for (k, &host) in hosts.iter().enumerate() {
+            let port = format!("port{k}");
+            self.with_resident(host, |tid| {
+                let add = format!("ip link add {port} type veth peer name {device} netns {tid}");
+                self.run(switch, &add)
+            })?;
+            self.run(switch, &format!("ip link set {port} master switch"))?;
+            self.run(switch, &format!("ip link set {port} up"))?;
+            let address = Ipv4Addr::from(u32::from(subnet) + k as u32 + 1);
+            self.run(
+                End::Host(host),
+                &format!("ip addr add {address}/27 dev {device}"),
+            )?;
+            self.run(End::Host(host), &format!("ip link set {device} up"))?;
+            members.push((host, address));
+        }
+        self.bridges.push(Bridge { members });
+        Ok(id)
+    }
+
+    /// `host`'s address on `bridge`.
+    ///
+    /// # Panics
+    /// If `host` is not on `bridge`.
+    pub fn bridge_address(&self, bridge: BridgeId, host: HostId) -> Ipv4Addr {
+        self.bridges[bridge.0]
+            .members
+            .iter()
+            .find(|(h, _)| *h == host)
+            .map(|(_, a)| *a)
+            .expect("a host on the bridge")
+    }
+
     fn configure_end(
         &self,
         link: LinkId,
@@ -239,6 +311,14 @@ impl Lan {
         .join()
         .map_err(|_| LanError::Thread)??
         .map_err(LanError::from)
+    }
+
+    /// Lets `host`'s loopback carry multicast (it does not by default):
+    /// a host alone can then hear its own groups — SAP, streams — without
+    /// any of them leaving it.
+    pub fn multicast_on_loopback(&self, host: HostId) -> Result<(), LanError> {
+        self.run(End::Host(host), "ip link set lo multicast on")?;
+        self.run(End::Host(host), "ip route add 224.0.0.0/4 dev lo")
     }
 
     /// Reads a file of /proc/thread-self/net (the network's counters as
@@ -395,6 +475,11 @@ fn addresses(pid: u32, number: u32) -> [Ipv4Addr; 2] {
     [Ipv4Addr::from(base + 1), Ipv4Addr::from(base + 2)]
 }
 
+/// The /27 of this process's `number`th bridge.
+fn bridge_subnet(number: u32) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(BRIDGE_BLOCK) + (number % PROCESS_SLOTS) * 32)
+}
+
 impl Drop for Lan {
     fn drop(&mut self) {
         // Pairs with an end here go now, both ends at once; the hosts'
@@ -437,5 +522,16 @@ mod tests {
             ]
         );
         assert_eq!(addresses(PROCESS_SLOTS, 3), addresses(0, 3));
+    }
+
+    #[test]
+    fn each_bridge_has_a_slash_27_of_its_own() {
+        assert_eq!(bridge_subnet(0), Ipv4Addr::new(10, 214, 0, 0));
+        assert_eq!(bridge_subnet(9), Ipv4Addr::new(10, 214, 1, 32));
+        assert_eq!(
+            bridge_subnet(PROCESS_SLOTS - 1),
+            Ipv4Addr::new(10, 214, 255, 224)
+        );
+        assert_eq!(bridge_subnet(PROCESS_SLOTS), bridge_subnet(0));
     }
 }

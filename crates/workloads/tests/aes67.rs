@@ -190,22 +190,6 @@ fn report(report: &HostReport) {
     );
 }
 
-/// Lets a host's loopback carry multicast: SAP's groups stay inside it.
-fn multicast_on_loopback(lan: &Lan, host: End) {
-    for args in [
-        &["link", "set", "lo", "multicast", "on"][..],
-        &["route", "add", "224.0.0.0/4", "dev", "lo"][..],
-    ] {
-        let status = lan
-            .command(host, "ip")
-            .unwrap()
-            .args(args)
-            .status()
-            .unwrap();
-        assert!(status.success(), "ip {args:?}");
-    }
-}
-
 /// The sessions the service heard, once `done` holds of them (bounded).
 fn heard_until(
     socket: &Path,
@@ -227,8 +211,9 @@ fn an_announced_stream_is_listed_until_its_client_leaves_and_garbage_is_refused(
         return;
     };
     let mut lan = Lan::new();
-    let host = End::Host(lan.add_host("studio").unwrap());
-    multicast_on_loopback(&lan, host);
+    let studio = lan.add_host("studio").unwrap();
+    lan.multicast_on_loopback(studio).unwrap();
+    let host = End::Host(studio);
     let socket = machine.dir().join("net-sap.sock");
     let discovery = DiscoveryConfig {
         interface: Ipv4Addr::LOCALHOST,

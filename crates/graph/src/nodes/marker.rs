@@ -5,9 +5,11 @@
 //! sample in its input and sends the latency — the instant it stands for
 //! there minus the instant it was written — to a non-real-time reader.
 //!
-//! A sample's instant is its cycle's start plus its offset in the cycle at
-//! the sample rate, so both ends count in the same frame of reference and
-//! a path with a fixed delay in samples measures exactly that delay. Only
+//! A sample's instant is its cycle's due time (the timer's expiry, however
+//! late the thread woke) plus its offset in the cycle at the sample rate,
+//! so both ends count in the same frame of reference, wake-up jitter stays
+//! out, and a path with a fixed delay in samples measures exactly that
+//! delay. Only
 //! one marker is in flight at a time (the interval must exceed the path's
 //! latency); a marker the path lost is counted when the next one is
 //! written. This module owns the marker protocol; its nodes never allocate
@@ -95,7 +97,7 @@ pub fn marker_pair(
 
 /// The instant frame `offset` of the current cycle stands for.
 fn instant(ctx: &ProcessContext<'_>, offset: usize) -> u64 {
-    ctx.cycle_start_ns() + offset as u64 * 1_000_000_000 / u64::from(ctx.sample_rate())
+    ctx.cycle_due_ns() + offset as u64 * 1_000_000_000 / u64::from(ctx.sample_rate())
 }
 
 impl Node for MarkerSource {

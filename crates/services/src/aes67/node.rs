@@ -4,11 +4,12 @@
 //! (the service's process owns the sockets), and both are timed by the
 //! media clock.
 //!
-//! A source plays the frames of media time `cycle start − latency` (the
-//! link offset of AES67): a packet that came by then is heard, one that
-//! did not is silence, counted lost, and one that comes after is counted
-//! late. A sink stamps each cycle's frames with the media time of the
-//! cycle's start. So a path through a source and a sink delays by exactly
+//! A source plays the frames of media time `cycle due − latency` (the link
+//! offset of AES67; a cycle is due at its timer's expiry, however late its
+//! thread woke): a packet that came by then is heard, one that did not is
+//! silence, counted lost, and one that comes after is counted late. A sink
+//! stamps each cycle's frames with the media time the cycle was due. So a
+//! path through a source and a sink delays by exactly
 //! the source's latency, whatever the cycles' phases. Streams whose sender
 //! is not on our media clock (Debian 12's PipeWire stamps from its own
 //! graph) are played by arrival instead: latency frames behind the newest
@@ -98,34 +99,31 @@ impl StreamCounters {
     }
 }
 
-/// Where a stream's position stands against the clock: anchored once,
-/// then advanced by each cycle's frames, and re-anchored only when the
-/// clock has moved away by more than a packet (a stalled cycle whose
-/// periods the driver skipped), so that a cycle's wake-up jitter never
-/// moves the audio.
+/// Where a stream's position stands against the clock: anchored once on
+/// a cycle's due time, then advanced by each cycle's frames, and moved
+/// back onto the clock by whole cycles when it is more than half a cycle
+/// away — after a stalled cycle whose periods the driver skipped (it comes
+/// back onto its grid), or a clock that was stepped. Keeping the phase to
+/// the driver's grid keeps any wake-up's lateness out of the audio.
+#[derive(Default)]
 struct Position {
     next: Option<u32>,
-    tolerance: i32,
 }
 
 impl Position {
-    fn new(format: &StreamFormat) -> Position {
-        Position {
-            next: None,
-            tolerance: format.frames_per_packet as i32,
-        }
-    }
-
     /// The position of this cycle's first frame, `ideal` by the clock;
-    /// counts a jump back onto the clock.
+    /// counts a move back onto the clock.
     fn take(&mut self, ideal: u32, frames: u32, counters: &StreamCounters) -> u32 {
         let at = match self.next {
-            Some(next) if timestamp_delta(next, ideal).abs() <= self.tolerance => next,
-            Some(_) => {
-                counters.resyncs.fetch_add(1, Relaxed);
-                ideal
-            }
             None => ideal,
+            Some(next) => {
+                let drift = timestamp_delta(next, ideal);
+                let cycles = (f64::from(drift) / f64::from(frames.max(1))).round() as i32;
+                if cycles != 0 {
+                    counters.resyncs.fetch_add(1, Relaxed);
+                }
+                next.wrapping_add_signed(cycles.wrapping_mul(frames as i32))
+            }
         };
         self.next = Some(at.wrapping_add(frames));
         at
@@ -162,7 +160,7 @@ impl StreamSource {
             clock,
             playout,
             latency_frames,
-            position: Position::new(&format),
+            position: Position::default(),
             counters: counters.clone(),
         };
         (source, counters)
@@ -188,12 +186,12 @@ impl StreamSource {
 
     /// The media time this cycle plays from; `None` while an arrival-timed
     /// stream has not been heard.
-    fn play_position(&mut self, cycle_start_ns: u64, frames: u32) -> Option<u32> {
+    fn play_position(&mut self, cycle_due_ns: u64, frames: u32) -> Option<u32> {
         let rate = self.jitter.format().sample_rate;
         let ideal = match self.playout {
             Playout::MediaClock => self
                 .clock
-                .rtp_timestamp_at(cycle_start_ns, rate)
+                .rtp_timestamp_at(cycle_due_ns, rate)
                 .wrapping_sub(self.latency_frames),
             Playout::Arrival => self.arrival_ideal(frames)?,
         };
@@ -228,7 +226,7 @@ impl Node for StreamSource {
         self.drain();
         let frames = ctx.frames() as u32;
         let channels = usize::from(self.jitter.format().channels);
-        let Some(at) = self.play_position(ctx.cycle_start_ns(), frames) else {
+        let Some(at) = self.play_position(ctx.cycle_due_ns(), frames) else {
             for channel in 0..channels {
                 ctx.audio_out(channel).fill(0.0);
             }
@@ -273,7 +271,7 @@ impl StreamSink {
             // SSRC is as good a source of it as any.
             packetizer: Packetizer::new(format, payload_type, ssrc, ssrc as u16),
             clock,
-            position: Position::new(&format),
+            position: Position::default(),
             counters: counters.clone(),
         };
         (sink, counters)
@@ -293,7 +291,7 @@ impl Node for StreamSink {
         let frames = ctx.frames();
         let ideal = self
             .clock
-            .rtp_timestamp_at(ctx.cycle_start_ns(), format.sample_rate);
+            .rtp_timestamp_at(ctx.cycle_due_ns(), format.sample_rate);
         let at = self.position.take(ideal, frames as u32, &self.counters);
         let mut inputs: [&[f32]; MAX_CHANNELS as usize] = [&[]; MAX_CHANNELS as usize];
         for (channel, input) in inputs.iter_mut().enumerate().take(format.channels.into()) {
@@ -330,5 +328,37 @@ fn send(flow: &mut Flow, datagram: &[u8], counters: &StreamCounters) {
             counters.send_full.fetch_add(1, Relaxed);
         }
         Err(error) => counters.lose_service(&error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn less_than_half_a_cycle_off_the_clock_never_moves_the_audio() {
+        let (mut position, counters) = (Position::default(), StreamCounters::default());
+        assert_eq!(position.take(1000, 48, &counters), 1000);
+        assert_eq!(position.take(1071, 48, &counters), 1048);
+        assert_eq!(position.take(1074, 48, &counters), 1096);
+        assert_eq!(counters.snapshot().resyncs, 0);
+    }
+
+    #[test]
+    fn a_skipped_period_moves_the_position_by_whole_cycles_and_keeps_its_phase() {
+        let (mut position, counters) = (Position::default(), StreamCounters::default());
+        position.take(1000, 48, &counters);
+        // The driver stalled and skipped the period of 1048.
+        assert_eq!(position.take(1096, 48, &counters), 1096);
+        assert_eq!(position.take(1144, 48, &counters), 1144);
+        assert_eq!(counters.snapshot().resyncs, 1);
+    }
+
+    #[test]
+    fn positions_wrap_with_the_timestamps() {
+        let (mut position, counters) = (Position::default(), StreamCounters::default());
+        assert_eq!(position.take(u32::MAX - 20, 48, &counters), u32::MAX - 20);
+        assert_eq!(position.take(27, 48, &counters), 27);
+        assert_eq!(counters.snapshot().resyncs, 0);
     }
 }

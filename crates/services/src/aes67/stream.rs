@@ -19,6 +19,15 @@ const UDP_IP_BYTES: usize = 28;
 /// The largest datagram a receiving flow takes: any sender's packet that
 /// fits an Ethernet frame (others may packetise differently from us).
 const LARGEST_DATAGRAM: usize = 1500;
+/// A stream's flow may go this fraction (1/2) faster than the stream's
+/// rate: its packets come at that rate on average but late ones in bursts
+/// (a late cycle, a stalled vCPU), and a real-time flow limited to exactly
+/// its rate would hold every later packet back by the lateness of the
+/// latest burst — for good, since a constant-rate stream never leaves the
+/// limit room to catch up. Half as fast again drains such a lag in twice
+/// its length, and keeps the limits admission adds up (a forwarding host's
+/// 64 sent streams of 8 channels, L24, 1 ms) under a gigabit.
+const LIMIT_HEADROOM: u64 = 2;
 /// Slots of a stream's channels each way: 64 packets, well over any jitter
 /// buffer's worth of 1 ms packets.
 const SLOTS: usize = 64;
@@ -98,7 +107,7 @@ impl StreamSpec {
             class: Class::RealTime,
             reservation_bps: rate,
             weight: 1,
-            limit_bps: None,
+            limit_bps: Some(rate + rate / LIMIT_HEADROOM),
             bind: SocketAddr::V4(bind),
             peer: peer.map(SocketAddr::V4),
             max_datagram: LARGEST_DATAGRAM,
@@ -181,6 +190,10 @@ mod tests {
     fn a_stream_reserves_its_rate_on_the_wire() {
         // 48 frames × 8 channels × 3 bytes + 12 + 28, a thousand a second.
         assert_eq!(stream().bits_per_second(), (1152 + 40) * 8 * 1000);
+        let request = stream().send_request(Ipv4Addr::new(10, 0, 0, 1));
+        assert_eq!(request.reservation_bps, (1152 + 40) * 8 * 1000);
+        // Bursts after a late cycle catch up instead of lagging for good.
+        assert_eq!(request.limit_bps, Some((1152 + 40) * 8 * 1500));
     }
 
     #[test]

@@ -1,0 +1,567 @@
+//! The `aes67` subject of a scenario file: hosts (network namespaces on a
+//! bridge, named a, b, c, d) passing AES67 streams along a chain and back —
+//! `hosts`, `streams` each way between neighbours, `channels`, `encoding`,
+//! `rate`, `ptime`, each receiver's `latency` (the link offset) and the
+//! round trip's `deadline` — and how a configuration runs it: `streams`,
+//! and `subject`: one scheduling for every thread, or the roles `graph`
+//! (each host's engine thread) and `service` (each host's network service
+//! real-time thread) each as `cell:NAME`, `fifo:P` or `plain`. `{host}` in
+//! a cell's name stands for the host's letter, so `cell:graph-{host}` puts
+//! each host's graph in a cell of its own (graph-a, graph-b, …).
+//!
+//! Owns that part of parsing and validation, with the line of every
+//! refusal: formats AES67 and the engine take, a latency the packets can
+//! meet, a deadline the chain can meet, a bridge that carries the streams,
+//! a reservation slot for every thread that joins a reserved cell. Like
+//! the rest of `scenario`, it must never touch the machine.
+
+use super::{
+    duration, opt_duration, refuse, RawSubject, RawSubjectSched, Refusal, Scenario, Sched,
+};
+use std::ops::Range;
+use std::time::Duration;
+use tessera_aes67::{Encoding, StreamFormat};
+use tessera_policy::CoreRequest;
+use toml::Spanned;
+
+/// The roles a configuration schedules, on every host.
+pub const ROLES: [&str; 2] = ["graph", "service"];
+/// The hosts' names, in chain order; `{host}` in a cell's name stands for
+/// one of them.
+pub const HOST_NAMES: [&str; 4] = ["a", "b", "c", "d"];
+/// What `{host}` is replaced by.
+pub const HOST_PATTERN: &str = "{host}";
+/// Most streams each way between two neighbours.
+pub const MAX_STREAMS: usize = 32;
+/// Most channels a stream carries here (AES67's usual 8).
+const MAX_CHANNELS: u16 = 8;
+/// What `hosts` and `streams` count, for refusals.
+const CHAIN: &str = "a chain a → b … and back";
+const EACH_WAY: &str = "each way between neighbours";
+/// AES67's packet times, µs.
+const PACKET_TIMES_US: [u32; 5] = [125, 250, 333, 1000, 4000];
+/// Longest link offset: what a jitter buffer is sized for.
+const MAX_LATENCY: Duration = Duration::from_millis(50);
+/// The bridge is a gigabit LAN; the network service keeps 5 % free.
+const BRIDGE_BPS: u64 = 950_000_000;
+/// The round trip's deadline unless the subject gives one (the goal of
+/// issue 13 for two hosts and 1 ms packets).
+const DEFAULT_DEADLINE: Duration = Duration::from_millis(4);
+/// Each receiver's link offset unless the subject gives one (as `tessera
+/// aes67 run`'s).
+const DEFAULT_LATENCY: Duration = Duration::from_millis(2);
+
+/// Hosts on a bridge passing streams along a chain and back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aes67Subject {
+    /// 2–4: a → b (→ c → d) and back the same way.
+    pub hosts: usize,
+    /// Streams each way between neighbours, unless a configuration says.
+    pub streams: usize,
+    pub format: StreamFormat,
+    /// How far behind the media clock each receiver plays.
+    pub latency: Duration,
+    /// The round trip's deadline (the marker's).
+    pub deadline: Duration,
+}
+
+impl Aes67Subject {
+    /// Hops of the round trip: there and back between each neighbours.
+    pub fn hops(&self) -> usize {
+        2 * (self.hosts - 1)
+    }
+
+    /// The hosts' names, in chain order.
+    pub fn host_names(&self) -> &'static [&'static str] {
+        &HOST_NAMES[..self.hosts]
+    }
+}
+
+/// How one configuration runs the hosts (the roles' scheduling is the
+/// configuration's `roles`, one per host: see [`role_name`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Aes67Settings {
+    pub streams: usize,
+}
+
+/// The configuration's role of `role` on host `host`, e.g. "graph b".
+pub fn role_name(role: &str, host: &str) -> String {
+    format!("{role} {host}")
+}
+
+/// The subject's keys.
+pub(super) fn subject(s: &RawSubject, table: &Range<usize>) -> Result<Aes67Subject, Refusal> {
+    let hosts = bounded(s.hosts.as_ref(), 2, 2..=HOST_NAMES.len(), "hosts", CHAIN)?;
+    let streams = bounded(s.streams.as_ref(), 1, 1..=MAX_STREAMS, "streams", EACH_WAY)?;
+    let format = format(s, table)?;
+    let latency = opt_duration(&s.latency)?.unwrap_or(DEFAULT_LATENCY);
+    let latency_span = s.latency.as_ref().map_or(table.clone(), Spanned::span);
+    let packet = Duration::from_nanos(format.packet_time_ns());
+    if latency <= packet || latency > MAX_LATENCY {
+        return refuse(
+            latency_span,
+            format!(
+                "latency {latency:?} must exceed the packet time {packet:?} (a receiver playing L \
+                 behind the clock needs each packet within L − packet of its stamp) and be at most \
+                 {MAX_LATENCY:?}"
+            ),
+        );
+    }
+    let subject = Aes67Subject {
+        hosts,
+        streams,
+        format,
+        latency,
+        deadline: opt_duration(&s.deadline)?.unwrap_or(DEFAULT_DEADLINE),
+    };
+    let least = subject.latency * subject.hops() as u32;
+    if subject.deadline < least {
+        let span = s.deadline.as_ref().map_or(table.clone(), Spanned::span);
+        return refuse(
+            span,
+            format!(
+                "deadline {:?} is below the round trip's {} hops × latency {latency:?} = {least:?}: \
+                 give deadline ≥ {least:?}, or a shorter latency",
+                subject.deadline,
+                subject.hops()
+            ),
+        );
+    }
+    fits_the_bridge(
+        &subject,
+        streams,
+        s.streams.as_ref().map_or(table.clone(), Spanned::span),
+    )?;
+    Ok(subject)
+}
+
+/// An optional count within `range`, `default` when absent.
+fn bounded(
+    value: Option<&Spanned<usize>>,
+    default: usize,
+    range: std::ops::RangeInclusive<usize>,
+    what: &str,
+    meaning: &str,
+) -> Result<usize, Refusal> {
+    match value {
+        None => Ok(default),
+        Some(v) if range.contains(v.get_ref()) => Ok(*v.get_ref()),
+        Some(v) => refuse(
+            v.span(),
+            format!(
+                "{what} must be {}–{} ({meaning}), not {}",
+                range.start(),
+                range.end(),
+                v.get_ref()
+            ),
+        ),
+    }
+}
+
+/// The streams' format: encoding, rate, channels and packet time.
+fn format(s: &RawSubject, table: &Range<usize>) -> Result<StreamFormat, Refusal> {
+    let encoding = match &s.encoding {
+        None => Encoding::L24,
+        Some(e) => Encoding::from_name(e.get_ref()).ok_or_else(|| {
+            (
+                e.span(),
+                format!("encoding {:?}: use \"L16\" or \"L24\"", e.get_ref()),
+            )
+        })?,
+    };
+    let rate = match &s.rate {
+        None => 48_000,
+        Some(r) if tessera_graph::SAMPLE_RATES.contains(r.get_ref()) => *r.get_ref(),
+        Some(r) => {
+            return refuse(
+                r.span(),
+                format!(
+                    "rate {}: the graph engine runs 44100, 48000 or 96000 Hz",
+                    r.get_ref()
+                ),
+            )
+        }
+    };
+    let channels = match &s.channels {
+        None => MAX_CHANNELS,
+        Some(c) if (1..=MAX_CHANNELS).contains(c.get_ref()) => *c.get_ref(),
+        Some(c) => {
+            return refuse(
+                c.span(),
+                format!("channels must be 1–{MAX_CHANNELS}, not {}", c.get_ref()),
+            )
+        }
+    };
+    let ptime = match &s.ptime {
+        None => Duration::from_millis(1),
+        Some(p) => duration(p)?,
+    };
+    let ptime_us = ptime.as_micros() as u32;
+    let ptime_span = s.ptime.as_ref().map_or(table.clone(), Spanned::span);
+    if !PACKET_TIMES_US.contains(&ptime_us) {
+        return refuse(
+            ptime_span,
+            format!(
+                "ptime {ptime:?}: use one of AES67's packet times, 125us, 250us, 333us, 1ms or 4ms"
+            ),
+        );
+    }
+    StreamFormat::with_packet_time(encoding, rate, channels, ptime_us)
+        .map_err(|e| (ptime_span, format!("the streams' format: {e}")))
+}
+
+/// Whether the busiest host's sent streams fit the bridge: a host in the
+/// middle of the chain sends `streams` each way.
+fn fits_the_bridge(
+    subject: &Aes67Subject,
+    streams: usize,
+    span: Range<usize>,
+) -> Result<(), Refusal> {
+    let directions = if subject.hosts > 2 { 2 } else { 1 };
+    let bps = stream_bps(&subject.format) * (streams * directions) as u64;
+    if bps > BRIDGE_BPS {
+        return refuse(
+            span,
+            format!(
+                "{streams} streams send {:.0} Mbit/s from one host, more than the {:.0} Mbit/s a \
+                 gigabit bridge carries (the service keeps 5 % free): give fewer streams or \
+                 channels",
+                bps as f64 / 1e6,
+                BRIDGE_BPS as f64 / 1e6
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// A stream's rate on the wire, bits/s (as its flow reserves it).
+fn stream_bps(format: &StreamFormat) -> u64 {
+    tessera_services::aes67::StreamSpec {
+        name: String::new(),
+        address: std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
+        format: *format,
+        payload_type: tessera_services::aes67::PAYLOAD_TYPE,
+    }
+    .bits_per_second()
+}
+
+/// A configuration's aes67 settings and each host's roles as written
+/// (`{host}` replaced), with where they stand; the caller checks them as
+/// any scheduling, then [`slots_suffice`].
+pub(super) struct Aes67Configuration {
+    pub settings: Aes67Settings,
+    pub roles: Vec<(String, String, Range<usize>)>,
+}
+
+/// A configuration's `streams` and `subject` for an aes67 subject.
+pub(super) fn configuration(
+    streams: Option<&Spanned<usize>>,
+    value: Option<&Spanned<RawSubjectSched>>,
+    subject: &Aes67Subject,
+    table: &Range<usize>,
+) -> Result<Aes67Configuration, Refusal> {
+    let count = bounded(
+        streams,
+        subject.streams,
+        1..=MAX_STREAMS,
+        "streams",
+        EACH_WAY,
+    )?;
+    fits_the_bridge(subject, count, streams.map_or(table.clone(), Spanned::span))?;
+    let written: Vec<(String, String, Range<usize>)> = match value.map(|v| (v.get_ref(), v.span()))
+    {
+        None => Vec::new(),
+        Some((RawSubjectSched::All(text), span)) => ROLES
+            .iter()
+            .map(|r| (r.to_string(), text.clone(), span.clone()))
+            .collect(),
+        Some((RawSubjectSched::Roles(map), span)) => {
+            if let Some(other) = map.keys().find(|k| !ROLES.contains(&k.as_str())) {
+                return refuse(
+                    span,
+                    format!(
+                        "unknown role {other:?} (an aes67 configuration's subject has {}; \
+                         streams is a key of the configuration itself)",
+                        ROLES.join(", ")
+                    ),
+                );
+            }
+            map.iter()
+                .map(|(r, text)| (r.clone(), text.clone(), span.clone()))
+                .collect()
+        }
+    };
+    let mut roles = Vec::new();
+    for (role, text, span) in &written {
+        if role == "service" {
+            service_sched(text, span)?;
+        }
+        for host in subject.host_names() {
+            let text = text.replace(HOST_PATTERN, host);
+            roles.push((role_name(role, host), text, span.clone()));
+        }
+    }
+    Ok(Aes67Configuration {
+        settings: Aes67Settings { streams: count },
+        roles,
+    })
+}
+
+/// The service's real-time thread runs in a cell, at a FIFO priority, or
+/// plain — not both (the service joins its cell itself).
+fn service_sched(text: &str, span: &Range<usize>) -> Result<(), Refusal> {
+    let sched = Sched::parse(&text.replace(HOST_PATTERN, "a")).map_err(|e| (span.clone(), e))?;
+    if sched.cell.is_some() && sched.fifo.is_some() {
+        return refuse(
+            span.clone(),
+            format!(
+                "service = {text:?}: the network service's real-time thread runs in a cell \
+                 (\"cell:NAME\"), at a priority (\"fifo:P\") or \"plain\", not both"
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Every thread that joins a reserved cell needs a reservation slot of its
+/// own (one per core the cell asks for): refused at `span`, naming the cell
+/// and the threads, with the fix.
+pub(super) fn slots_suffice(
+    roles: &[(String, Sched)],
+    scenario: &Scenario,
+    span: &Range<usize>,
+) -> Result<(), Refusal> {
+    for cell in &scenario.cells {
+        let joining: Vec<&str> = roles
+            .iter()
+            .filter(|(_, s)| s.cell.as_deref() == Some(cell.name.as_str()))
+            .map(|(role, _)| role.as_str())
+            .collect();
+        let slots = match &cell.request.cores {
+            CoreRequest::List(l) => l.len(),
+            CoreRequest::Count(n) => *n,
+        };
+        if cell.request.budget.is_none() || joining.len() <= slots {
+            continue;
+        }
+        return refuse(
+            span.clone(),
+            format!(
+                "cell {:?} is joined by {} threads ({}) but has {slots} reservation slot(s), one \
+                 per core: give each host a cell of its own (\"cell:NAME-{HOST_PATTERN}\", with \
+                 cells NAME-a, NAME-b, … declared), or give the cell count = {}",
+                cell.name,
+                joining.len(),
+                joining.join(", "),
+                joining.len()
+            ),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Scenario, Subject};
+    use super::*;
+
+    const GOOD: &str = r#"name = "aes67"
+duration = "2s"
+warmup = "500ms"
+
+[subject]
+kind = "aes67"
+hosts = 3
+streams = 2
+channels = 8
+encoding = "L24"
+ptime = "1ms"
+latency = "1.5ms"
+deadline = "8ms"
+
+[[cell]]
+name = "graph-a"
+policy = "event-triggered"
+placement = "global"
+runtime = "200us"
+period = "1ms"
+
+[[cell]]
+name = "graph-b"
+policy = "event-triggered"
+placement = "global"
+runtime = "200us"
+period = "1ms"
+
+[[cell]]
+name = "graph-c"
+policy = "event-triggered"
+placement = "global"
+runtime = "200us"
+period = "1ms"
+
+[[cell]]
+name = "net"
+policy = "event-triggered"
+placement = "global"
+count = 2
+runtime = "100us"
+period = "1ms"
+
+[[configuration]]
+name = "plain"
+subject = "plain"
+
+[[configuration]]
+name = "cells"
+streams = 4
+subject = { graph = "cell:graph-{host}", service = "fifo:60" }
+"#;
+
+    fn parse(text: &str) -> Result<Scenario, (usize, String)> {
+        Scenario::parse(text, "aes67.toml").map_err(|e| (e.line, e.reason))
+    }
+
+    /// `GOOD` with `from` replaced by `to`, refused: (line, reason).
+    fn refusal(from: &str, to: &str) -> (usize, String) {
+        assert!(GOOD.contains(from), "{from:?} not in GOOD");
+        parse(&GOOD.replacen(from, to, 1)).expect_err("refused")
+    }
+
+    fn line_of(text: &str) -> usize {
+        GOOD.lines()
+            .position(|l| l.contains(text))
+            .expect("in GOOD")
+            + 1
+    }
+
+    #[test]
+    fn a_good_file_parses_into_hosts_roles_and_streams() {
+        let s = parse(GOOD).unwrap();
+        let Subject::Aes67(subject) = &s.subject else {
+            panic!("{:?}", s.subject)
+        };
+        assert_eq!((subject.hosts, subject.streams, subject.hops()), (3, 2, 4));
+        assert_eq!(subject.format.frames_per_packet, 48);
+        assert_eq!(subject.format.channels, 8);
+        assert_eq!(subject.latency, Duration::from_micros(1500));
+        assert_eq!(subject.deadline, Duration::from_millis(8));
+        let plain = &s.configurations[0];
+        assert_eq!(plain.aes67, Some(Aes67Settings { streams: 2 }));
+        assert_eq!(plain.roles.len(), 6);
+        assert!(plain.roles.iter().all(|(_, s)| s.is_plain()));
+        assert!(plain.needs_privilege(), "namespaces need root");
+        let cells = &s.configurations[1];
+        assert_eq!(cells.aes67, Some(Aes67Settings { streams: 4 }));
+        let role = |name: &str| &cells.roles.iter().find(|(r, _)| r == name).unwrap().1;
+        assert_eq!(role("graph c").cell.as_deref(), Some("graph-c"));
+        assert_eq!(role("service b").fifo, Some(60));
+        assert_eq!(cells.cells(), ["graph-a", "graph-b", "graph-c"]);
+    }
+
+    #[test]
+    fn subject_mistakes_name_their_line() {
+        let cases = [
+            ("hosts = 3", "hosts = 5", "hosts = 5", "2–4"),
+            ("streams = 2", "streams = 33", "streams = 33", "1–32"),
+            ("channels = 8", "channels = 9", "channels = 9", "1–8"),
+            ("encoding = \"L24\"", "encoding = \"PCMU\"", "PCMU", "L16"),
+            ("ptime = \"1ms\"", "ptime = \"2ms\"", "2ms", "125us"),
+            (
+                "latency = \"1.5ms\"",
+                "latency = \"1ms\"",
+                "latency = \"1ms\"",
+                "exceed the packet time",
+            ),
+            (
+                "deadline = \"8ms\"",
+                "deadline = \"4ms\"",
+                "4ms",
+                "deadline ≥ 6ms",
+            ),
+        ];
+        for (from, to, at, why) in cases {
+            let text = GOOD.replacen(from, to, 1);
+            let (line, reason) = parse(&text).expect_err(to);
+            let expected = text.lines().position(|l| l.contains(at)).unwrap() + 1;
+            assert_eq!(line, expected, "{to}: {reason}");
+            assert!(reason.contains(why), "{to}: {reason}");
+        }
+    }
+
+    #[test]
+    fn a_payload_over_the_mtu_and_a_rate_the_engine_does_not_run_are_refused() {
+        let (line, reason) = refusal("ptime = \"1ms\"", "ptime = \"4ms\"");
+        assert_eq!(line, line_of("ptime"));
+        assert!(reason.contains("1440"), "{reason}");
+        let (line, reason) = refusal("encoding = \"L24\"", "encoding = \"L24\"\nrate = 88200");
+        assert_eq!(line, line_of("encoding") + 1);
+        assert!(reason.contains("44100, 48000 or 96000"), "{reason}");
+    }
+
+    #[test]
+    fn configuration_mistakes_name_their_line_and_the_fix() {
+        let at = line_of("subject = { graph");
+        let (line, reason) = refusal("service = \"fifo:60\"", "servise = \"fifo:60\"");
+        assert_eq!(line, at);
+        assert!(reason.contains("unknown role \"servise\""), "{reason}");
+        let (line, reason) = refusal("cell:graph-{host}", "cell:graph");
+        assert_eq!(line, at);
+        assert!(reason.contains("no cell named \"graph\""), "{reason}");
+        let (line, reason) = refusal("\"fifo:60\"", "\"cell:net, fifo:60\"");
+        assert_eq!(line, at);
+        assert!(reason.contains("not both"), "{reason}");
+        let (line, reason) = refusal("streams = 4", "streams = 40");
+        assert_eq!(line, line_of("streams = 4"));
+        assert!(reason.contains("1–32"), "{reason}");
+    }
+
+    #[test]
+    fn a_shared_reserved_cell_needs_a_slot_per_thread() {
+        // Three services in a cell of two reservations.
+        let (line, reason) = refusal("\"fifo:60\"", "\"cell:net\"");
+        assert_eq!(line, line_of("subject = { graph"));
+        assert!(
+            reason.contains("cell \"net\" is joined by 3 threads"),
+            "{reason}"
+        );
+        assert!(reason.contains("count = 3"), "{reason}");
+        // Two hosts fit it.
+        let two = GOOD
+            .replacen("hosts = 3", "hosts = 2", 1)
+            .replacen("\"fifo:60\"", "\"cell:net\"", 1)
+            .replacen("deadline = \"8ms\"", "deadline = \"4ms\"", 1);
+        assert!(parse(&two).is_ok());
+    }
+
+    #[test]
+    fn the_streams_must_fit_a_gigabit_bridge() {
+        // A middle host sends 32 streams each way: 2 × 32 × 9.5 Mbit/s fits;
+        // at 96 kHz in 333 µs packets (19.4 Mbit/s each) they do not.
+        let full = GOOD.replacen("streams = 2", "streams = 32", 1);
+        assert!(parse(&full).is_ok());
+        let fast = full
+            .replacen("encoding = \"L24\"", "encoding = \"L24\"\nrate = 96000", 1)
+            .replacen("ptime = \"1ms\"", "ptime = \"333us\"", 1);
+        let (line, reason) = parse(&fast).expect_err("over a gigabit");
+        assert_eq!(line, line_of("streams = 2"));
+        assert!(reason.contains("gigabit"), "{reason}");
+    }
+
+    #[test]
+    fn the_shipped_scenarios_parse() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+        for (name, hosts, configurations) in [
+            ("aes67-two-hosts.toml", 2, 4),
+            ("aes67-chain.toml", 3, 4),
+            ("aes67-streams.toml", 2, 5),
+        ] {
+            let s = Scenario::from_file(&dir.join(name)).unwrap_or_else(|e| panic!("{e}"));
+            let Subject::Aes67(subject) = &s.subject else {
+                panic!("{name}: {:?}", s.subject)
+            };
+            assert_eq!(subject.hosts, hosts, "{name}");
+            assert_eq!(s.configurations.len(), configurations, "{name}");
+        }
+    }
+}

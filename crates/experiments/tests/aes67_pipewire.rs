@@ -1,0 +1,292 @@
+//! AES67 with an implementation no one here wrote: Debian 12's PipeWire
+//! and its RTP modules, in a network namespace of the test's own whose
+//! loopback carries multicast (every socket — the network service's,
+//! PipeWire's — is in it). Discovery both ways: the network service
+//! announces a marker stream by SAP and PipeWire's rtp-source makes a
+//! stream node of it; PipeWire's rtp-sink announces its own stream and the
+//! service lists it. Audio both ways: that node, linked to rtp-sink's
+//! stream node, plays tessera's stream through PipeWire's graph and sends
+//! it back, where a tessera host finds its markers (a round trip through
+//! PipeWire: found, not how fast); and the reverse, a second tessera host
+//! plays PipeWire's stream through its graph and sends it on to a group of
+//! its own, announced, for which PipeWire makes a node too, while the
+//! service counts what it carried.
+//! Root only: skipped (with "SKIPPED") otherwise, a failure under CI=true;
+//! skipped with the reason when PipeWire or its RTP modules do not start.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tessera_aes67::{Encoding, StreamFormat};
+use tessera_experiments::pipewire_rtp::{self, Direction, Ports, RtpModules, RtpSpec, Sample};
+use tessera_experiments::servers::{PipeWireServer, ServerSpec};
+use tessera_services::aes67::{MediaClock, Playout, StreamSpec, PAYLOAD_TYPE};
+use tessera_services::net::client::{self, Announcement};
+use tessera_services::net::discovery::DiscoveryConfig;
+use tessera_services::net::{Discipline, NetConfig, NetService, Status};
+use tessera_sys::sched::{set_policy, Policy};
+use tessera_workloads::aes67::{Host, HostConfig, HostReport, Route};
+use tessera_workloads::lan::{End, Lan};
+
+const RATE: u32 = 48_000;
+const CHANNELS: u16 = 2;
+/// PipeWire's quantum and tessera's cycle: one 1 ms packet a cycle (with
+/// PipeWire's default 1024, rtp-sink sends 21 packets in a burst).
+const FRAMES: u32 = 48;
+/// How far behind the newest frame heard each side plays (tessera's
+/// arrival playout, PipeWire's `sess.latency.msec`).
+const LATENCY_MS: u32 = 10;
+/// A marker every 200 ms: well over the round trip.
+const MARKER_INTERVAL: u64 = RATE as u64 / 5;
+/// How long the loop runs once PipeWire's nodes are linked.
+const LINKED: Duration = Duration::from_secs(6);
+/// How long PipeWire and the service may take to hear an announcement or
+/// make a node (SAP's interval is 5 s; both sides announce at once).
+const HEARING: Duration = Duration::from_secs(10);
+/// The SAP group both sides announce on and listen to (AES67's).
+const SAP: &str = "239.255.255.255:9875";
+
+const MARKERS: &str = "tessera-markers";
+const MARKERS_GROUP: &str = "239.69.2.1:5004";
+const PIPEWIRE_SESSION: &str = "PipeWire loop back";
+const PIPEWIRE_NODE: &str = "pw-rtp-out";
+const PIPEWIRE_GROUP: &str = "239.69.2.2:5004";
+const FORWARDED: &str = "tessera-forward";
+const FORWARDED_GROUP: &str = "239.69.2.3:5004";
+
+fn fifo(priority: u32) -> Arc<dyn Fn() -> Result<(), String> + Send + Sync> {
+    Arc::new(move || set_policy(0, &Policy::Fifo { priority }).map_err(|e| e.to_string()))
+}
+
+/// The network service, with SAP discovery on the loopback.
+fn start_service(socket: &Path) -> NetService {
+    NetService::start(NetConfig {
+        socket: socket.to_path_buf(),
+        discipline: Discipline::MClock,
+        link_bps: 1_000_000_000,
+        cpu_share: 1.0,
+        real_time_setup: Some(fifo(60)),
+        real_time_note: "SCHED_FIFO 60 (a test)".into(),
+        policy: Arc::new(|_| Ok(())),
+        discovery: Some(DiscoveryConfig {
+            interface: Ipv4Addr::LOCALHOST,
+            ..DiscoveryConfig::default()
+        }),
+    })
+    .unwrap()
+}
+
+/// PipeWire at 48 frames and 48 kHz with its RTP modules beside it, or
+/// why they do not start here.
+fn start_pipewire(dir: &Path) -> Result<(PipeWireServer, RtpModules), String> {
+    let server = PipeWireServer::start(&ServerSpec {
+        frames: FRAMES,
+        rate: RATE,
+        priority: 0,
+        core: None,
+        log: dir.join("pipewire.log"),
+    })?;
+    let spec = RtpSpec {
+        session: PIPEWIRE_SESSION.into(),
+        node: PIPEWIRE_NODE.into(),
+        source: Ipv4Addr::LOCALHOST,
+        destination: PIPEWIRE_GROUP.parse().unwrap(),
+        sample: Sample::L24,
+        rate: RATE,
+        channels: CHANNELS,
+        ptime_ms: 1,
+        sap: SAP.parse().unwrap(),
+        latency_ms: LATENCY_MS,
+        log: dir.join("pipewire-rtp.log"),
+    };
+    let modules = RtpModules::start(&server, &spec).map_err(|e| e.to_string())?;
+    Ok((server, modules))
+}
+
+/// L24, 48 kHz, stereo, 1 ms packets: what both sides send.
+fn format() -> StreamFormat {
+    StreamFormat::with_packet_time(Encoding::L24, RATE, CHANNELS, 1000).unwrap()
+}
+
+fn stream(name: &str, address: &str) -> StreamSpec {
+    StreamSpec {
+        name: name.into(),
+        address: address.parse().unwrap(),
+        format: format(),
+        payload_type: PAYLOAD_TYPE,
+    }
+}
+
+/// Has the service announce `stream` for as long as the result lives.
+fn announce(socket: &Path, stream: &StreamSpec, clock: &MediaClock, id: u64) -> Announcement {
+    let description = stream.describe(Ipv4Addr::LOCALHOST, id, clock);
+    client::announce(client::connect(socket).unwrap(), &description.to_sdp()).unwrap()
+}
+
+/// The stream the service heard announced as `name` (bounded wait).
+fn heard(socket: &Path, name: &str) -> StreamSpec {
+    let give_up = Instant::now() + HEARING;
+    while Instant::now() < give_up {
+        let (sessions, _) = client::streams(&client::connect(socket).unwrap()).unwrap();
+        if let Some(session) = sessions.iter().find(|s| s.description.name == name) {
+            return StreamSpec::from_description(&session.description);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the service never heard {name:?} announced in {HEARING:?}");
+}
+
+fn host(name: &str, socket: &Path, route: Route) -> HostConfig {
+    let engine_fifo = fifo(50);
+    HostConfig {
+        name: name.into(),
+        service: socket.to_path_buf(),
+        interface: Ipv4Addr::LOCALHOST,
+        receive: Vec::new(),
+        send: Vec::new(),
+        route,
+        frames: FRAMES,
+        sample_rate: RATE,
+        latency_frames: LATENCY_MS * RATE / 1000,
+        buffer_packets: 64,
+        playout: Playout::Arrival,
+        clock: MediaClock::system("a test: PipeWire's clock is its own"),
+        workers: 0,
+        setup: Some(Arc::new(move |_| engine_fifo().map_err(Into::into))),
+    }
+}
+
+/// Gives PipeWire's node for tessera's marker stream and rtp-sink's
+/// stream node their ports and links the one to the other.
+fn link_loop(server: &PipeWireServer) {
+    let ports = |direction| Ports {
+        direction,
+        rate: RATE,
+        channels: CHANNELS,
+    };
+    let session = pipewire_rtp::node_id(server, MARKERS, HEARING).unwrap();
+    let sink = pipewire_rtp::node_id(server, PIPEWIRE_NODE, HEARING).unwrap();
+    pipewire_rtp::set_port_config(server, session, &ports(Direction::Output), HEARING).unwrap();
+    pipewire_rtp::set_port_config(server, sink, &ports(Direction::Input), HEARING).unwrap();
+    pipewire_rtp::link(server, MARKERS, PIPEWIRE_NODE, CHANNELS).unwrap();
+}
+
+fn report(ends: &HostReport, forward: &HostReport, status: &Status) {
+    let mut sorted = ends.latencies_ns.clone();
+    sorted.sort_unstable();
+    let ms = |ns: Option<&u64>| ns.map_or(0.0, |&ns| ns as f64 / 1e6);
+    eprintln!(
+        "tessera → PipeWire → tessera: {} markers found of {} written ({} lost); round trip \
+         p50 {:.2} ms, max {:.2} ms",
+        sorted.len(),
+        ends.markers_written,
+        ends.markers_lost,
+        ms(sorted.get(sorted.len() / 2)),
+        ms(sorted.last()),
+    );
+    for (host, report) in [("ends", ends), ("forward", forward)] {
+        for s in &report.streams {
+            eprintln!("{host} {} {:?}: {:?}", s.direction, s.name, s.counts);
+        }
+        eprintln!("{host}: {} cycles, {} xruns", report.cycles, report.xruns);
+    }
+    for flow in &status.flows {
+        eprintln!(
+            "service flow {:?}: received {}, sent {}, RTP {:?}",
+            flow.name, flow.received.packets, flow.sent.packets, flow.rtp
+        );
+    }
+}
+
+#[test]
+fn pipewire_plays_a_tessera_stream_back_and_tessera_plays_pipewires_on() {
+    let Some(machine) = tessera_testkit::privileged("AES67 with PipeWire's RTP modules") else {
+        return;
+    };
+    let mut lan = Lan::new();
+    let namespace = lan.add_host("studio").unwrap();
+    lan.multicast_on_loopback(namespace).unwrap();
+    let studio = End::Host(namespace);
+    let socket = machine.dir().join("net.sock");
+    let (at, dir): (PathBuf, PathBuf) = (socket.clone(), machine.dir());
+    // Everything with a network socket starts from a thread in the host;
+    // it is dropped in reverse: PipeWire's modules, PipeWire, the service.
+    let (_service, pipewire) = lan
+        .spawn_in(studio, "studio", move || {
+            (start_service(&at), start_pipewire(&dir))
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+        .unwrap();
+    let (server, _modules) = match pipewire {
+        Ok(started) => started,
+        Err(reason) => {
+            eprintln!("SKIPPED AES67 with PipeWire's RTP modules: {reason}");
+            return;
+        }
+    };
+
+    // PipeWire's announcement, as the service heard it.
+    let from_pipewire = heard(&socket, PIPEWIRE_SESSION);
+    eprintln!("the service heard PipeWire announce {from_pipewire:?}");
+    assert_eq!(
+        (from_pipewire.address, from_pipewire.format),
+        (PIPEWIRE_GROUP.parse().unwrap(), format()),
+        "PipeWire's stream as the service heard it: {from_pipewire:?}"
+    );
+    let (markers, forwarded) = (
+        stream(MARKERS, MARKERS_GROUP),
+        stream(FORWARDED, FORWARDED_GROUP),
+    );
+    let clock = MediaClock::system("a test");
+    let _announced = [
+        announce(&socket, &markers, &clock, 1),
+        announce(&socket, &forwarded, &clock, 2),
+    ];
+    let marker = Route::Marker {
+        interval_frames: MARKER_INTERVAL,
+    };
+    let mut ends = Host::start(HostConfig {
+        receive: vec![from_pipewire.clone()],
+        send: vec![markers],
+        ..host("ends", &socket, marker)
+    })
+    .unwrap();
+    let forward = Host::start(HostConfig {
+        receive: vec![from_pipewire],
+        send: vec![forwarded],
+        ..host("forward", &socket, Route::Forward)
+    })
+    .unwrap();
+
+    // PipeWire heard both announcements and made a node of each.
+    link_loop(&server);
+    pipewire_rtp::node_id(&server, FORWARDED, HEARING).unwrap();
+    let linked = Instant::now();
+    while linked.elapsed() < LINKED {
+        std::thread::sleep(Duration::from_millis(100));
+        ends.collect();
+    }
+    let status = client::status(&socket).unwrap();
+    let (ends, forward) = (ends.stop().unwrap(), forward.stop().unwrap());
+    report(&ends, &forward, &status);
+
+    assert!(ends.latencies_ns.len() >= 3, "markers found: {ends:?}");
+    for s in ends.streams.iter().chain(&forward.streams) {
+        match s.direction {
+            "in" => assert!(s.counts.jitter.stored > 1000, "PipeWire's stream: {s:?}"),
+            _ => assert!(s.counts.sent > 1000, "{s:?}"),
+        }
+    }
+    let carried = |name: &str| {
+        let flow = status.flows.iter().find(|f| f.name == name);
+        flow.map_or(0, |f| f.sent.packets)
+    };
+    assert!(
+        carried(&format!("{FORWARDED} out")) > 1000,
+        "the forwarded stream, as the service sent it: {status:?}"
+    );
+}
