@@ -99,6 +99,11 @@ impl Entry {
         self.lane.client
     }
 
+    /// Its lane, for the control thread to keep until no task holds it.
+    pub fn into_lane(self) -> Arc<Lane> {
+        self.lane
+    }
+
     fn target(&self, draw: &Draw) -> Target {
         match (draw.is_probe(), self.own.is_some()) {
             (true, _) => Target::Probing,

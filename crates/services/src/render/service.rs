@@ -166,7 +166,9 @@ pub enum ServerError {
 /// gives its reservations back and removes its socket.
 pub struct RenderServer {
     stop: Arc<AtomicBool>,
-    stops: Vec<TaskStop>,
+    /// The shared tasks.
+    tasks_running: Vec<(TaskStop, JoinHandle<Option<()>>)>,
+    /// The front-end and the control thread.
     threads: Vec<JoinHandle<Option<()>>>,
     socket: PathBuf,
     screen: Arc<Screen>,
@@ -202,7 +204,7 @@ impl RenderServer {
         };
         let mut server = RenderServer {
             stop: stop.clone(),
-            stops: Vec::new(),
+            tasks_running: Vec::new(),
             threads: Vec::new(),
             socket: config.socket.clone(),
             screen,
@@ -250,6 +252,7 @@ impl RenderServer {
             next_client: 1,
             tasks: server.tasks.clone(),
             stop,
+            leaving_lanes: Vec::new(),
         };
         server.threads.push(
             control::spawn_after_setup("render-control", None, move || control_thread.run())
@@ -290,8 +293,7 @@ impl RenderServer {
         )
         .map_err(ServerError::Task)?;
         self.reservations.push(reservation);
-        self.stops.push(stop);
-        self.threads.push(thread);
+        self.tasks_running.push((stop, thread));
         Ok(link)
     }
 
@@ -308,10 +310,16 @@ impl RenderServer {
     }
 
     fn halt(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for stop in &self.stops {
+        // The shared tasks end first: while one serves its last job, the
+        // front-end and the control thread still hold the job's lane, so
+        // a real-time thread never drops a lane's last reference.
+        for (stop, _) in &self.tasks_running {
             stop.stop();
         }
+        for (_, thread) in self.tasks_running.drain(..) {
+            let _ = thread.join();
+        }
+        self.stop.store(true, Ordering::Relaxed);
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
@@ -357,6 +365,10 @@ struct ControlThread {
     next_client: u32,
     tasks: Vec<String>,
     stop: Arc<AtomicBool>,
+    /// Lanes of clients that left, kept while a task still holds one in a
+    /// job: the task's reference must never be the last, or the
+    /// real-time thread would free the lane.
+    leaving_lanes: Vec<Arc<Lane>>,
 }
 
 impl control::ControlLoop for ControlThread {
@@ -380,8 +392,12 @@ impl control::ControlLoop for ControlThread {
         self.take_probes();
         self.report_late();
         while let Ok(entry) = self.front.retired.pop() {
-            drop(entry);
+            self.leaving_lanes.push(entry.into_lane());
         }
+        // Only the front-end makes new references, from an entry that is
+        // gone: a count of one stays one.
+        self.leaving_lanes
+            .retain(|lane| Arc::strong_count(lane) > 1);
     }
 }
 
