@@ -7,6 +7,7 @@ packages=(
   build-essential pkg-config   # crates that build C, the jack crate's pkg-config
   util-linux                   # setpriv, chrt, taskset (tests, docs)
   iproute2                     # network namespaces for the network tests
+  procps                       # sysctl: a bridge's switch without netfilter
   jackd2 libjack-jackd2-dev    # the JACK2 peer benchmark, audio-server scenarios
   pipewire pipewire-bin pipewire-jack  # audio-server scenarios on PipeWire (pw-metadata, pw-jack), its RTP modules
   linuxptp                     # ptp4l, pmc: the AES67 media clock and its test

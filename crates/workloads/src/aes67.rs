@@ -68,6 +68,15 @@ pub struct HostConfig {
     pub setup: Option<ThreadSetup>,
 }
 
+/// Missed cycles the host's graph runs late rather than skips: the graph
+/// has no device to keep pace with, only receivers that wait a link offset
+/// for its packets and jitter buffers that hold what came while it
+/// stalled. As many as the offset spans: beyond it, its audio is of no
+/// use to anyone.
+fn catch_up_periods(config: &HostConfig) -> u64 {
+    u64::from(config.latency_frames.div_ceil(config.frames.max(1)))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
     #[error("stream {stream:?}: {source}")]
@@ -189,7 +198,7 @@ impl Host {
         let engine = Engine::start(
             graph,
             stream,
-            TimerDriver::new(),
+            TimerDriver::catching_up(catch_up_periods(&config)),
             EngineConfig {
                 workers: config.workers,
                 // A marker and a probe per stream pair, or a tone per sink.

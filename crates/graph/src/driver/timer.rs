@@ -4,9 +4,12 @@
 //!
 //! After a late cycle it skips the period boundaries that already passed and
 //! realigns on the original grid, instead of starting the missed cycles back
-//! to back: one late cycle costs one xrun, not a burst. This module owns the
-//! wake-up schedule; it must never allocate or block on anything but the
-//! clock.
+//! to back: one late cycle costs one xrun, not a burst. A graph timed by a
+//! media clock rather than a device (network streams, whose receivers wait
+//! a link offset for them) may instead catch up a few periods: the missed
+//! cycles run back to back, each with its own due time, so their audio is
+//! sent late rather than never. This module owns the wake-up schedule; it
+//! must never allocate or block on anything but the clock.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -21,6 +24,8 @@ use super::{CycleStart, Driver, DriverError};
 pub struct TimerDriver {
     /// Next scheduled wake-up; 0 before the first cycle.
     next_ns: u64,
+    /// Missed periods run back to back rather than skipped, at most.
+    catch_up: u64,
 }
 
 impl TimerDriver {
@@ -28,13 +33,23 @@ impl TimerDriver {
         Self::default()
     }
 
-    /// Skips the boundaries that passed while the last cycle ran late;
-    /// returns how many.
+    /// A driver that runs up to `periods` missed cycles back to back after
+    /// a late one, and skips only those further behind (module doc).
+    pub fn catching_up(periods: u64) -> Self {
+        TimerDriver {
+            next_ns: 0,
+            catch_up: periods,
+        }
+    }
+
+    /// Skips the boundaries that passed while the last cycle ran late,
+    /// but the last `catch_up` of them; returns how many it skipped.
     fn realign(&mut self, now_ns: u64, period_ns: u64) -> u64 {
         if now_ns <= self.next_ns {
             return 0;
         }
-        let skipped = (now_ns - self.next_ns) / period_ns + 1;
+        let passed = (now_ns - self.next_ns) / period_ns + 1;
+        let skipped = passed.saturating_sub(self.catch_up);
         self.next_ns += skipped * period_ns;
         skipped
     }
@@ -77,10 +92,23 @@ mod tests {
 
     #[test]
     fn realigns_on_the_grid_after_a_late_cycle() {
-        let mut timer = TimerDriver { next_ns: 1_000 };
+        let mut timer = TimerDriver {
+            next_ns: 1_000,
+            catch_up: 0,
+        };
         assert_eq!(timer.realign(900, 100), 0, "on time: nothing skipped");
         assert_eq!(timer.next_ns, 1_000);
         assert_eq!(timer.realign(1_250, 100), 3, "1000, 1100, 1200 passed");
+        assert_eq!(timer.next_ns, 1_300);
+    }
+
+    #[test]
+    fn catching_up_runs_the_last_missed_cycles_and_skips_the_rest() {
+        let mut timer = TimerDriver::catching_up(2);
+        timer.next_ns = 1_000;
+        assert_eq!(timer.realign(1_150, 100), 0, "1000, 1100 passed: both run");
+        assert_eq!(timer.next_ns, 1_000);
+        assert_eq!(timer.realign(1_450, 100), 3, "5 passed: the last 2 run");
         assert_eq!(timer.next_ns, 1_300);
     }
 
