@@ -418,6 +418,45 @@ fn xrun_names_the_slow_node_and_the_timer_realigns() {
 }
 
 #[test]
+fn a_catching_up_timer_runs_the_missed_cycles_on_their_own_due_times() {
+    const SLOW_CYCLE: u64 = 3;
+    const CYCLES: usize = 10;
+    let stream = StreamConfig::new(256, 48_000).unwrap();
+    let period = stream.period();
+    let due: Arc<[AtomicU64; CYCLES]> = Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
+    let mut graph = Graph::new();
+    let seen = Arc::clone(&due);
+    graph
+        .add_node(
+            "slow",
+            FnNode::boxed(vec![], move |ctx| {
+                if let Some(slot) = seen.get(ctx.cycle() as usize) {
+                    slot.store(ctx.cycle_due_ns(), Ordering::Relaxed);
+                }
+                if ctx.cycle() == SLOW_CYCLE {
+                    std::thread::sleep(period * 5 / 2);
+                }
+            }),
+        )
+        .unwrap();
+    // Far more than the stall: only a stall of seconds would skip.
+    let driver = TimerDriver::catching_up(1_000);
+    let engine = Engine::start(graph, stream, driver, config(0)).unwrap();
+    assert!(engine.wait_for_cycles(CYCLES as u64 + 1, PATIENCE));
+    let report = engine.stop().unwrap();
+
+    let due: Vec<u64> = due.iter().map(|d| d.load(Ordering::Relaxed)).collect();
+    for pair in due.windows(2) {
+        assert_eq!(pair[1] - pair[0], stream.period_ns(), "due times {due:?}");
+    }
+    let cycles = &report.profile.cycles;
+    assert!(cycles.iter().all(|c| c.skipped_periods == 0));
+    let late = cycles.iter().filter(|c| c.xrun).count();
+    assert!(late >= 1, "the slow cycle and those run after it are late");
+    assert_no_rt_allocations();
+}
+
+#[test]
 fn profiler_columns_are_consistent() {
     let mut graph = Graph::new();
     let sine = graph
