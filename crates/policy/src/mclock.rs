@@ -623,6 +623,10 @@ struct Slot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MClock {
     slots: Vec<Slot>,
+    /// One past the highest slot ever filled: picking looks no further (a
+    /// service sizes its table for the most flows it may hold, and a pick
+    /// per packet over every slot would cost more than the packet's tags).
+    in_use: usize,
     catch_up_ns: u64,
 }
 
@@ -635,6 +639,7 @@ impl MClock {
         };
         MClock {
             slots: std::iter::repeat_with(empty).take(max_flows).collect(),
+            in_use: 0,
             catch_up_ns: CATCH_UP_NS,
         }
     }
@@ -670,10 +675,12 @@ impl MClock {
             .find(|(_, s)| s.flow.is_none())
             .ok_or(FlowError::TableFull { max_flows })?;
         slot.flow = Some(Flow::new(spec));
-        Ok(FlowId {
+        let id = FlowId {
             index: index as u32,
             generation: slot.generation,
-        })
+        };
+        self.in_use = self.in_use.max(index + 1);
+        Ok(id)
     }
 
     /// Removes a flow (its head, if any, is forgotten); its id becomes stale.
@@ -792,14 +799,17 @@ impl MClock {
     }
 
     fn heads(&self, class: FlowClass) -> impl Iterator<Item = (FlowId, &Flow)> {
-        self.slots.iter().enumerate().filter_map(move |(i, s)| {
-            let flow = s.flow.as_ref()?;
-            let id = FlowId {
-                index: i as u32,
-                generation: s.generation,
-            };
-            (flow.spec.class == class && flow.head().is_some()).then_some((id, flow))
-        })
+        self.slots[..self.in_use]
+            .iter()
+            .enumerate()
+            .filter_map(move |(i, s)| {
+                let flow = s.flow.as_ref()?;
+                let id = FlowId {
+                    index: i as u32,
+                    generation: s.generation,
+                };
+                (flow.spec.class == class && flow.head().is_some()).then_some((id, flow))
+            })
     }
 
     fn flow(&self, id: FlowId) -> Result<&Flow, FlowError> {

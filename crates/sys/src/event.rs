@@ -217,6 +217,9 @@ pub enum Trigger {
     /// Reported once, then disarmed until [`Epoll::rearm`] (`EPOLLONESHOT`):
     /// one readiness, one job.
     OneShot,
+    /// Reported when it becomes readable: for a socket, at every datagram
+    /// that arrives (`EPOLLET`), whether or not earlier ones were read.
+    Edge,
 }
 
 impl Trigger {
@@ -224,6 +227,7 @@ impl Trigger {
         match self {
             Trigger::Level => libc::EPOLLIN as u32,
             Trigger::OneShot => (libc::EPOLLIN | libc::EPOLLONESHOT) as u32,
+            Trigger::Edge => (libc::EPOLLIN | libc::EPOLLET) as u32,
         }
     }
 }

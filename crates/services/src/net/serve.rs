@@ -9,7 +9,9 @@
 //! scheduler has not picked waits in the flow's own socket buffer, so under
 //! mClock a flood costs the flood's flow, not the others' queueing (lazy
 //! receiver processing); under FIFO it is ahead of them, as in a stack
-//! without QoS.
+//! without QoS. Sockets are watched edge-triggered: every datagram that
+//! arrives reports its socket once, so a socket whose datagrams wait
+//! unread costs no wake-ups, and one read dry needs no re-arming.
 //!
 //! The loop must never allocate, lock or block except in its one epoll
 //! wait (sockets, the doorbell of the clients' channels, the command bell):
@@ -188,6 +190,8 @@ pub struct Server {
     /// Wakes the thread when paced or limited work may go (epoll's own
     /// timeout counts milliseconds; a gigabit datagram takes 12 µs).
     timer: TimerFd,
+    /// When the timer is set to expire, until it does.
+    timer_at: Option<u64>,
     doorbell: EventFd,
     commands: rtrb::Consumer<Command>,
     bell: EventFd,
@@ -223,7 +227,7 @@ impl Server {
         let server = Server {
             class,
             discipline,
-            flows: (0..MAX_FLOWS).map(|_| None).collect(),
+            flows: Vec::with_capacity(MAX_FLOWS),
             inbound: MClock::with_capacity(MAX_FLOWS),
             outbound: MClock::with_capacity(MAX_FLOWS),
             receive_capacity,
@@ -231,6 +235,7 @@ impl Server {
             epoll,
             ready: vec![Readiness::EMPTY; MAX_FLOWS + 3],
             timer,
+            timer_at: None,
             doorbell,
             commands: command_out,
             bell,
@@ -249,7 +254,7 @@ impl Server {
             let next = self.carry();
             self.wait(next);
         }
-        for index in 0..MAX_FLOWS {
+        for index in 0..self.flows.len() {
             self.retire(index);
         }
     }
@@ -274,10 +279,18 @@ impl Server {
     }
 
     fn add(&mut self, mut flow: Box<ServedFlow>) {
-        let Some(index) = self.flows.iter().position(Option::is_none) else {
-            // The control thread admits at most MAX_FLOWS per thread.
-            let _ = self.retired.push(flow);
-            return;
+        let index = match self.flows.iter().position(Option::is_none) {
+            Some(free) => free,
+            // Within the capacity reserved at the start: no allocation.
+            None if self.flows.len() < MAX_FLOWS => {
+                self.flows.push(None);
+                self.flows.len() - 1
+            }
+            None => {
+                // The control thread admits at most MAX_FLOWS per thread.
+                let _ = self.retired.push(flow);
+                return;
+            }
         };
         let ids = (self.inbound.add(flow.spec), self.outbound.add(flow.spec));
         match ids {
@@ -290,7 +303,7 @@ impl Server {
         let token = FIRST_SOCKET + index as u64;
         if self
             .epoll
-            .add(flow.socket.as_fd(), token, Trigger::OneShot)
+            .add(flow.socket.as_fd(), token, Trigger::Edge)
             .is_err()
         {
             flow.client_gone = true;
@@ -316,7 +329,7 @@ impl Server {
     /// Takes a head for every flow and direction that has none and has one
     /// waiting.
     fn fill_heads(&mut self) {
-        for index in 0..MAX_FLOWS {
+        for index in 0..self.flows.len() {
             self.fill_inbound(index);
             self.fill_outbound(index);
             if self.flows[index].as_ref().is_some_and(|f| f.client_gone) {
@@ -356,13 +369,7 @@ impl Server {
                     let _ = self.inbound.arrive(i, now, datagram.len as u32);
                 }
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                flow.readable = false;
-                let token = FIRST_SOCKET + index as u64;
-                if self.epoll.rearm(flow.socket.as_fd(), token).is_err() {
-                    flow.client_gone = true;
-                }
-            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => flow.readable = false,
             // An error of an earlier send (an ICMP report) comes out of the
             // socket once; the next read goes on.
             Err(_) => {}
@@ -504,7 +511,7 @@ impl Server {
             Direction::In => f.rx_head.map(|h| h.arrival_ns),
             Direction::Out => f.tx_head.map(|h| h.meta.queued_ns),
         };
-        (0..MAX_FLOWS)
+        (0..self.flows.len())
             .filter_map(|i| Some((stamp(self.flows[i].as_deref()?)?, i)))
             .min()
             .map(|(_, i)| i)
@@ -565,14 +572,29 @@ impl Server {
     /// the thread was busy must not wait for it to idle).
     fn wait(&mut self, next: Option<u64>) {
         let now = monotonic_ns();
-        let until = next.unwrap_or(now + STOP_POLL_NS).min(now + STOP_POLL_NS);
-        if until <= now || !self.arm_channels() || self.timer.arm_periodic(until, 0).is_err() {
+        if next.is_some_and(|at| at <= now) || !self.arm_channels() || !self.arm_timer(next, now) {
             self.disarm_channels();
             self.gather(Duration::ZERO);
             return;
         }
         self.gather(Duration::from_nanos(STOP_POLL_NS));
         self.disarm_channels();
+    }
+
+    /// Sets the timer to wake the thread at `next`, if work waits until
+    /// then (epoll's own timeout looks at the stop flag); false if it could
+    /// not. A timer already set for then is left alone: setting it is a
+    /// system call, and most waits wait for the same instant or none.
+    fn arm_timer(&mut self, next: Option<u64>, now: u64) -> bool {
+        let Some(at) = next.map(|at| at.min(now + STOP_POLL_NS)) else {
+            return true;
+        };
+        if self.timer_at == Some(at) {
+            return true;
+        }
+        let armed = self.timer.arm_periodic(at, 0).is_ok();
+        self.timer_at = armed.then_some(at);
+        armed
     }
 
     /// Takes what epoll reports within `timeout`: sockets that may hold
@@ -589,6 +611,7 @@ impl Server {
                 }
                 TIMER => {
                     self.timer.expirations();
+                    self.timer_at = None;
                 }
                 token => {
                     let index = (token - FIRST_SOCKET) as usize;
