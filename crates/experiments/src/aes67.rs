@@ -40,6 +40,7 @@ use tessera_aes67::JitterCounters;
 use tessera_graph::ThreadSetup;
 use tessera_measure::{Metric, RunResults};
 use tessera_services::aes67::{MediaClock, Playout, StreamCounts, StreamSpec, PAYLOAD_TYPE};
+use tessera_services::aes67::{AGE_BUCKETS, AGE_BUCKET_NS};
 use tessera_services::net::{Class, Discipline};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 use tessera_sys::proc::{current_pid, current_tid, thread_cpu_ns, thread_name, threads_of, Pid};
@@ -49,6 +50,9 @@ use tessera_workloads::lan::{End, HostId, Lan};
 
 /// The round trip of the marker, and the metric the report's table reads.
 pub const METRIC: &str = "round trip (marker)";
+/// Every received packet's age at arrival (`tessera_services::aes67`'s
+/// packet ages): the tail a receiver's latency must cover.
+pub const AGE_METRIC: &str = "packet age at arrival";
 /// The services' link: the bridge is a gigabit LAN.
 const LINK_BPS: u64 = 1_000_000_000;
 /// The port every stream is sent to (each stream has its own group).
@@ -81,6 +85,8 @@ pub(crate) struct Aes67Run {
     names: Vec<&'static str>,
     streams: usize,
     deadline: Duration,
+    /// Each receiver's: the packet ages' deadline.
+    latency: Duration,
     /// Last: the namespaces go when everything in them has stopped.
     lan: Lan,
 }
@@ -96,6 +102,7 @@ pub(crate) struct Aes67Data {
     names: Vec<&'static str>,
     streams: usize,
     deadline: Duration,
+    latency: Duration,
 }
 
 /// `tessera serve net` in one host: stopped by its PID when dropped.
@@ -447,6 +454,7 @@ impl Aes67Run {
             names,
             streams,
             deadline: subject.deadline,
+            latency: subject.latency,
             lan,
         })
     }
@@ -470,6 +478,7 @@ impl Aes67Run {
             names,
             streams,
             deadline,
+            latency,
             lan,
         } = self;
         // Without a release the keeper gives the hosts back at once.
@@ -495,6 +504,7 @@ impl Aes67Run {
             names,
             streams,
             deadline,
+            latency,
         }
     }
 }
@@ -591,6 +601,25 @@ fn direction_note((hop, c): &(String, StreamCounts)) -> String {
     )
 }
 
+/// Every packet the hosts received in the window, as the middle of its age
+/// bucket.
+fn packet_ages_ns(window: &Window) -> impl Iterator<Item = u64> {
+    let mut counts = vec![0u64; AGE_BUCKETS];
+    for ((start, _), (end, _)) in window.start.iter().zip(&window.end) {
+        for (s, e) in start.streams.iter().zip(&end.streams) {
+            for (count, (a, b)) in counts
+                .iter_mut()
+                .zip(s.packet_ages.iter().zip(&e.packet_ages))
+            {
+                *count += b.saturating_sub(*a);
+            }
+        }
+    }
+    counts.into_iter().enumerate().flat_map(|(k, n)| {
+        std::iter::repeat_n(k as u64 * AGE_BUCKET_NS + AGE_BUCKET_NS / 2, n as usize)
+    })
+}
+
 /// `values` per host as "12.3 / 11.0" (hosts a / b).
 fn per_host(values: impl Iterator<Item = f64>) -> String {
     values
@@ -652,6 +681,12 @@ pub(crate) fn metrics(data: Aes67Data) -> (Vec<Metric>, Vec<String>) {
             Some(deadline_us),
             w.latencies_ns.iter().copied(),
         ));
+        let latency_us = data.latency.as_nanos() as f64 / 1000.0;
+        metrics.push(latency_metric(
+            AGE_METRIC,
+            Some(latency_us),
+            packet_ages_ns(w),
+        ));
     } else {
         notes.push("aes67: nothing measured (the run ended before its release)".into());
     }
@@ -679,9 +714,18 @@ pub fn report_section(results: &RunResults) -> String {
         deadline = deadline.or(m.deadline);
         let s = &m.summary;
         let within = within_cell(s.misses);
+        let ages = c.metric(AGE_METRIC).map_or("–".into(), |a| {
+            let a = &a.summary;
+            format!(
+                "{:.2} / {:.2} / {:.2}",
+                a.p50 / 1000.0,
+                a.p999 / 1000.0,
+                a.max / 1000.0
+            )
+        });
         let _ = writeln!(
             rows,
-            "| {} | {} | {:.2} / {:.2} / {:.2} | {within} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {:.2} / {:.2} / {:.2} | {within} | {ages} | {} | {} | {} | {} | {} |",
             c.name,
             note_cell(&c.notes, STREAMS_NOTE),
             s.p50 / 1000.0,
@@ -698,16 +742,20 @@ pub fn report_section(results: &RunResults) -> String {
         return String::new();
     }
     let deadline_ms = deadline.map_or("–".into(), |d| format!("{:.1} ms", d / 1000.0));
+    let step = AGE_BUCKET_NS / 1000;
     format!(
         "\n## AES67: round trip, loss and CPU per configuration\n\n\
          The marker's round trip (first sample in → the same sample out at host a) over the \
-         measured window, against the deadline of {deadline_ms}; markers and packets lost or late \
+         measured window, against the deadline of {deadline_ms}; every received packet's age at \
+         arrival (from the media time of its first sample to the kernel's receive stamp, in \
+         {step} µs steps: what a receiver's latency must cover); markers and packets lost or late \
          over all hosts and directions (a packet is lost when its first frame is not there when \
          played — its later frames may still be heard; late when all of it came after); xruns \
          and CPU (% of a core) per host.\n\n\
          | configuration | streams each way | round trip p50 / p99.9 / max (ms) | ≤ {deadline_ms} | \
-         markers lost | packets lost / late | xruns | service CPU % | graph CPU % |\n\
-         |---|--:|---|---|---|---|---|---|---|\n{rows}"
+         packet age p50 / p99.9 / max (ms) | markers lost | packets lost / late | xruns | \
+         service CPU % | graph CPU % |\n\
+         |---|--:|---|---|---|---|---|---|---|---|\n{rows}"
     )
 }
 

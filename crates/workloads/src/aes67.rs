@@ -99,6 +99,10 @@ pub struct StreamReport {
     pub name: String,
     pub direction: &'static str,
     pub counts: StreamCounts,
+    /// Received packets per age bucket (`AGE_BUCKET_NS` wide): empty for a
+    /// sent stream.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub packet_ages: Vec<u64>,
 }
 
 /// What a host measured.
@@ -238,6 +242,10 @@ impl Host {
                 name: name.clone(),
                 direction,
                 counts: counters.snapshot(),
+                packet_ages: match *direction {
+                    "in" => counters.packet_ages(),
+                    _ => Vec::new(),
+                },
             })
             .collect()
     }

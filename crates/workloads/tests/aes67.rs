@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tessera_aes67::{Encoding, StreamFormat};
 use tessera_rtguard::{assert_no_rt_allocations, CountingAllocator};
-use tessera_services::aes67::{MediaClock, Playout, StreamSpec, PAYLOAD_TYPE};
+use tessera_services::aes67::{MediaClock, Playout, StreamSpec, AGE_BUCKET_NS, PAYLOAD_TYPE};
 use tessera_services::net::discovery::DiscoveryConfig;
 use tessera_services::net::{client, Discipline, NetConfig, NetError, NetService};
 use tessera_sys::sched::{set_policy, Policy};
@@ -159,11 +159,22 @@ fn a_marker_goes_to_another_host_and_back_delayed_by_the_two_latencies() {
         typical.abs_diff(expected_ns) <= 500_000,
         "the marker took {typical} ns, not the two latencies' {expected_ns} ns"
     );
+    let latency_ns = u64::from(LATENCY_FRAMES) * 1_000_000_000 / u64::from(RATE);
+    let latency_buckets = (latency_ns / AGE_BUCKET_NS) as usize;
     for streams in [&a_report.streams, &b_report.streams] {
         for s in streams.iter() {
             assert!(!s.counts.service_gone, "{s:?}");
             match s.direction {
-                "in" => assert!(s.counts.jitter.received > 1000, "{s:?}"),
+                "in" => {
+                    assert!(s.counts.jitter.received > 1000, "{s:?}");
+                    // Every packet's age is counted; most came well within
+                    // the latency (an age off by the clock or a wrap would
+                    // not).
+                    let ages = &s.packet_ages;
+                    assert_eq!(ages.iter().sum::<u64>(), s.counts.jitter.received);
+                    let within: u64 = ages[..latency_buckets].iter().sum();
+                    assert!(within * 2 > s.counts.jitter.received, "{ages:?}");
+                }
                 _ => assert!(s.counts.sent > 1000, "{s:?}"),
             }
         }

@@ -15,4 +15,5 @@ pub mod stream;
 
 pub use clock::{ClockSource, MediaClock};
 pub use node::{Playout, StreamCounters, StreamCounts, StreamSink, StreamSource};
+pub use node::{AGE_BUCKETS, AGE_BUCKET_NS};
 pub use stream::{origin_towards, StreamSpec, PAYLOAD_TYPE};

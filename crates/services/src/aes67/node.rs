@@ -41,6 +41,36 @@ pub enum Playout {
     Arrival,
 }
 
+/// Packet ages at arrival are counted in buckets this wide…
+pub const AGE_BUCKET_NS: u64 = 20_000;
+/// …this many of them; the last holds every older packet (10 ms and more).
+pub const AGE_BUCKETS: usize = 500;
+
+/// How old each received packet was when it arrived: from the media time
+/// of its first sample to the kernel's receive stamp, in buckets of
+/// [`AGE_BUCKET_NS`]. The sender's cycle, both services and the wire are
+/// in it: a receiver's latency must cover the tail (plus up to a cycle,
+/// for the phase of its own cycles). Counted only for streams played by
+/// the media clock, whose senders stamp from the same clock.
+struct PacketAges(Box<[AtomicU64]>);
+
+impl Default for PacketAges {
+    fn default() -> Self {
+        PacketAges((0..AGE_BUCKETS).map(|_| AtomicU64::new(0)).collect())
+    }
+}
+
+impl PacketAges {
+    fn count(&self, age_ns: u64) {
+        let bucket = ((age_ns / AGE_BUCKET_NS) as usize).min(AGE_BUCKETS - 1);
+        self.0[bucket].fetch_add(1, Relaxed);
+    }
+
+    fn snapshot(&self) -> Vec<u64> {
+        self.0.iter().map(|c| c.load(Relaxed)).collect()
+    }
+}
+
 /// What a stream's node counts, for the application's report.
 #[derive(Default)]
 pub struct StreamCounters {
@@ -59,6 +89,8 @@ pub struct StreamCounters {
     send_full: AtomicU64,
     /// The network service died: the stream is silent from then on.
     service_gone: AtomicBool,
+    /// Received packets' ages (source).
+    ages: PacketAges,
 }
 
 /// A snapshot of [`StreamCounters`].
@@ -74,6 +106,13 @@ pub struct StreamCounts {
 }
 
 impl StreamCounters {
+    /// The received packets counted in each age bucket so far
+    /// ([`AGE_BUCKET_NS`] wide): how old each was when it arrived, from the
+    /// media time of its first sample; all zero for a sink.
+    pub fn packet_ages(&self) -> Vec<u64> {
+        self.ages.snapshot()
+    }
+
     pub fn snapshot(&self) -> StreamCounts {
         StreamCounts {
             jitter: JitterCounters::from_array(self.jitter.each_ref().map(|c| c.load(Relaxed))),
@@ -168,10 +207,18 @@ impl StreamSource {
 
     /// Takes every datagram the service handed over into the jitter buffer.
     fn drain(&mut self) {
+        let rate = self.jitter.format().sample_rate;
         loop {
             match self.flow.try_receive() {
-                Ok(Some((_, datagram))) => match rtp::parse(datagram) {
+                Ok(Some((received, datagram))) => match rtp::parse(datagram) {
                     Ok(packet) => {
+                        if self.playout == Playout::MediaClock && received.arrival_ns != 0 {
+                            let arrival = received.arrival_ns;
+                            let stamped =
+                                self.clock
+                                    .monotonic_ns_of(packet.header.timestamp, rate, arrival);
+                            self.counters.ages.count(arrival.saturating_sub(stamped));
+                        }
                         self.jitter.push(&packet.header, packet.payload);
                     }
                     Err(_) => {
