@@ -418,14 +418,26 @@ fn host_table(report: &HostReport) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<28} {:<4} {:>9} {:>7} {:>7} {:>7} {:>9} {:>8} {:>9}",
-        "stream", "way", "packets", "lost", "late", "dups", "reordered", "resyncs", "sent"
+        "{:<28} {:<4} {:>9} {:>7} {:>7} {:>7} {:>9} {:>8} {:>9} {:>14}",
+        "stream",
+        "way",
+        "packets",
+        "lost",
+        "late",
+        "dups",
+        "reordered",
+        "resyncs",
+        "sent",
+        "age p99.9 (ms)"
     );
     for s in &report.streams {
         let j = &s.counts.jitter;
+        let age = s
+            .packet_age_ns(0.999)
+            .map_or("–".into(), |ns| format!("{:.2}", ns as f64 / 1e6));
         let _ = writeln!(
             out,
-            "{:<28} {:<4} {:>9} {:>7} {:>7} {:>7} {:>9} {:>8} {:>9}",
+            "{:<28} {:<4} {:>9} {:>7} {:>7} {:>7} {:>9} {:>8} {:>9} {age:>14}",
             s.name,
             s.direction,
             j.stored,

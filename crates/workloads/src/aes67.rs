@@ -21,7 +21,7 @@ use tessera_graph::{
     Callbacks, Engine, EngineConfig, Graph, GraphError, NodeId, StreamConfig, ThreadSetup,
     TimerDriver, XrunReport,
 };
-use tessera_services::aes67::{MediaClock, Playout, StreamCounters, StreamCounts};
+use tessera_services::aes67::{MediaClock, Playout, StreamCounters, StreamCounts, AGE_BUCKET_NS};
 use tessera_services::aes67::{StreamSink, StreamSource, StreamSpec};
 use tessera_services::net::{client, Flow, NetError};
 
@@ -103,6 +103,21 @@ pub struct StreamReport {
     /// sent stream.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub packet_ages: Vec<u64>,
+}
+
+impl StreamReport {
+    /// The age at arrival below which a share `q` (0–1) of the received
+    /// packets came, ns (its bucket's upper edge); `None` if none came.
+    pub fn packet_age_ns(&self, q: f64) -> Option<u64> {
+        let total: u64 = self.packet_ages.iter().sum();
+        let rank = ((total as f64 * q).ceil() as u64).max(1);
+        let mut seen = 0;
+        let bucket = self.packet_ages.iter().position(|&n| {
+            seen += n;
+            seen >= rank
+        })?;
+        Some((bucket as u64 + 1) * AGE_BUCKET_NS)
+    }
 }
 
 /// What a host measured.
@@ -363,4 +378,30 @@ fn route(
         }
     }
     Ok(markers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packet_age_quantiles_are_bucket_edges() {
+        let mut packet_ages = vec![0; 10];
+        packet_ages[2] = 998;
+        packet_ages[7] = 2;
+        let report = StreamReport {
+            name: "s".into(),
+            direction: "in",
+            counts: StreamCounts::default(),
+            packet_ages,
+        };
+        assert_eq!(report.packet_age_ns(0.5), Some(3 * AGE_BUCKET_NS));
+        assert_eq!(report.packet_age_ns(0.998), Some(3 * AGE_BUCKET_NS));
+        assert_eq!(report.packet_age_ns(0.999), Some(8 * AGE_BUCKET_NS));
+        let none = StreamReport {
+            packet_ages: Vec::new(),
+            ..report
+        };
+        assert_eq!(none.packet_age_ns(0.5), None);
+    }
 }
