@@ -103,11 +103,18 @@ pub struct Broker {
 
 fn enforcement(mode: &Mode) -> Enforcement {
     match mode {
-        Mode::Guaranteed => Enforcement {
-            layout: Layout::detect().ok(),
-            cpu: Hierarchy::cpu().ok(),
-            deadline: true,
-        },
+        Mode::Guaranteed => {
+            let (layout, layout_missing) = match Layout::detect() {
+                Ok(layout) => (Some(layout), None),
+                Err(e) => (None, Some(e.to_string())),
+            };
+            Enforcement {
+                layout,
+                layout_missing,
+                cpu: Hierarchy::cpu().ok(),
+                deadline: true,
+            }
+        }
         Mode::ReservationsOnly => Enforcement {
             deadline: true,
             ..Enforcement::none()
@@ -266,21 +273,40 @@ impl Broker {
             || (req.policy.needs_budget() && req.placement == Placement::Partitioned)
     }
 
+    /// Why a cell that needs cpusets cannot have them, and the way out.
+    fn no_cpusets(&self, req: &CellRequest) -> BrokerError {
+        let (why, fix) = match &self.enf.layout_missing {
+            // Root, yet no cpuset controller where we looked: a mount
+            // namespace without cgroup2 (`ip netns exec` remounts /sys).
+            Some(missing) => (
+                format!("and none is mounted here: {missing}"),
+                "in a network namespace, enter only its network (`nsenter \
+                 --net=/run/netns/NAME`: `ip netns exec` hides the machine's cgroups), or use \
+                 --placement global for an event-triggered cell",
+            ),
+            None => (
+                "which need root".to_string(),
+                "run as root, or use --placement global for an event-triggered cell",
+            ),
+        };
+        BrokerError::new(
+            "refused",
+            format!(
+                "cell {:?} refused: a {} cell needs cpusets, {why}",
+                req.name,
+                describe(req)
+            ),
+            fix,
+        )
+    }
+
     /// Admits and creates a cell.
     pub fn create_cell(&mut self, req: CellRequest, owner: Owner) -> Outcome<CellInfo> {
         if self.enf.layout.is_none()
             && self.facts.mode != Mode::BestEffort
             && Self::needs_layout(&req)
         {
-            return Err(BrokerError::new(
-                "refused",
-                format!(
-                    "cell {:?} refused: a {} cell needs cpusets, which need root",
-                    req.name,
-                    describe(&req)
-                ),
-                "run as root, or use --placement global for an event-triggered cell",
-            ));
+            return Err(self.no_cpusets(&req));
         }
         self.check_quota(&req, owner.uid)?;
         self.state.ledger.insert(&req).map_err(|r| {

@@ -28,6 +28,9 @@ pub struct Target {
 pub struct Enforcement {
     /// cpusets (root only).
     pub layout: Option<Layout>,
+    /// Why there are no cpusets though this mode would have them (no
+    /// cgroup v2 with the cpuset controller where we looked).
+    pub layout_missing: Option<String>,
     /// the cpu controller (root only).
     pub cpu: Option<Hierarchy>,
     /// SCHED_DEADLINE (CAP_SYS_NICE).
@@ -38,6 +41,7 @@ impl Enforcement {
     pub fn none() -> Enforcement {
         Enforcement {
             layout: None,
+            layout_missing: None,
             cpu: None,
             deadline: false,
         }

@@ -435,6 +435,37 @@ fn the_socket_is_private_and_quotas_bind_other_users() {
 }
 
 #[test]
+fn root_without_cgroups_in_view_is_told_why_a_partitioned_cell_is_refused() {
+    let Some(m) = privileged("no-cgroups") else {
+        return;
+    };
+    // A mount namespace of its own without the machine's cgroups, as
+    // `ip netns exec` makes one; the machine's mounts stay as they are.
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("umount -l /sys/fs/cgroup && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_tessera"))
+        .args(["cell", "create", "part", "--policy", "event-triggered"])
+        .args([
+            "--runtime",
+            "100us",
+            "--period",
+            "1ms",
+            "--placement",
+            "partitioned",
+        ])
+        .env("TESSERA_RUN_DIR", &m.dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("none is mounted here"), "{stderr}");
+    assert!(stderr.contains("nsenter --net"), "{stderr}");
+    assert!(!stderr.contains("need root"), "{stderr}");
+}
+
+#[test]
 fn without_privileges_tessera_runs_best_effort_and_says_so() {
     let Some(mut m) = privileged("best-effort") else {
         return;
