@@ -80,6 +80,14 @@ pub(crate) struct Aes67Run {
     release: Option<mpsc::Sender<u64>>,
     services: Vec<Service>,
     dir: RunDir,
+    about: About,
+    /// Last: the namespaces go when everything in them has stopped.
+    lan: Lan,
+}
+
+/// What the report says of the configuration, from its start to its
+/// metrics.
+struct About {
     describe: String,
     clock: String,
     names: Vec<&'static str>,
@@ -87,8 +95,6 @@ pub(crate) struct Aes67Run {
     deadline: Duration,
     /// Each receiver's: the packet ages' deadline.
     latency: Duration,
-    /// Last: the namespaces go when everything in them has stopped.
-    lan: Lan,
 }
 
 /// What it measured, with what the report says of the configuration.
@@ -97,12 +103,7 @@ pub(crate) struct Aes67Data {
     /// Each host's report when stopped (its errors, if it failed to stop).
     stopped: Vec<Result<HostReport, String>>,
     services: Vec<String>,
-    describe: String,
-    clock: String,
-    names: Vec<&'static str>,
-    streams: usize,
-    deadline: Duration,
-    latency: Duration,
+    about: About,
 }
 
 /// `tessera serve net` in one host: stopped by its PID when dropped.
@@ -449,12 +450,14 @@ impl Aes67Run {
             release: Some(release),
             services,
             dir,
-            describe: describe(subject, streams),
-            clock: clock.label(),
-            names,
-            streams,
-            deadline: subject.deadline,
-            latency: subject.latency,
+            about: About {
+                describe: describe(subject, streams),
+                clock: clock.label(),
+                names,
+                streams,
+                deadline: subject.deadline,
+                latency: subject.latency,
+            },
             lan,
         })
     }
@@ -473,12 +476,7 @@ impl Aes67Run {
             release,
             services,
             dir,
-            describe,
-            clock,
-            names,
-            streams,
-            deadline,
-            latency,
+            about,
             lan,
         } = self;
         // Without a release the keeper gives the hosts back at once.
@@ -499,12 +497,7 @@ impl Aes67Run {
             window,
             stopped,
             services,
-            describe,
-            clock,
-            names,
-            streams,
-            deadline,
-            latency,
+            about,
         }
     }
 }
@@ -631,12 +624,12 @@ fn per_host(values: impl Iterator<Item = f64>) -> String {
 /// The subject's metrics and notes, over the measured window.
 pub(crate) fn metrics(data: Aes67Data) -> (Vec<Metric>, Vec<String>) {
     let mut notes = vec![
-        format!("aes67: {}", data.describe),
-        format!("aes67 media clock: {}", data.clock),
-        format!("{STREAMS_NOTE}{}", data.streams),
+        format!("aes67: {}", data.about.describe),
+        format!("aes67 media clock: {}", data.about.clock),
+        format!("{STREAMS_NOTE}{}", data.about.streams),
     ];
-    let hosts = data.names.join(" / ");
-    let deadline_us = data.deadline.as_nanos() as f64 / 1000.0;
+    let hosts = data.about.names.join(" / ");
+    let deadline_us = data.about.deadline.as_nanos() as f64 / 1000.0;
     let mut metrics = Vec::new();
     if let Some(w) = &data.window {
         let a = (&w.start[0].0, &w.end[0].0);
@@ -681,7 +674,7 @@ pub(crate) fn metrics(data: Aes67Data) -> (Vec<Metric>, Vec<String>) {
             Some(deadline_us),
             w.latencies_ns.iter().copied(),
         ));
-        let latency_us = data.latency.as_nanos() as f64 / 1000.0;
+        let latency_us = data.about.latency.as_nanos() as f64 / 1000.0;
         metrics.push(latency_metric(
             AGE_METRIC,
             Some(latency_us),
@@ -690,7 +683,7 @@ pub(crate) fn metrics(data: Aes67Data) -> (Vec<Metric>, Vec<String>) {
     } else {
         notes.push("aes67: nothing measured (the run ended before its release)".into());
     }
-    for (name, stopped) in data.names.iter().zip(&data.stopped) {
+    for (name, stopped) in data.about.names.iter().zip(&data.stopped) {
         match stopped {
             Ok(r) if !r.late_nodes.is_empty() => notes.push(format!(
                 "aes67 host {name}: xruns named late {:?} (whole run)",
