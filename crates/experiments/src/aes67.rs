@@ -1,4 +1,4 @@
-//! AES67 hosts as a scenario's subject: 2–4 hosts (network namespaces on a
+//! AES67 hosts as a scenario's subject: 1–4 hosts (network namespaces on a
 //! bridge), each with a network service process of its own (`tessera
 //! serve net`, started inside the host, its real-time thread as the
 //! `service` role says) and a graph in this process (its engine thread as
@@ -6,7 +6,9 @@
 //! Host a's graph writes a marker on channel 1 of each stream it sends to
 //! b; the hosts in between forward each stream both ways; the last sends
 //! it back, and a finds it again: the round trip, first sample in → the
-//! same sample out. Reported over the measured window (the warm-up left
+//! same sample out. A lone host sends its streams to groups it has joined
+//! itself, so they come back through its own network stack: one service's
+//! whole load, none of a peer's. Reported over the measured window (the warm-up left
 //! out): the round trip as a latency histogram against the scenario's
 //! deadline, markers lost, each direction's packets received, lost, late
 //! and resyncs, sends the service had no room for, xruns, the media
@@ -238,7 +240,8 @@ fn keep(
 }
 
 /// The stream `k` (1-based) from host `from` to its neighbour `to`:
-/// multicast, a group per hop, direction and stream.
+/// multicast, a group per hop, direction and stream (a lone host's from
+/// 0 to 0).
 fn stream(subject: &Aes67Subject, from: usize, to: usize, k: usize) -> StreamSpec {
     let hop = from.min(to);
     let direction = usize::from(to < from);
@@ -264,6 +267,10 @@ fn streams_of(
     let mut receive = Vec::new();
     let mut send = Vec::new();
     let ks = 1..=streams;
+    if subject.hosts == 1 {
+        let looped: Vec<_> = ks.map(|k| stream(subject, 0, 0, k)).collect();
+        return (looped.clone(), looped);
+    }
     if i > 0 {
         receive.extend(ks.clone().map(|k| stream(subject, i - 1, i, k)));
     }
@@ -506,13 +513,22 @@ impl Aes67Run {
 /// roles are the runner's note).
 fn describe(subject: &Aes67Subject, streams: usize) -> String {
     let names = subject.host_names();
-    let chain = names.iter().chain(names.iter().rev().skip(1)).copied();
+    let back = names.iter().rev().skip(1);
+    let chain = match names {
+        [lone] => format!("{lone} → {lone} through groups it joined itself (multicast loopback)"),
+        _ => names
+            .iter()
+            .chain(back)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" → "),
+    };
     let f = &subject.format;
     format!(
         "hosts on a bridge, {}; {streams} stream(s) each way of {} ch {}/{} Hz, {} µs packets; \
          each receiver {:.3} ms behind the media clock ({} hops: {:.3} ms round trip); a marker \
          every {:.0} ms per stream",
-        chain.collect::<Vec<_>>().join(" → "),
+        chain,
         f.channels,
         f.encoding.name(),
         f.sample_rate,
@@ -800,6 +816,16 @@ mod tests {
             ]
             .map(Ipv4Addr::from)
         );
+    }
+
+    #[test]
+    fn a_lone_host_receives_what_it_sends() {
+        let s = subject(1);
+        let (rx, tx) = streams_of(&s, 0, 2);
+        assert_eq!(rx, tx);
+        let names: Vec<_> = rx.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["a-a-1", "a-a-2"]);
+        assert!(describe(&s, 2).contains("a → a through groups it joined itself"));
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! the caller's setup hook puts them there), whose nodes receive streams
 //! from and send streams through the network service, routed as a host in
 //! a chain forwards them, or as the end of a round trip that times a
-//! marker through it, or as a tone generator.
+//! marker through it, or as a tone generator. Its cycles fall on the
+//! media clock's grid of packet times, so the hosts of one clock cycle in
+//! phase and a receiver has its whole link offset for each packet.
 //!
 //! It owns the graph, the flows its nodes hold (one connection to the
 //! service each) and what it counts: per stream the jitter buffer's and
@@ -217,7 +219,10 @@ impl Host {
         let engine = Engine::start(
             graph,
             stream,
-            TimerDriver::catching_up(catch_up_periods(&config)),
+            // On the media clock's grid: the media time at monotonic 0 is
+            // how far that clock runs ahead of the timer's.
+            TimerDriver::catching_up(catch_up_periods(&config))
+                .on_grid(config.clock.media_ns_at(0)),
             EngineConfig {
                 workers: config.workers,
                 // A marker and a probe per stream pair, or a tone per sink.

@@ -1,5 +1,6 @@
 //! The `aes67` subject of a scenario file: hosts (network namespaces on a
-//! bridge, named a, b, c, d) passing AES67 streams along a chain and back —
+//! bridge, named a, b, c, d) passing AES67 streams along a chain and back,
+//! or one host whose streams come back to it (one service's load alone) —
 //! `hosts`, `streams` each way between neighbours, `channels`, `encoding`,
 //! `rate`, `ptime`, each receiver's `latency` (the link offset) and the
 //! round trip's `deadline` — and how a configuration runs it: `streams`,
@@ -36,7 +37,7 @@ pub const MAX_STREAMS: usize = 32;
 /// Most channels a stream carries here (AES67's usual 8).
 const MAX_CHANNELS: u16 = 8;
 /// What `hosts` and `streams` count, for refusals.
-const CHAIN: &str = "a chain a → b … and back";
+const CHAIN: &str = "a chain a → b … and back, or 1: a host looped to itself";
 const EACH_WAY: &str = "each way between neighbours";
 /// AES67's packet times, µs.
 const PACKET_TIMES_US: [u32; 5] = [125, 250, 333, 1000, 4000];
@@ -54,7 +55,8 @@ const DEFAULT_LATENCY: Duration = Duration::from_millis(2);
 /// Hosts on a bridge passing streams along a chain and back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Aes67Subject {
-    /// 2–4: a → b (→ c → d) and back the same way.
+    /// 2–4: a → b (→ c → d) and back the same way; 1: a → a, host a
+    /// receiving the streams it sends (multicast loopback).
     pub hosts: usize,
     /// Streams each way between neighbours, unless a configuration says.
     pub streams: usize,
@@ -66,9 +68,10 @@ pub struct Aes67Subject {
 }
 
 impl Aes67Subject {
-    /// Hops of the round trip: there and back between each neighbours.
+    /// Hops of the round trip: there and back between each neighbours, or
+    /// a lone host's one loop.
     pub fn hops(&self) -> usize {
-        2 * (self.hosts - 1)
+        (2 * (self.hosts - 1)).max(1)
     }
 
     /// The hosts' names, in chain order.
@@ -91,7 +94,7 @@ pub fn role_name(role: &str, host: &str) -> String {
 
 /// The subject's keys.
 pub(super) fn subject(s: &RawSubject, table: &Range<usize>) -> Result<Aes67Subject, Refusal> {
-    let hosts = bounded(s.hosts.as_ref(), 2, 2..=HOST_NAMES.len(), "hosts", CHAIN)?;
+    let hosts = bounded(s.hosts.as_ref(), 2, 1..=HOST_NAMES.len(), "hosts", CHAIN)?;
     let streams = bounded(s.streams.as_ref(), 1, 1..=MAX_STREAMS, "streams", EACH_WAY)?;
     let format = format(s, table)?;
     let latency = opt_duration(&s.latency)?.unwrap_or(DEFAULT_LATENCY);
@@ -102,7 +105,8 @@ pub(super) fn subject(s: &RawSubject, table: &Range<usize>) -> Result<Aes67Subje
             latency_span,
             format!(
                 "latency {latency:?} must exceed the packet time {packet:?} (a receiver playing L \
-                 behind the clock needs each packet within L − packet of its stamp) and be at most \
+                 behind the clock has at most L from a packet's stamp to play it, and the \
+                 sender's cycle, both services and the wire take part of that) and be at most \
                  {MAX_LATENCY:?}"
             ),
         );
@@ -462,7 +466,7 @@ subject = { graph = "cell:graph-{host}", service = "fifo:60" }
     #[test]
     fn subject_mistakes_name_their_line() {
         let cases = [
-            ("hosts = 3", "hosts = 5", "hosts = 5", "2–4"),
+            ("hosts = 3", "hosts = 5", "hosts = 5", "1–4"),
             ("streams = 2", "streams = 33", "streams = 33", "1–32"),
             ("channels = 8", "channels = 9", "channels = 9", "1–8"),
             ("encoding = \"L24\"", "encoding = \"PCMU\"", "PCMU", "L16"),
@@ -517,6 +521,19 @@ subject = { graph = "cell:graph-{host}", service = "fifo:60" }
     }
 
     #[test]
+    fn a_lone_host_is_one_hop() {
+        let lone = GOOD.replacen("hosts = 3", "hosts = 1", 1);
+        let s = parse(&lone).unwrap();
+        let Subject::Aes67(subject) = &s.subject else {
+            panic!("{:?}", s.subject)
+        };
+        assert_eq!((subject.hosts, subject.hops()), (1, 1));
+        assert_eq!(subject.host_names(), ["a"]);
+        let (_, reason) = refusal("hosts = 3", "hosts = 0");
+        assert!(reason.contains("looped to itself"), "{reason}");
+    }
+
+    #[test]
     fn a_shared_reserved_cell_needs_a_slot_per_thread() {
         // Three services in a cell of two reservations.
         let (line, reason) = refusal("\"fifo:60\"", "\"cell:net\"");
@@ -555,6 +572,7 @@ subject = { graph = "cell:graph-{host}", service = "fifo:60" }
             ("aes67-two-hosts.toml", 2, 4),
             ("aes67-chain.toml", 3, 4),
             ("aes67-streams.toml", 2, 5),
+            ("aes67-one-service.toml", 1, 4),
         ] {
             let s = Scenario::from_file(&dir.join(name)).unwrap_or_else(|e| panic!("{e}"));
             let Subject::Aes67(subject) = &s.subject else {
