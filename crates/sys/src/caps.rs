@@ -23,6 +23,21 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// For this crate's privileged tests: whether to go on (root), else prints
+/// that `test` skipped because it `needs` root — a failure under CI=true.
+#[cfg(test)]
+pub(crate) fn root_or_skip(test: &str, needs: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    let msg = format!("SKIPPED {test}: {needs} needs root");
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg}, and CI=true requires privileged tests to run");
+    }
+    eprintln!("{msg}");
+    false
+}
+
 fn effective_caps() -> Option<u64> {
     let status = std::fs::read_to_string(Path::new("/proc/self/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("CapEff:"))?;

@@ -6,10 +6,12 @@
 //!
 //! Times are plain `u64` nanoseconds so that profilers can store and subtract
 //! them without conversions. Every function here is allocation-free and safe
-//! to call on a real-time thread. This module must never hold policy (what to
-//! measure, when to sleep): callers decide.
+//! to call on a real-time thread, but [`step_realtime`]. This module must
+//! never hold policy (what to measure, when to sleep): callers decide.
 
 use std::time::Duration;
+
+use crate::error::{Error, Result};
 
 fn read_clock(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
@@ -131,6 +133,29 @@ fn sleep_until(clock: libc::clockid_t, deadline_ns: u64) {
             debug_assert_eq!(rc, 0, "clock_nanosleep failed");
             return;
         }
+    }
+}
+
+/// Steps `CLOCK_REALTIME` by `delta_ns` (`adjtimex` with `ADJ_SETOFFSET`,
+/// which needs CAP_SYS_TIME). tessera never moves the machine's clock: its
+/// tests step it a microsecond forward and straight back, to show that
+/// what follows the clock's steps (`event::ClockSteps`) sees them.
+pub fn step_realtime(delta_ns: i64) -> Result<()> {
+    // SAFETY: timex is plain data; all-zero is a valid value.
+    let mut step: libc::timex = unsafe { std::mem::zeroed() };
+    step.modes = libc::ADJ_SETOFFSET | libc::ADJ_NANO;
+    // With ADJ_NANO the microseconds field holds nanoseconds, 0..1e9.
+    step.time = libc::timeval {
+        tv_sec: delta_ns.div_euclid(1_000_000_000) as libc::time_t,
+        tv_usec: delta_ns.rem_euclid(1_000_000_000) as libc::suseconds_t,
+    };
+    // SAFETY: `step` is a valid timex on this frame.
+    match unsafe { libc::adjtimex(&mut step) } {
+        -1 => Err(
+            Error::last_os(format!("stepping CLOCK_REALTIME by {delta_ns} ns"))
+                .with_fix("run as root (CAP_SYS_TIME)"),
+        ),
+        _ => Ok(()),
     }
 }
 

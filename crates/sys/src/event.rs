@@ -181,6 +181,69 @@ fn timespec(ns: u64) -> libc::timespec {
     }
 }
 
+/// Tells when `CLOCK_REALTIME` was set — stepped by `clock_settime`, or by
+/// an offset ptp4l, phc2sys or an NTP daemon injects — and never when it is
+/// only slewed (`CLOCK_MONOTONIC` follows a slew, so an offset between the
+/// two changes only with a step). A `timerfd` on `CLOCK_REALTIME` armed at
+/// the end of time with `TFD_TIMER_CANCEL_ON_SET`: the kernel makes it
+/// readable at each step, and its read then fails with ECANCELED.
+#[derive(Debug)]
+pub struct ClockSteps(OwnedFd);
+
+impl ClockSteps {
+    /// A non-blocking, close-on-exec watch, armed.
+    pub fn new() -> Result<ClockSteps> {
+        // SAFETY: timerfd_create takes no pointers.
+        let fd = unsafe {
+            libc::timerfd_create(libc::CLOCK_REALTIME, libc::TFD_CLOEXEC | libc::TFD_NONBLOCK)
+        };
+        let steps = ClockSteps(owned(fd, "timerfd_create(CLOCK_REALTIME)")?);
+        // Far enough never to expire, within what the kernel accepts.
+        let never = libc::itimerspec {
+            it_interval: timespec(0),
+            it_value: timespec(1 << 62),
+        };
+        // SAFETY: `never` is a valid itimerspec on this frame; the
+        // old-value pointer may be null.
+        let rc = unsafe {
+            libc::timerfd_settime(
+                steps.0.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME | libc::TFD_TIMER_CANCEL_ON_SET,
+                &never,
+                std::ptr::null_mut(),
+            )
+        };
+        if rc != 0 {
+            return Err(Error::last_os(
+                "timerfd_settime(CLOCK_REALTIME, TFD_TIMER_CANCEL_ON_SET)",
+            ));
+        }
+        Ok(steps)
+    }
+
+    /// Whether the clock was stepped since the last call. Never blocks.
+    pub fn stepped(&self) -> bool {
+        let mut value = 0u64;
+        // SAFETY: `value` is a writable 8-byte buffer on this frame and the
+        // length passed is its size.
+        let n = unsafe {
+            libc::read(
+                self.0.as_raw_fd(),
+                (&mut value as *mut u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+        // The kernel keeps the timer armed and reports the next step anew.
+        n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECANCELED)
+    }
+}
+
+impl AsFd for ClockSteps {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 /// One readiness report of [`Epoll::wait`].
 #[derive(Clone, Copy)]
 #[repr(transparent)]
@@ -308,6 +371,25 @@ impl Epoll {
 mod tests {
     use super::*;
     use crate::clock::monotonic_ns;
+
+    #[test]
+    fn a_step_of_the_realtime_clock_is_seen_once() {
+        let steps = ClockSteps::new().unwrap();
+        assert!(!steps.stepped(), "no step yet");
+        if !crate::caps::root_or_skip("clock steps", "setting the clock") {
+            return;
+        }
+        // A step of 1 µs forward and its exact inverse right after (the
+        // kernel ignores a step by nothing): the machine's clock ends where
+        // it would have been, and both steps are seen, each once.
+        let first = crate::clock::step_realtime(1_000);
+        let seen_first = steps.stepped();
+        let back = crate::clock::step_realtime(-1_000);
+        let (seen_back, again) = (steps.stepped(), steps.stepped());
+        first.and(back).unwrap();
+        assert!(seen_first && seen_back, "both steps are reported");
+        assert!(!again, "each once");
+    }
 
     #[test]
     fn an_eventfd_signal_is_reported_with_its_token() {

@@ -535,21 +535,9 @@ mod tests {
         assert!(text.contains("polling /proc"), "{text}");
     }
 
-    fn root_or_skip(test: &str) -> bool {
-        if crate::caps::is_root() {
-            return true;
-        }
-        let msg = format!("SKIPPED {test}: the process-events connector needs root");
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{msg}, and CI=true requires privileged tests to run");
-        }
-        eprintln!("{msg}");
-        false
-    }
-
     #[test]
     fn a_spawned_threads_creation_and_exit_are_seen() {
-        if !root_or_skip("procevents") {
+        if !crate::caps::root_or_skip("procevents", "the process-events connector") {
             return;
         }
         let mut events = ProcEvents::open().unwrap();

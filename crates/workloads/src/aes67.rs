@@ -4,7 +4,10 @@
 //! a chain forwards them, or as the end of a round trip that times a
 //! marker through it, or as a tone generator. Its cycles fall on the
 //! media clock's grid of packet times, so the hosts of one clock cycle in
-//! phase and a receiver has its whole link offset for each packet.
+//! phase and a receiver has its whole link offset for each packet. A
+//! thread follows the system clock's steps (ptp4l steps it once when it
+//! locks): the media clock's offset is taken again and the stream nodes
+//! re-anchor, though the cycles keep the grid the host started on.
 //!
 //! It owns the graph, the flows its nodes hold (one connection to the
 //! service each) and what it counts: per stream the jitter buffer's and
@@ -23,6 +26,7 @@ use tessera_graph::{
     Callbacks, Engine, EngineConfig, Graph, GraphError, NodeId, StreamConfig, ThreadSetup,
     TimerDriver, XrunReport,
 };
+use tessera_services::aes67::StepFollower;
 use tessera_services::aes67::{MediaClock, Playout, StreamCounters, StreamCounts, AGE_BUCKET_NS};
 use tessera_services::aes67::{StreamSink, StreamSource, StreamSpec};
 use tessera_services::net::{client, Flow, NetError};
@@ -149,6 +153,8 @@ pub struct Host {
     latencies_ns: Vec<u64>,
     late_nodes: Arc<Mutex<BTreeMap<String, u64>>>,
     clock: String,
+    /// Keeps the media clock's offset through steps while the host runs.
+    _steps: StepFollower,
 }
 
 /// Counts the nodes each xrun names (on the notification thread).
@@ -180,6 +186,10 @@ impl Host {
     /// Opens a flow per stream, builds the graph and starts it.
     pub fn start(config: HostConfig) -> Result<Host, HostError> {
         check(&config)?;
+        let steps = config
+            .clock
+            .follow_steps()
+            .map_err(|e| HostError::Config(format!("following the clock's steps: {e}")))?;
         let mut graph = Graph::new();
         let mut streams = Vec::new();
         let mut sources = Vec::new();
@@ -241,6 +251,7 @@ impl Host {
             latencies_ns: Vec::new(),
             late_nodes,
             clock: config.clock.label(),
+            _steps: steps,
         })
     }
 

@@ -14,21 +14,30 @@
 //! captured when the clock is made and again on [`MediaClock::refresh`]: it
 //! moves only when the system clock is stepped (slewing, ptp4l's and
 //! phc2sys's usual way, changes the rate of `CLOCK_MONOTONIC` and
-//! `CLOCK_REALTIME` alike), so a service refreshes it now and then off the
-//! real-time path, and a real-time read is plain arithmetic.
+//! `CLOCK_REALTIME` alike — but ptp4l steps the clock once when it first
+//! locks, and an NTP daemon steps it at boot). A clock's clones share the
+//! offset and a count of its refreshes, so a [`StepFollower`] thread can
+//! take it again at every step while the real-time readers see the change
+//! with one atomic load, and nodes re-anchor their positions on it.
 //!
 //! It must never allocate, lock or make a system call in the real-time
 //! conversions ([`MediaClock::media_ns_at`], [`MediaClock::rtp_timestamp_at`],
-//! [`MediaClock::monotonic_ns_of`]); detection and refresh make system calls
-//! and run `pmc`, so they never run on a real-time thread. It never starts,
-//! stops or configures linuxptp, and never adjusts a clock.
+//! [`MediaClock::monotonic_ns_of`], [`MediaClock::steps`]); detection and
+//! refresh make system calls and run `pmc`, so they never run on a real-time
+//! thread. It never starts, stops or configures linuxptp, and never adjusts a
+//! clock.
 
 use std::io::Read;
+use std::os::fd::AsFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tessera_sys::clock;
+use tessera_sys::event::{ClockSteps, Epoll, EventFd, Readiness, Trigger};
 
 const NS: u64 = 1_000_000_000;
 /// pmc waits 100 ms after its last command for answers, then exits; this
@@ -70,11 +79,20 @@ pub enum ClockSource {
 }
 
 /// A media clock: its source and the offset from `CLOCK_MONOTONIC` to
-/// media time (ns since the PTP epoch) captured at the last refresh.
+/// media time (ns since the PTP epoch) captured at the last refresh,
+/// shared with its clones.
 #[derive(Debug, Clone)]
 pub struct MediaClock {
     source: ClockSource,
-    media_minus_monotonic_ns: i128,
+    offset: Arc<Offset>,
+}
+
+/// Media time − `CLOCK_MONOTONIC` (about 1.8 × 10^18 ns: an i64 holds it
+/// until 2262), and how many times it was taken again since the first.
+#[derive(Debug, Default)]
+struct Offset {
+    media_minus_monotonic_ns: AtomicI64,
+    refreshes: AtomicU64,
 }
 
 impl MediaClock {
@@ -99,25 +117,80 @@ impl MediaClock {
     }
 
     fn new(source: ClockSource) -> MediaClock {
-        let mut clock = MediaClock {
+        let clock = MediaClock {
             source,
-            media_minus_monotonic_ns: 0,
+            offset: Arc::default(),
         };
-        clock.refresh();
+        clock.store_offset(clock.measure_offset());
         clock
     }
 
-    /// Captures the offset from `CLOCK_MONOTONIC` to media time again (and
-    /// the kernel's TAI offset on the system clock): after the system clock
-    /// was stepped. Not real-time safe (a few clock reads, one system
-    /// call); it does not detect the source again.
-    pub fn refresh(&mut self) {
+    /// Media time − `CLOCK_MONOTONIC` now (with the kernel's TAI offset on
+    /// the system clock). A few clock reads and one system call.
+    fn measure_offset(&self) -> i64 {
         let utc_offset_s = match &self.source {
             ClockSource::Ptp { utc_offset_s, .. } => *utc_offset_s,
             ClockSource::System { .. } => clock::tai_offset_s(),
         };
-        self.media_minus_monotonic_ns =
-            clock::realtime_offset_ns() + i128::from(utc_offset_s) * NS as i128;
+        (clock::realtime_offset_ns() + i128::from(utc_offset_s) * NS as i128) as i64
+    }
+
+    fn store_offset(&self, ns: i64) {
+        self.offset
+            .media_minus_monotonic_ns
+            .store(ns, Ordering::Relaxed);
+    }
+
+    fn offset_ns(&self) -> i128 {
+        self.offset
+            .media_minus_monotonic_ns
+            .load(Ordering::Relaxed)
+            .into()
+    }
+
+    /// Captures the offset from `CLOCK_MONOTONIC` to media time again, for
+    /// this clock and its clones: after the system clock was stepped. Not
+    /// real-time safe (a few clock reads, one system call); it does not
+    /// detect the source again.
+    pub fn refresh(&self) {
+        self.store_offset(self.measure_offset());
+        // Release: a reader that sees the new count sees the new offset.
+        self.offset.refreshes.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many times the offset was taken again: a node that sees this
+    /// change puts its position back onto the clock. Real-time safe.
+    pub fn steps(&self) -> u64 {
+        self.offset.refreshes.load(Ordering::Acquire)
+    }
+
+    /// Refreshes this clock (and its clones) at every step of the system
+    /// clock, on a thread of its own, until the follower is dropped. Not
+    /// real-time safe.
+    pub fn follow_steps(&self) -> tessera_sys::Result<StepFollower> {
+        let steps = ClockSteps::new()?;
+        let stop = EventFd::new()?;
+        let epoll = Epoll::new()?;
+        epoll.add(steps.as_fd(), 0, Trigger::Level)?;
+        epoll.add(stop.as_fd(), 1, Trigger::Level)?;
+        let (clock, stopped) = (self.clone(), stop.try_clone()?);
+        let thread = std::thread::Builder::new()
+            .name("tessera-clock".into())
+            .spawn(move || {
+                let mut ready = [Readiness::EMPTY; 2];
+                while stopped.drain() == 0 {
+                    if steps.stepped() {
+                        clock.refresh();
+                    }
+                    // An error (EINTR) only means looking again.
+                    let _ = epoll.wait(&mut ready, Duration::from_secs(60));
+                }
+            })
+            .map_err(|e| tessera_sys::Error::from_io("spawning the clock's step follower", &e))?;
+        Ok(StepFollower {
+            stop,
+            thread: Some(thread),
+        })
     }
 
     pub fn source(&self) -> &ClockSource {
@@ -149,7 +222,7 @@ impl MediaClock {
     /// last refresh (REALTIME − MONOTONIC, plus PTP's UTC offset under PTP,
     /// the kernel's TAI offset otherwise). Real-time safe: arithmetic only.
     pub fn media_ns_at(&self, monotonic_ns: u64) -> u64 {
-        (i128::from(monotonic_ns) + self.media_minus_monotonic_ns).max(0) as u64
+        (i128::from(monotonic_ns) + self.offset_ns()).max(0) as u64
     }
 
     /// The RTP timestamp of that instant at `sample_rate`: samples since
@@ -171,7 +244,7 @@ impl MediaClock {
         let target = near.saturating_add_signed(i64::from(delta));
         let rate = u64::from(sample_rate);
         let media = target / rate * NS + (target % rate * NS).div_ceil(rate);
-        (i128::from(media) - self.media_minus_monotonic_ns).max(0) as u64
+        (i128::from(media) - self.offset_ns()).max(0) as u64
     }
 
     /// For SDP's a=ts-refclk: Some(("IEEE1588-2008", grandmaster, domain))
@@ -191,6 +264,22 @@ impl MediaClock {
 
 /// Whole samples at `rate` in `ns` since the epoch (split in seconds and
 /// nanoseconds: no overflow up to rates of millions for centuries).
+/// The thread [`MediaClock::follow_steps`] started; dropping it stops it.
+#[derive(Debug)]
+pub struct StepFollower {
+    stop: EventFd,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for StepFollower {
+    fn drop(&mut self) {
+        self.stop.signal();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 fn samples_at(ns: u64, rate: u32) -> u64 {
     let rate = u64::from(rate);
     ns / NS * rate + ns % NS * rate / NS
@@ -614,13 +703,26 @@ sending: GET DEFAULT_DATA_SET
         assert_eq!(sdp_identity("not-an-id"), "not-an-id");
     }
 
-    fn clock_at(media_minus_monotonic_ns: i128) -> MediaClock {
-        MediaClock {
+    fn clock_at(media_minus_monotonic_ns: i64) -> MediaClock {
+        let clock = MediaClock {
             source: ClockSource::System {
                 why: "a test".into(),
             },
-            media_minus_monotonic_ns,
-        }
+            offset: Arc::default(),
+        };
+        clock.store_offset(media_minus_monotonic_ns);
+        clock
+    }
+
+    #[test]
+    fn a_refresh_reaches_every_clone_and_is_counted() {
+        let clock = clock_at(5);
+        let clone = clock.clone();
+        assert_eq!((clone.media_ns_at(0), clone.steps()), (5, 0));
+        clock.refresh();
+        assert_eq!(clone.steps(), 1);
+        let tai = clock::tai_ns();
+        assert!(clone.media_ns_at(clock::monotonic_ns()).abs_diff(tai) < 10_000_000);
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub mod clock;
 pub mod node;
 pub mod stream;
 
-pub use clock::{ClockSource, MediaClock};
+pub use clock::{ClockSource, MediaClock, StepFollower};
 pub use node::{Playout, StreamCounters, StreamCounts, StreamSink, StreamSource};
 pub use node::{AGE_BUCKETS, AGE_BUCKET_NS};
 pub use stream::{origin_towards, StreamSpec, PAYLOAD_TYPE};

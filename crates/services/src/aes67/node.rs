@@ -142,17 +142,27 @@ impl StreamCounters {
 /// a cycle's due time, then advanced by each cycle's frames, and moved
 /// back onto the clock by whole cycles when it is more than half a cycle
 /// away — after a stalled cycle whose periods the driver skipped (it comes
-/// back onto its grid), or a clock that was stepped. Keeping the phase to
-/// the driver's grid keeps any wake-up's lateness out of the audio.
+/// back onto its grid). Keeping the phase to the driver's grid keeps any
+/// wake-up's lateness out of the audio. After the media clock was stepped
+/// (its offset taken again: [`MediaClock::steps`]) it anchors anew, phase
+/// and all, since the old phase was the old clock's.
 #[derive(Default)]
 struct Position {
     next: Option<u32>,
+    /// The clock's [`MediaClock::steps`] when last anchored.
+    steps: u64,
 }
 
 impl Position {
-    /// The position of this cycle's first frame, `ideal` by the clock;
-    /// counts a move back onto the clock.
-    fn take(&mut self, ideal: u32, frames: u32, counters: &StreamCounters) -> u32 {
+    /// The position of this cycle's first frame, `ideal` by the clock whose
+    /// step count is `steps`; counts a move back onto the clock.
+    fn take(&mut self, ideal: u32, frames: u32, steps: u64, counters: &StreamCounters) -> u32 {
+        if steps != self.steps {
+            self.steps = steps;
+            if self.next.take().is_some() {
+                counters.resyncs.fetch_add(1, Relaxed);
+            }
+        }
         let at = match self.next {
             None => ideal,
             Some(next) => {
@@ -242,7 +252,12 @@ impl StreamSource {
                 .wrapping_sub(self.latency_frames),
             Playout::Arrival => self.arrival_ideal(frames)?,
         };
-        Some(self.position.take(ideal, frames, &self.counters))
+        // An arrival-timed stream's position is the sender's, not the clock's.
+        let steps = match self.playout {
+            Playout::MediaClock => self.clock.steps(),
+            Playout::Arrival => self.position.steps,
+        };
+        Some(self.position.take(ideal, frames, steps, &self.counters))
     }
 
     /// Where an arrival-timed stream would play: latency behind the newest
@@ -339,7 +354,10 @@ impl Node for StreamSink {
         let ideal = self
             .clock
             .rtp_timestamp_at(ctx.cycle_due_ns(), format.sample_rate);
-        let at = self.position.take(ideal, frames as u32, &self.counters);
+        let steps = self.clock.steps();
+        let at = self
+            .position
+            .take(ideal, frames as u32, steps, &self.counters);
         let mut inputs: [&[f32]; MAX_CHANNELS as usize] = [&[]; MAX_CHANNELS as usize];
         for (channel, input) in inputs.iter_mut().enumerate().take(format.channels.into()) {
             *input = ctx.audio_in(channel);
@@ -385,27 +403,41 @@ mod tests {
     #[test]
     fn less_than_half_a_cycle_off_the_clock_never_moves_the_audio() {
         let (mut position, counters) = (Position::default(), StreamCounters::default());
-        assert_eq!(position.take(1000, 48, &counters), 1000);
-        assert_eq!(position.take(1071, 48, &counters), 1048);
-        assert_eq!(position.take(1074, 48, &counters), 1096);
+        assert_eq!(position.take(1000, 48, 0, &counters), 1000);
+        assert_eq!(position.take(1071, 48, 0, &counters), 1048);
+        assert_eq!(position.take(1074, 48, 0, &counters), 1096);
         assert_eq!(counters.snapshot().resyncs, 0);
     }
 
     #[test]
     fn a_skipped_period_moves_the_position_by_whole_cycles_and_keeps_its_phase() {
         let (mut position, counters) = (Position::default(), StreamCounters::default());
-        position.take(1000, 48, &counters);
+        position.take(1000, 48, 0, &counters);
         // The driver stalled and skipped the period of 1048.
-        assert_eq!(position.take(1096, 48, &counters), 1096);
-        assert_eq!(position.take(1144, 48, &counters), 1144);
+        assert_eq!(position.take(1096, 48, 0, &counters), 1096);
+        assert_eq!(position.take(1144, 48, 0, &counters), 1144);
+        assert_eq!(counters.snapshot().resyncs, 1);
+    }
+
+    #[test]
+    fn a_stepped_clock_anchors_the_position_anew_phase_and_all() {
+        let (mut position, counters) = (Position::default(), StreamCounters::default());
+        position.take(1000, 48, 0, &counters);
+        // The clock was stepped by 1.25 cycles: whole cycles would keep
+        // the old clock's phase; the position takes the new one.
+        assert_eq!(position.take(1108, 48, 1, &counters), 1108);
+        assert_eq!(position.take(1156, 48, 1, &counters), 1156);
         assert_eq!(counters.snapshot().resyncs, 1);
     }
 
     #[test]
     fn positions_wrap_with_the_timestamps() {
         let (mut position, counters) = (Position::default(), StreamCounters::default());
-        assert_eq!(position.take(u32::MAX - 20, 48, &counters), u32::MAX - 20);
-        assert_eq!(position.take(27, 48, &counters), 27);
+        assert_eq!(
+            position.take(u32::MAX - 20, 48, 0, &counters),
+            u32::MAX - 20
+        );
+        assert_eq!(position.take(27, 48, 0, &counters), 27);
         assert_eq!(counters.snapshot().resyncs, 0);
     }
 }
