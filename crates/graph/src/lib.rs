@@ -49,8 +49,8 @@ mod switch;
 mod xrun;
 
 pub use driver::{
-    package_link, CycleStart, Driver, DriverError, FreewheelDriver, LinkConfig, LinkDriver,
-    LinkService, PackageAssembler, PacketConfig, PacketDriver, TimerDriver,
+    package_link, CycleStart, Driver, DriverError, FreewheelDriver, GridClock, LinkConfig,
+    LinkDriver, LinkService, PackageAssembler, PacketConfig, PacketDriver, TimerDriver,
 };
 pub use engine::{
     Engine, EngineConfig, EngineError, RunReport, SetupError, ThreadRole, ThreadSetup,

@@ -6,8 +6,8 @@
 //! media clock's grid of packet times, so the hosts of one clock cycle in
 //! phase and a receiver has its whole link offset for each packet. A
 //! thread follows the system clock's steps (ptp4l steps it once when it
-//! locks): the media clock's offset is taken again and the stream nodes
-//! re-anchor, though the cycles keep the grid the host started on.
+//! locks): the media clock's offset is taken again, the stream nodes
+//! re-anchor and the cycles move to the new grid.
 //!
 //! It owns the graph, the flows its nodes hold (one connection to the
 //! service each) and what it counts: per stream the jitter buffer's and
@@ -229,10 +229,8 @@ impl Host {
         let engine = Engine::start(
             graph,
             stream,
-            // On the media clock's grid: the media time at monotonic 0 is
-            // how far that clock runs ahead of the timer's.
             TimerDriver::catching_up(catch_up_periods(&config))
-                .on_grid(config.clock.media_ns_at(0)),
+                .on_grid(Arc::new(config.clock.clone())),
             EngineConfig {
                 workers: config.workers,
                 // A marker and a probe per stream pair, or a tone per sink.

@@ -18,7 +18,7 @@ pub mod timer;
 pub use freewheel::FreewheelDriver;
 pub use link::{package_link, LinkConfig, LinkDriver, LinkService};
 pub use packet::{PackageAssembler, PacketConfig, PacketDriver};
-pub use timer::TimerDriver;
+pub use timer::{GridClock, TimerDriver};
 
 /// The start of a cycle, as a driver saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,27 +14,47 @@
 //! clock then cycles in phase, and a receiver playing a link offset behind
 //! it finds each sender's packet whole in one cycle, with the whole offset
 //! to arrive — out of phase, half a packet's frames would be due a packet
-//! time sooner. This module owns the wake-up schedule; it must never
-//! allocate or block on anything but the clock.
+//! time sooner. The grid's clock is read every cycle (one load): when it
+//! was stepped, the next cycle moves to its new grid. This module owns the
+//! wake-up schedule; it must never allocate or block on anything but the
+//! clock.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use tessera_sys::clock;
 
 use super::{CycleStart, Driver, DriverError};
 
+/// A clock that cycles may fall on the grid of (a media clock): how far
+/// it runs ahead of `CLOCK_MONOTONIC` now. Read on the engine's thread
+/// every cycle, so it must be real-time safe: a load, no call.
+pub trait GridClock: Send + Sync {
+    fn ahead_of_monotonic_ns(&self) -> u64;
+}
+
 /// Wakes the engine every period: the running graph's frames / sample rate,
 /// which [`crate::StreamConfig::new`] validated (32 to 4096 frames at 44.1,
 /// 48 or 96 kHz), so buffer size changes take effect at the next period.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct TimerDriver {
     /// Next scheduled wake-up; 0 before the first cycle.
     next_ns: u64,
     /// Missed periods run back to back rather than skipped, at most.
     catch_up: u64,
-    /// How far the grid's clock runs ahead of `CLOCK_MONOTONIC`, when the
-    /// first cycle waits for its grid (module doc).
-    grid_offset_ns: Option<u64>,
+    /// The clock whose grid the cycles fall on, and its offset the grid
+    /// was last put on (module doc).
+    grid: Option<(Arc<dyn GridClock>, u64)>,
+}
+
+impl std::fmt::Debug for TimerDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TimerDriver")
+            .field("next_ns", &self.next_ns)
+            .field("catch_up", &self.catch_up)
+            .field("grid_offset_ns", &self.grid.as_ref().map(|g| g.1))
+            .finish()
+    }
 }
 
 impl TimerDriver {
@@ -51,29 +71,34 @@ impl TimerDriver {
         }
     }
 
-    /// Due times on the grid of a clock `offset_ns` ahead of
-    /// `CLOCK_MONOTONIC` (a media clock): the first cycle waits for the
-    /// next instant at which that clock reads a multiple of the period,
-    /// and the rest follow a period apart (module doc). Exact when the
-    /// period is a whole number of nanoseconds (48 and 96 kHz's packet
-    /// times are); a new period later keeps the old one's phase.
-    pub fn on_grid(self, offset_ns: u64) -> Self {
+    /// Due times on the grid of `clock` (a media clock): the first cycle
+    /// waits for the next instant at which that clock reads a multiple of
+    /// the period, and the rest follow a period apart; after a step of
+    /// the clock, the next cycle waits for the new grid's next line
+    /// (module doc). Exact when the period is a whole number of
+    /// nanoseconds (48 and 96 kHz's packet times are); a new period later
+    /// keeps the old one's phase.
+    pub fn on_grid(self, clock: Arc<dyn GridClock>) -> Self {
         TimerDriver {
-            grid_offset_ns: Some(offset_ns),
+            grid: Some((clock, 0)),
             ..self
         }
     }
 
-    /// The first due time: now, or the grid's next line.
-    fn first_due(&self, now_ns: u64, period_ns: u64) -> u64 {
-        match self.grid_offset_ns {
-            None => now_ns,
-            Some(offset) => {
-                let on_clock = u128::from(now_ns) + u128::from(offset);
-                let line = on_clock.div_ceil(u128::from(period_ns)) * u128::from(period_ns);
-                (line - u128::from(offset)) as u64
-            }
+    /// The wake-up planned at `planned_ns` (now, before the first cycle),
+    /// put on the grid's next line if the grid's clock moved since the
+    /// last time; unchanged without a grid.
+    fn on_the_grid(&mut self, planned_ns: u64, period_ns: u64) -> u64 {
+        let first = self.next_ns == 0;
+        let Some((clock, seen)) = &mut self.grid else {
+            return planned_ns;
+        };
+        let offset = clock.ahead_of_monotonic_ns();
+        if offset == *seen && !first {
+            return planned_ns;
         }
+        *seen = offset;
+        line_at_or_after(planned_ns, offset, period_ns)
     }
 
     /// Skips the boundaries that passed while the last cycle ran late,
@@ -97,9 +122,8 @@ impl Driver for TimerDriver {
         stop: &AtomicBool,
     ) -> Result<Option<CycleStart>, DriverError> {
         let now = clock::monotonic_ns();
-        if self.next_ns == 0 {
-            self.next_ns = self.first_due(now, period_ns);
-        }
+        let planned = if self.next_ns == 0 { now } else { self.next_ns };
+        self.next_ns = self.on_the_grid(planned, period_ns);
         let skipped_periods = self.realign(now, period_ns);
         let scheduled_ns = self.next_ns;
         clock::sleep_until_monotonic_ns(scheduled_ns);
@@ -118,6 +142,14 @@ impl Driver for TimerDriver {
     fn end_cycle(&mut self, _output: &[u8]) -> Result<Option<u64>, DriverError> {
         Ok(None)
     }
+}
+
+/// The first instant at or after `at_ns` at which a clock `offset_ns`
+/// ahead of `CLOCK_MONOTONIC` reads a multiple of `period_ns`.
+fn line_at_or_after(at_ns: u64, offset_ns: u64, period_ns: u64) -> u64 {
+    let on_clock = u128::from(at_ns) + u128::from(offset_ns);
+    let line = on_clock.div_ceil(u128::from(period_ns)) * u128::from(period_ns);
+    (line - u128::from(offset_ns)) as u64
 }
 
 #[cfg(test)]
@@ -146,28 +178,43 @@ mod tests {
         assert_eq!(timer.next_ns, 1_300);
     }
 
-    #[test]
-    fn a_grid_puts_the_first_cycle_on_the_clocks_next_multiple_of_the_period() {
-        let free = TimerDriver::new();
-        assert_eq!(free.first_due(1_234, 1_000), 1_234, "no grid: now");
-        let grid = TimerDriver::new().on_grid(10_300);
-        assert_eq!(grid.first_due(1_234, 1_000), 1_700, "11 534 → 12 000");
-        assert_eq!(grid.first_due(1_700, 1_000), 1_700, "on a line: now");
-        let far = TimerDriver::new().on_grid(u64::MAX - 5);
-        assert_eq!(far.first_due(10, 8), 14, "past 2^64 on the grid's clock");
+    use std::sync::atomic::AtomicU64;
+
+    /// A grid's clock a test moves.
+    struct Ahead(AtomicU64);
+
+    impl GridClock for Ahead {
+        fn ahead_of_monotonic_ns(&self) -> u64 {
+            self.0.load(Ordering::Relaxed)
+        }
     }
 
     #[test]
-    fn cycles_on_a_grid_are_due_on_its_lines() {
+    fn a_grid_line_is_the_clocks_next_multiple_of_the_period() {
+        assert_eq!(
+            line_at_or_after(1_234, 10_300, 1_000),
+            1_700,
+            "11 534 → 12 000"
+        );
+        assert_eq!(line_at_or_after(1_700, 10_300, 1_000), 1_700, "on a line");
+        assert_eq!(line_at_or_after(10, u64::MAX - 5, 8), 14, "past 2^64");
+    }
+
+    #[test]
+    fn cycles_on_a_grid_are_due_on_its_lines_and_follow_its_steps() {
         let stream = crate::StreamConfig::new(48, 48_000).unwrap();
         let period = stream.period_ns();
-        let offset = 1_700_000_000_123_456_789;
-        let mut timer = TimerDriver::new().on_grid(offset);
+        let grid = Arc::new(Ahead(AtomicU64::new(1_700_000_000_123_456_789)));
+        let mut timer = TimerDriver::new().on_grid(grid.clone());
         let stop = AtomicBool::new(false);
-        for _ in 0..3 {
+        let mut last = 0;
+        for step in [0, 0, 0, 250_000, 0, 0] {
+            let offset = grid.0.fetch_add(step, Ordering::Relaxed) + step;
             let cycle = timer.wait_cycle(period, &mut [], &stop).unwrap().unwrap();
             let due = cycle.start_ns - cycle.wakeup_latency_ns;
             assert_eq!((due + offset) % period, 0, "due {due} off the grid");
+            assert!(due > last, "cycles move forward");
+            last = due;
         }
     }
 

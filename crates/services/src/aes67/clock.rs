@@ -264,6 +264,13 @@ impl MediaClock {
 
 /// Whole samples at `rate` in `ns` since the epoch (split in seconds and
 /// nanoseconds: no overflow up to rates of millions for centuries).
+/// An engine's cycles on the media clock's grid follow its steps too.
+impl tessera_graph::GridClock for MediaClock {
+    fn ahead_of_monotonic_ns(&self) -> u64 {
+        self.media_ns_at(0)
+    }
+}
+
 /// The thread [`MediaClock::follow_steps`] started; dropping it stops it.
 #[derive(Debug)]
 pub struct StepFollower {
