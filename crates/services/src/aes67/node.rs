@@ -50,8 +50,9 @@ pub const AGE_BUCKETS: usize = 500;
 /// of its first sample to the kernel's receive stamp, in buckets of
 /// [`AGE_BUCKET_NS`]. The sender's cycle, both services and the wire are
 /// in it: a receiver's latency must cover the tail (plus up to a packet
-/// for a sender whose packets are off the media clock's grid). Counted only for streams played by
-/// the media clock, whose senders stamp from the same clock.
+/// for a sender whose packets are off the media clock's grid). Counted
+/// only for streams played by the media clock, whose senders stamp from
+/// the same clock.
 struct PacketAges(Box<[AtomicU64]>);
 
 impl Default for PacketAges {
