@@ -371,6 +371,18 @@ pub fn time(text: &str, example: &str) -> Result<std::time::Duration, BrokerErro
 }
 
 /// A bad argument: what is wrong and an example of a good one.
+/// A `--placement` flag: partitioned or global.
+pub fn placement(text: &str) -> Result<Placement, BrokerError> {
+    match text {
+        "partitioned" => Ok(Placement::Partitioned),
+        "global" => Ok(Placement::Global),
+        other => Err(invalid(
+            format!("unknown placement {other:?}"),
+            "use partitioned or global",
+        )),
+    }
+}
+
 pub fn invalid(message: impl Into<String>, fix: &str) -> BrokerError {
     BrokerError::new("invalid", message, fix)
 }
@@ -393,16 +405,7 @@ impl CreateArgs {
                 "use dedicated, time-triggered, event-triggered or best-effort",
             )
         })?;
-        let placement = match self.placement.as_str() {
-            "partitioned" => Placement::Partitioned,
-            "global" => Placement::Global,
-            other => {
-                return Err(invalid(
-                    format!("unknown placement {other:?}"),
-                    "use partitioned or global",
-                ))
-            }
-        };
+        let placement = placement(&self.placement)?;
         let ns = |s: &Option<String>| {
             s.as_deref()
                 .map(|t| time(t, "--runtime 400us").map(|d| d.as_nanos() as u64))

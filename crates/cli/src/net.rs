@@ -24,6 +24,7 @@ pub const SERVE_EXAMPLES: &str = "Examples:\n  \
     sudo tessera serve net\n  \
     sudo tessera serve net --device veth0 --budget 300us --period 1ms\n  \
     sudo tessera serve net --discipline fifo --link-rate 1gbit   # a service without QoS\n  \
+    sudo ip netns exec lan1 tessera serve net --placement global   # no cpusets in there\n  \
     tessera serve net --no-cell --allow-uid 1000\n\n\
     The service registers with the broker as NAME (default net); clients open it by\n\
     name. It runs until Ctrl-C or SIGTERM, then gives its cell and name back.";
@@ -57,6 +58,10 @@ pub struct ServeNetArgs {
     pub budget: String,
     #[arg(long, default_value = "1ms")]
     pub period: String,
+    /// partitioned (a core of its own) | global (EDF over the shared cores; no cpusets needed,
+    /// as under `ip netns exec`).
+    #[arg(long, default_value = "partitioned")]
+    pub placement: String,
     /// Run without a cell even when privileged.
     #[arg(long)]
     pub no_cell: bool,
@@ -183,6 +188,7 @@ pub fn serve(args: ServeNetArgs) -> Result<ExitCode, BrokerError> {
         device: args.device.clone(),
         budget_ns: crate::args::time(&args.budget, "--budget 300us")?.as_nanos() as u64,
         period_ns: crate::args::time(&args.period, "--period 1ms")?.as_nanos() as u64,
+        placement: crate::args::placement(&args.placement)?,
         no_cell: args.no_cell,
         cell: args.cell.clone(),
         policy: ServicePolicy {

@@ -434,35 +434,67 @@ fn the_socket_is_private_and_quotas_bind_other_users() {
     assert_eq!(denied.status.code(), Some(4));
 }
 
+/// `tessera ARGS` in a mount namespace of its own without the machine's
+/// cgroups, as `ip netns exec` makes one; the machine's mounts stay as
+/// they are.
+fn without_cgroups(m: &Machine, args: &[&str]) -> Output {
+    Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("umount -l /sys/fs/cgroup && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_tessera"))
+        .args(args)
+        .env("TESSERA_RUN_DIR", &m.dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run unshare")
+}
+
 #[test]
 fn root_without_cgroups_in_view_is_told_why_a_partitioned_cell_is_refused() {
     let Some(m) = privileged("no-cgroups") else {
         return;
     };
-    // A mount namespace of its own without the machine's cgroups, as
-    // `ip netns exec` makes one; the machine's mounts stay as they are.
-    let out = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg("umount -l /sys/fs/cgroup && exec \"$0\" \"$@\"")
-        .arg(env!("CARGO_BIN_EXE_tessera"))
-        .args(["cell", "create", "part", "--policy", "event-triggered"])
-        .args([
+    let out = without_cgroups(
+        &m,
+        &[
+            "cell",
+            "create",
+            "part",
+            "--policy",
+            "event-triggered",
             "--runtime",
             "100us",
             "--period",
             "1ms",
             "--placement",
             "partitioned",
-        ])
-        .env("TESSERA_RUN_DIR", &m.dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run unshare");
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(stderr.contains("none is mounted here"), "{stderr}");
     assert!(stderr.contains("nsenter --net"), "{stderr}");
     assert!(!stderr.contains("need root"), "{stderr}");
+    // The way out the refusal names: a network service in a global cell.
+    let socket = m.dir.join("net.sock");
+    let out = without_cgroups(
+        &m,
+        &[
+            "serve",
+            "net",
+            "--placement",
+            "global",
+            "--no-discovery",
+            "--seconds",
+            "0.3",
+            "--socket",
+            socket.to_str().unwrap(),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("SCHED_DEADLINE, global EDF"), "{stdout}");
 }
 
 #[test]

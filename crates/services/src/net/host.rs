@@ -14,7 +14,7 @@ use super::service::{NetConfig, NetError, NetService, ThreadHook};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tessera_broker::{BrokerError, Mode, ServicePolicy, ServiceRegistration, Session};
-use tessera_policy::CellRequest;
+use tessera_policy::{CellRequest, Placement};
 use tessera_runtime::CellJoin;
 
 /// How the service process runs.
@@ -30,9 +30,12 @@ pub struct HostOptions {
     /// The interface whose rate (its tc shaping, else its speed) is the
     /// link's.
     pub device: Option<String>,
-    /// The real-time thread's reservation: budget every period.
+    /// The real-time thread's reservation: budget every period, on a core
+    /// of its own (partitioned: needs the machine's cpusets) or under
+    /// global EDF over the shared cores (no cpusets).
     pub budget_ns: u64,
     pub period_ns: u64,
+    pub placement: Placement,
     /// Run without a cell even when privileged.
     pub no_cell: bool,
     /// Join this existing cell (its reservation) instead of creating one.
@@ -162,13 +165,18 @@ fn real_time_cell(
     let name = format!("{}-{}", options.name, std::process::id());
     let request = CellRequest {
         reclaim: true,
+        placement: options.placement,
         ..CellRequest::event_triggered(&name, options.budget_ns, options.period_ns)
     };
     session.create_cell(request, true)?;
     let join = CellJoin::connect(&name);
     let hook: ThreadHook = Arc::new(join.hook());
+    let placement = match options.placement {
+        Placement::Partitioned => "a core of its own",
+        Placement::Global => "global EDF",
+    };
     let note = format!(
-        "cell {name:?}, {} µs every {} µs (SCHED_DEADLINE, reclaiming)",
+        "cell {name:?}, {} µs every {} µs (SCHED_DEADLINE, {placement}, reclaiming)",
         options.budget_ns / 1000,
         options.period_ns / 1000
     );
