@@ -155,6 +155,7 @@ fn line_at_or_after(at_ns: u64, offset_ns: u64, period_ns: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicU64;
 
     #[test]
     fn realigns_on_the_grid_after_a_late_cycle() {
@@ -177,8 +178,6 @@ mod tests {
         assert_eq!(timer.realign(1_450, 100), 3, "5 passed: the last 2 run");
         assert_eq!(timer.next_ns, 1_300);
     }
-
-    use std::sync::atomic::AtomicU64;
 
     /// A grid's clock a test moves.
     struct Ahead(AtomicU64);
