@@ -26,6 +26,14 @@ fn owned(fd: libc::c_int, action: &str) -> Result<OwnedFd> {
 
 /// Reads one `u64` counter (eventfd, timerfd); 0 when there is none yet.
 fn read_counter(fd: &OwnedFd) -> u64 {
+    // The descriptors are non-blocking: EAGAIN means "nothing yet", and no
+    // other error is possible on a valid eventfd/timerfd with an 8-byte read
+    // (but a cancelled timer's, which `ClockSteps` asks for).
+    try_read_counter(fd).unwrap_or(0)
+}
+
+/// One `u64` counter, or the read's errno.
+fn try_read_counter(fd: &OwnedFd) -> std::result::Result<u64, i32> {
     let mut value = 0u64;
     // SAFETY: `value` is a writable 8-byte buffer on this frame and the
     // length passed is its size.
@@ -36,12 +44,9 @@ fn read_counter(fd: &OwnedFd) -> u64 {
             std::mem::size_of::<u64>(),
         )
     };
-    // The descriptors are non-blocking: EAGAIN means "nothing yet", and no
-    // other error is possible on a valid eventfd/timerfd with an 8-byte read.
-    if n == std::mem::size_of::<u64>() as isize {
-        value
-    } else {
-        0
+    match n == std::mem::size_of::<u64>() as isize {
+        true => Ok(value),
+        false => Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0)),
     }
 }
 
@@ -223,18 +228,8 @@ impl ClockSteps {
 
     /// Whether the clock was stepped since the last call. Never blocks.
     pub fn stepped(&self) -> bool {
-        let mut value = 0u64;
-        // SAFETY: `value` is a writable 8-byte buffer on this frame and the
-        // length passed is its size.
-        let n = unsafe {
-            libc::read(
-                self.0.as_raw_fd(),
-                (&mut value as *mut u64).cast(),
-                std::mem::size_of::<u64>(),
-            )
-        };
         // The kernel keeps the timer armed and reports the next step anew.
-        n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECANCELED)
+        try_read_counter(&self.0) == Err(libc::ECANCELED)
     }
 }
 
