@@ -9,6 +9,12 @@
 //! [quota]
 //! alice = 1.5      # by user name
 //! 1001 = 0.25      # or by uid
+//! # Own org.freedesktop.RealtimeKit1 on the system bus and answer its
+//! # realtime requests with reservations (docs/desktop.md).
+//! rtkit = true
+//! # What a request admission refuses gets: RTKit's own SCHED_RR ("fifo",
+//! # labelled unguaranteed) or an error naming the reason ("refuse").
+//! rtkit_fallback = "fifo"
 //! ```
 //!
 //! It must never grant root anything: root has no quota.
@@ -43,6 +49,25 @@ pub struct Config {
     /// The RAP service's adaptation of budgets (off unless `enabled`).
     #[serde(default)]
     pub adaptation: RapConfig,
+    /// Answer RTKit's D-Bus interface with reservations.
+    #[serde(default)]
+    pub rtkit: bool,
+    /// What an RTKit request that admission refuses gets.
+    #[serde(default)]
+    pub rtkit_fallback: RtkitFallback,
+}
+
+/// What an RTKit realtime request gets when admission refuses its
+/// reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RtkitFallback {
+    /// RTKit's own answer: SCHED_RR at the asked priority, with
+    /// RESET_ON_FORK, labelled unguaranteed.
+    #[default]
+    Fifo,
+    /// An error naming why admission refused.
+    Refuse,
 }
 
 fn default_monitor_ms() -> u64 {
@@ -59,6 +84,8 @@ impl Default for Config {
             guard: Vec::new(),
             monitor_interval_ms: default_monitor_ms(),
             adaptation: RapConfig::default(),
+            rtkit: false,
+            rtkit_fallback: RtkitFallback::default(),
         }
     }
 }
@@ -231,6 +258,17 @@ mod tests {
             ["guard", "pipewire", "--fixed", "40", "--quiet"]
         );
         assert!(toml::from_str::<Config>("[[guard]]\nserver = \"jackd\"\nbudget = 1\n").is_err());
+    }
+
+    #[test]
+    fn rtkit_is_off_by_default_and_falls_back_to_fifo() {
+        let c: Config = toml::from_str("").unwrap();
+        assert!(!c.rtkit);
+        assert_eq!(c.rtkit_fallback, RtkitFallback::Fifo);
+        let c: Config = toml::from_str("rtkit = true\nrtkit_fallback = \"refuse\"\n").unwrap();
+        assert!(c.rtkit);
+        assert_eq!(c.rtkit_fallback, RtkitFallback::Refuse);
+        assert!(toml::from_str::<Config>("rtkit_fallback = \"nice\"").is_err());
     }
 
     #[test]
