@@ -14,6 +14,8 @@ packages=(
   rt-tests                     # cyclictest, to compare wake-up latency with
   stress-ng rt-app             # third-party interference, to cross-check ours
   faust                        # the seed's DSP compiler, for the synthesizer benchmark
+  dbus-daemon dbus-bin systemd # RTKit's interface: private system buses in tests, busctl
+  python3-dbus                 # a foreign RTKit client (libdbus) in the tests
 )
 
 missing=()

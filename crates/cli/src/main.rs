@@ -161,25 +161,50 @@ fn daemon(
     let paths = run_dir
         .map(tessera_broker::paths::Paths::at)
         .unwrap_or_else(tessera_broker::paths::Paths::from_env);
-    tessera_broker::daemon::run(paths.clone(), config, |broker, notes| {
+    let (rtkit, fallback) = (config.rtkit, config.rtkit_fallback);
+    tessera_broker::daemon::run(paths.clone(), config, |shared, notes| {
+        let (mode, guards) = {
+            let broker = shared.lock().unwrap_or_else(|p| p.into_inner());
+            (broker.mode().clone(), broker.config.guard.clone())
+        };
         eprintln!(
-            "tessera daemon: listening on {} ({:?} mode)",
+            "tessera daemon: listening on {} ({mode:?} mode)",
             paths.socket().display(),
-            broker.mode()
         );
-        if let Some(b) = broker.mode().banner() {
+        if let Some(b) = mode.banner() {
             eprintln!("tessera daemon: {b}");
         }
         for n in notes {
             eprintln!("tessera daemon: recovered: {n}");
         }
+        if rtkit {
+            serve_rtkit(shared, fallback);
+        }
         if let Ok(exe) = std::env::current_exe() {
-            tessera_guard::supervise::keep_running(broker.config.guard.clone(), exe, |line| {
+            tessera_guard::supervise::keep_running(guards, exe, |line| {
                 eprintln!("tessera daemon: {line}")
             });
         }
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// RTKit's interface on the system bus, answered with reservations; the
+/// socket goes on serving when the bus cannot be had, saying why.
+fn serve_rtkit(
+    broker: &std::sync::Arc<std::sync::Mutex<tessera_broker::Broker>>,
+    fallback: tessera_broker::config::RtkitFallback,
+) {
+    let log: fn(&str) = |line| eprintln!("tessera daemon: rtkit: {line}");
+    match tessera_rtkit::serve(std::sync::Arc::clone(broker), fallback, log) {
+        // The interface's thread keeps serving after the handle is dropped.
+        Ok(service) => eprintln!(
+            "tessera daemon: rtkit: serving {} ({} grant(s) taken back)",
+            tessera_rtkit::bus::BUS_NAME,
+            service.status().len()
+        ),
+        Err(e) => eprintln!("tessera daemon: rtkit: NOT SERVED: {e}"),
+    }
 }
 
 fn demo(opts: args::DemoArgs) -> Result<ExitCode, BrokerError> {

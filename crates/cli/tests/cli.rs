@@ -3,103 +3,14 @@
 //! `cell exec`, `reset` after a crash, quotas, and best-effort mode for an
 //! unprivileged user. Each test holds the machine alone and resets it after.
 
+mod common;
+
+use common::{privileged, wait_until, Machine};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
-
-/// The machine (tessera-testkit's guard, which resets it last) plus the
-/// processes this test started, killed first.
-struct Machine {
-    dir: PathBuf,
-    children: Vec<Child>,
-    _machine: tessera_testkit::Machine,
-}
-
-impl Machine {
-    fn tessera(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
-        c.env("TESSERA_RUN_DIR", &self.dir).stdin(Stdio::null());
-        c
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        let out = self.tessera().args(args).output().expect("run tessera");
-        eprintln!(
-            "$ tessera {}\n{}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(out.status.success(), "tessera {args:?} failed");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn json(&self, args: &[&str]) -> serde_json::Value {
-        serde_json::from_str(&self.ok(args)).expect("JSON output")
-    }
-
-    fn start_daemon(&mut self, config: Option<&Path>) -> usize {
-        let mut cmd = self.tessera();
-        cmd.arg("daemon").arg("--run-dir").arg(&self.dir);
-        if let Some(c) = config {
-            cmd.arg("--config").arg(c);
-        }
-        let child = cmd.spawn().expect("start the daemon");
-        self.children.push(child);
-        wait_until("the daemon answers", || {
-            UnixStream::connect(self.dir.join("tessera.sock")).is_ok()
-        });
-        self.children.len() - 1
-    }
-
-    fn spawn(&mut self, cmd: &mut Command) -> u32 {
-        let child = cmd.spawn().expect("spawn");
-        let pid = child.id();
-        self.children.push(child);
-        pid
-    }
-
-    fn kill(&mut self, index: usize) {
-        let _ = self.children[index].kill();
-        let _ = self.children[index].wait();
-    }
-}
-
-impl Drop for Machine {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn privileged(test: &str) -> Option<Machine> {
-    let machine = tessera_testkit::privileged(test)?;
-    Some(Machine {
-        dir: machine.dir(),
-        children: Vec::new(),
-        _machine: machine,
-    })
-}
-
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "timed out waiting until {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 fn policy_of(pid: u32) -> String {
     format!("{}", tessera_sys::sched::get_policy(pid as i32).unwrap())

@@ -98,8 +98,17 @@ struct Peer<'a> {
 
 fn run(options: &Options) -> Result<(), String> {
     // No page faults in callbacks: the recording buffers reserved below are
-    // resident before the first cycle.
-    tessera_sys::mem::lock_all_memory().map_err(|e| format!("locking memory: {e}"))?;
+    // resident before the first cycle. Under a finite memlock limit (an
+    // ordinary user outside the audio group) locking would break the JACK
+    // library's own loading, so the peer runs unlocked and says so.
+    if tessera_sys::mem::can_lock_all_memory() {
+        tessera_sys::mem::lock_all_memory().map_err(|e| format!("locking memory: {e}"))?;
+    } else {
+        eprintln!(
+            "tessera-jack-peer: memory NOT locked: RLIMIT_MEMLOCK is finite \
+             (fix: `memlock unlimited` for the user in /etc/security/limits.d/, as the audio group has)"
+        );
+    }
     tessera_sys::process::catch_termination().map_err(|e| e.to_string())?;
     let mut peer = Peer::new(options);
     for index in 0..peer.slots.len() {

@@ -22,6 +22,21 @@ pub fn lock_all_memory() -> Result<()> {
     })
 }
 
+/// Whether [`lock_all_memory`] can hold for the life of the process: root
+/// (CAP_IPC_LOCK) or an unlimited RLIMIT_MEMLOCK. Under a finite limit
+/// MCL_FUTURE makes every later mapping past it fail — a library loaded
+/// afterwards (PipeWire's libjack loads its modules when a client opens)
+/// fails to load — so a program under one should run unlocked instead.
+pub fn can_lock_all_memory() -> bool {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit through a valid pointer.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) };
+    crate::caps::is_root() || (rc == 0 && limit.rlim_cur == libc::RLIM_INFINITY)
+}
+
 /// Unlocks all pages (for tests that must leave the process as they found it).
 pub fn unlock_all_memory() -> Result<()> {
     // SAFETY: munlockall only changes the process's paging state.

@@ -105,6 +105,89 @@ fn stat_value<T: std::str::FromStr>(pid: Pid, index: usize) -> Result<T> {
         })
 }
 
+/// What a thread did between two readings: its CPU time, and how often it
+/// gave up the CPU of its own accord (an audio thread waits once a cycle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsageDelta {
+    pub elapsed_ns: u64,
+    pub cpu_ns: u64,
+    pub woken: u64,
+}
+
+/// A thread's CPU time and voluntary switches as last read, to take
+/// [`UsageDelta`]s from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadUsage {
+    at: std::time::Instant,
+    cpu_ns: u64,
+    switches: u64,
+}
+
+impl ThreadUsage {
+    /// The first reading of thread `tid` of `pid` (zeros if it cannot be read).
+    pub fn start(pid: Pid, tid: Tid) -> ThreadUsage {
+        ThreadUsage {
+            at: std::time::Instant::now(),
+            cpu_ns: thread_cpu_ns(pid, tid).unwrap_or(0),
+            switches: thread_voluntary_switches(pid, tid).unwrap_or(0),
+        }
+    }
+
+    /// What the thread did since the last reading; Err when it is gone.
+    pub fn advance(&mut self, pid: Pid, tid: Tid) -> Result<UsageDelta> {
+        let now = std::time::Instant::now();
+        let cpu = thread_cpu_ns(pid, tid)?;
+        let switches = thread_voluntary_switches(pid, tid)?;
+        let delta = UsageDelta {
+            elapsed_ns: now.duration_since(self.at).as_nanos() as u64,
+            cpu_ns: cpu.saturating_sub(self.cpu_ns),
+            woken: switches.saturating_sub(self.switches),
+        };
+        *self = ThreadUsage {
+            at: now,
+            cpu_ns: cpu,
+            switches,
+        };
+        Ok(delta)
+    }
+}
+
+/// Start time of thread `tid` of process `pid`, in clock ticks since boot:
+/// with the ids it tells a thread from a later one that reuses its id.
+pub fn thread_start_time(pid: Pid, tid: Tid) -> Result<u64> {
+    stat_fields(pid, Some(tid))?
+        .get(19)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Io,
+                format!("read /proc/{pid}/task/{tid}/stat"),
+                "short stat line",
+                "",
+            )
+        })
+}
+
+/// The hard RLIMIT_RTTIME of a process in µs (`Max realtime timeout` of
+/// /proc/PID/limits); None when unlimited.
+pub fn rttime_hard_limit_us(pid: Pid) -> Result<Option<u64>> {
+    let path = PathBuf::from(format!("/proc/{pid}/limits"));
+    let text = read_text(&path)?;
+    let hard = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Max realtime timeout"))
+        .and_then(|rest| rest.split_whitespace().nth(1))
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Io,
+                format!("read {}", path.display()),
+                "no 'Max realtime timeout' line",
+                "",
+            )
+        })?;
+    Ok(hard.parse().ok())
+}
+
 /// Whether `pid` is alive and is still the process that started at `started`.
 pub fn is_same_process(pid: Pid, started: u64) -> bool {
     start_time(pid).is_ok_and(|t| t == started)

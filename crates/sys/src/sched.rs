@@ -204,10 +204,23 @@ pub fn validate_deadline(p: &DeadlineParams) -> Result<()> {
 
 /// Sets the scheduling policy of thread `tid` (0: the calling thread).
 pub fn set_policy(tid: Tid, policy: &Policy) -> Result<()> {
+    set_attr(tid, policy, DeadlineFlags::default())
+}
+
+/// Sets the scheduling policy of thread `tid` with SCHED_RESET_ON_FORK, so
+/// that the thread's children start as SCHED_OTHER: what RTKit grants, and
+/// what lets a program whose thread was made real-time from outside still
+/// fork. (A SCHED_DEADLINE [`Policy`] carries its own flags.)
+pub fn set_policy_reset_on_fork(tid: Tid, policy: &Policy) -> Result<()> {
+    set_attr(tid, policy, DeadlineFlags::RESET_ON_FORK)
+}
+
+fn set_attr(tid: Tid, policy: &Policy, extra: DeadlineFlags) -> Result<()> {
     if let Policy::Deadline(p) = policy {
         validate_deadline(p)?;
     }
-    let attr = to_attr(policy);
+    let mut attr = to_attr(policy);
+    attr.sched_flags |= extra.0;
     // SAFETY: `attr` is a valid, fully initialised sched_attr whose `size`
     // field matches its layout; the kernel only reads it.
     let rc = unsafe { libc::syscall(libc::SYS_sched_setattr, tid, &attr as *const _, 0u32) };

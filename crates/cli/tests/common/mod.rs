@@ -1,0 +1,103 @@
+//! The harness of the `tessera` binary's end-to-end tests: the machine
+//! (tessera-testkit's guard, which resets it last), the processes a test
+//! started (killed first), and waiting with a timeout.
+
+// Each test binary uses a part of it.
+#![allow(dead_code)]
+
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The machine (tessera-testkit's guard, which resets it last) plus the
+/// processes this test started, killed first.
+pub struct Machine {
+    pub dir: PathBuf,
+    pub children: Vec<Child>,
+    _machine: tessera_testkit::Machine,
+}
+
+impl Machine {
+    pub fn tessera(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tessera"));
+        c.env("TESSERA_RUN_DIR", &self.dir).stdin(Stdio::null());
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        let out = self.tessera().args(args).output().expect("run tessera");
+        eprintln!(
+            "$ tessera {}\n{}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "tessera {args:?} failed");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn json(&self, args: &[&str]) -> serde_json::Value {
+        serde_json::from_str(&self.ok(args)).expect("JSON output")
+    }
+
+    pub fn start_daemon(&mut self, config: Option<&Path>) -> usize {
+        let mut cmd = self.tessera();
+        cmd.arg("daemon").arg("--run-dir").arg(&self.dir);
+        if let Some(c) = config {
+            cmd.arg("--config").arg(c);
+        }
+        let child = cmd.spawn().expect("start the daemon");
+        self.children.push(child);
+        wait_until("the daemon answers", || {
+            UnixStream::connect(self.dir.join("tessera.sock")).is_ok()
+        });
+        self.children.len() - 1
+    }
+
+    pub fn spawn(&mut self, cmd: &mut Command) -> u32 {
+        let child = cmd.spawn().expect("spawn");
+        let pid = child.id();
+        self.children.push(child);
+        pid
+    }
+
+    pub fn kill(&mut self, index: usize) {
+        let _ = self.children[index].kill();
+        let _ = self.children[index].wait();
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn privileged(test: &str) -> Option<Machine> {
+    let machine = tessera_testkit::privileged(test)?;
+    Some(Machine {
+        dir: machine.dir(),
+        children: Vec::new(),
+        _machine: machine,
+    })
+}
+
+pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

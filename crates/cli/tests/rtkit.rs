@@ -1,0 +1,532 @@
+//! `tessera daemon` answering RTKit's D-Bus interface, as root, on a
+//! private system bus (a `dbus-daemon` of the test's own, named to every
+//! process through DBUS_SYSTEM_BUS_ADDRESS), against real clients: Debian's
+//! PipeWire started as a test user with no real-time rights, pw-jack
+//! clients, python's libdbus binding, busctl. Every test removes the bus,
+//! the user and the processes it made, and resets the machine.
+
+mod common;
+
+use common::{privileged, wait_until, Machine};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tessera_sys::sched::{self, Policy};
+
+const USER: &str = "tessera-rtkit-test";
+const NAME: &str = "org.freedesktop.RealtimeKit1";
+const PATH: &str = "/org/freedesktop/RealtimeKit1";
+
+/// A private system bus: its daemon, killed when dropped.
+struct Bus {
+    address: String,
+    pid: i32,
+}
+
+impl Bus {
+    fn start(dir: &Path) -> Bus {
+        let socket = dir.join("system_bus_socket");
+        let config = dir.join("bus.conf");
+        std::fs::write(
+            &config,
+            format!(
+                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={}</listen>
+  <auth>EXTERNAL</auth>
+  <policy user="root"><allow own="{NAME}"/></policy>
+  <policy context="default">
+    <allow user="*"/>
+    <allow send_destination="*" eavesdrop="false"/>
+    <allow receive_sender="*"/>
+  </policy>
+</busconfig>
+"#,
+                socket.display()
+            ),
+        )
+        .unwrap();
+        let out = Command::new("dbus-daemon")
+            .arg(format!("--config-file={}", config.display()))
+            .args(["--fork", "--print-pid", "--print-address"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("start dbus-daemon (Debian's dbus-daemon package)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut lines = text.lines();
+        let address = lines.next().expect("the bus's address").to_string();
+        let pid = lines
+            .next()
+            .and_then(|p| p.trim().parse().ok())
+            .expect("the bus's pid");
+        Bus { address, pid }
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        let _ = tessera_sys::process::terminate(self.pid);
+    }
+}
+
+/// A system user of the test's own, removed when dropped.
+struct TestUser {
+    uid: u32,
+    gid: u32,
+    created: bool,
+}
+
+impl TestUser {
+    fn create() -> TestUser {
+        let created = Command::new("useradd")
+            .args([
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                USER,
+            ])
+            .status()
+            .is_ok_and(|s| s.success());
+        let id = |flag: &str| -> u32 {
+            let out = Command::new("id").args([flag, USER]).output().unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse()
+                .expect("the test user's id")
+        };
+        TestUser {
+            uid: id("-u"),
+            gid: id("-g"),
+            created,
+        }
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        if self.created {
+            let _ = Command::new("userdel").arg(USER).status();
+        }
+    }
+}
+
+/// The machine, a private bus, a test user, and a daemon answering RTKit.
+/// Dropped in this order: the processes, the user, the bus, and last the
+/// machine (reset, and handed to the next test).
+struct Desktop {
+    user: TestUser,
+    bus: Bus,
+    m: Machine,
+    daemon: Option<usize>,
+}
+
+impl Drop for Desktop {
+    fn drop(&mut self) {
+        for c in &mut self.m.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Desktop {
+    fn new(test: &str, config: &str) -> Option<Desktop> {
+        let m = privileged(test)?;
+        // The user's processes reach the test's directory.
+        std::fs::set_permissions(&m.dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let bus = Bus::start(&m.dir);
+        std::fs::write(m.dir.join("daemon.toml"), config).unwrap();
+        let mut d = Desktop {
+            user: TestUser::create(),
+            bus,
+            m,
+            daemon: None,
+        };
+        d.start_daemon();
+        Some(d)
+    }
+
+    fn start_daemon(&mut self) {
+        let log = std::fs::File::create(self.m.dir.join("daemon.log")).unwrap();
+        let mut cmd = self.m.tessera();
+        cmd.args(["daemon", "--run-dir"])
+            .arg(&self.m.dir)
+            .arg("--config")
+            .arg(self.m.dir.join("daemon.toml"))
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &self.bus.address)
+            .stderr(log);
+        let index = self.m.children.len();
+        self.m.children.push(cmd.spawn().expect("start the daemon"));
+        self.daemon = Some(index);
+        wait_until("the daemon serves RTKit's name", || {
+            self.daemon_log().contains("rtkit: serving")
+        });
+    }
+
+    fn daemon_log(&self) -> String {
+        std::fs::read_to_string(self.m.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    fn kill_daemon(&mut self) {
+        let index = self.daemon.take().expect("a daemon runs");
+        self.m.kill(index);
+    }
+
+    /// A command run as the test user, on the private bus, with a runtime
+    /// directory of its own (as a login session has).
+    fn as_user(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let runtime = self.m.dir.join("xdg");
+        if !runtime.exists() {
+            std::fs::create_dir(&runtime).unwrap();
+            std::os::unix::fs::chown(&runtime, Some(self.user.uid), Some(self.user.gid)).unwrap();
+            std::fs::set_permissions(
+                &runtime,
+                std::os::unix::fs::PermissionsExt::from_mode(0o700),
+            )
+            .unwrap();
+        }
+        let mut cmd = Command::new(program);
+        cmd.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", &runtime)
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &self.bus.address)
+            .current_dir(&runtime)
+            .uid(self.user.uid)
+            .gid(self.user.gid)
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// A process the test user runs that waits, with RLIMIT_RTTIME set as
+    /// RTKit requires (or not).
+    fn user_sleeper(&mut self, rttime: bool) -> i32 {
+        let mut cmd = match rttime {
+            true => {
+                let mut c = self.as_user("prlimit");
+                c.args(["--rttime=200000:200000", "sleep", "120"]);
+                c
+            }
+            false => {
+                let mut c = self.as_user("sleep");
+                c.arg("120");
+                c
+            }
+        };
+        self.m.spawn(&mut cmd) as i32
+    }
+
+    /// Cells of the daemon as JSON.
+    fn cells(&self) -> Vec<serde_json::Value> {
+        let out = self
+            .m
+            .tessera()
+            .args(["cell", "list", "--json"])
+            .output()
+            .expect("run tessera cell list");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .expect("cell list's JSON")
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The cells reserving a thread of `pid`.
+    fn cells_of(&self, pid: i32) -> Vec<serde_json::Value> {
+        self.cells()
+            .into_iter()
+            .filter(|c| {
+                c["members"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|m| m["pid"] == pid))
+            })
+            .collect()
+    }
+
+    /// `busctl` against the private bus, as `uid` (None: root).
+    fn busctl(&self, uid: Option<u32>, args: &[&str]) -> (bool, String) {
+        let mut cmd = match uid {
+            Some(_) => self.as_user("busctl"),
+            None => Command::new("busctl"),
+        };
+        cmd.arg(format!("--address={}", self.bus.address))
+            .args(args);
+        let out = cmd.output().expect("run busctl (systemd)");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
+    /// MakeThreadRealtimeWithPID(pid, tid, priority) through busctl.
+    fn realtime(&self, uid: Option<u32>, pid: i32, tid: i32, priority: u32) -> (bool, String) {
+        let (pid, tid, priority) = (pid.to_string(), tid.to_string(), priority.to_string());
+        self.busctl(
+            uid,
+            &[
+                "call",
+                NAME,
+                PATH,
+                NAME,
+                "MakeThreadRealtimeWithPID",
+                "ttu",
+                &pid,
+                &tid,
+                &priority,
+            ],
+        )
+    }
+}
+
+impl Desktop {
+    /// The logs of the daemon and the peers, for a failure's message.
+    fn logs(&self) -> String {
+        ["daemon.log", "pipewire.log", "client.log", "python.log"]
+            .iter()
+            .map(|f| {
+                let text = std::fs::read_to_string(self.m.dir.join(f)).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                format!("--- {f}\n{}\n", tail.join("\n"))
+            })
+            .collect()
+    }
+
+    fn wait_for(&self, what: &str, within: Duration, mut done: impl FnMut(&Desktop) -> bool) {
+        let start = Instant::now();
+        while !done(self) {
+            assert!(
+                start.elapsed() < within,
+                "timed out waiting until {what}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+fn is_deadline(tid: i32) -> bool {
+    matches!(sched::get_policy(tid), Ok(Policy::Deadline(_)))
+}
+
+/// PipeWire's threads, by name.
+fn threads_named(pid: i32) -> Vec<(i32, String)> {
+    tessera_sys::proc::threads_of(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| (t, tessera_sys::proc::thread_name(pid, t)))
+        .collect()
+}
+
+fn jack_peer() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_tessera")).with_file_name("tessera-jack-peer")
+}
+
+#[test]
+fn a_users_pipewire_and_its_pw_jack_client_get_reservations_through_rtkit() {
+    let Some(mut d) = Desktop::new("rtkit_pipewire", "rtkit = true\n") else {
+        return;
+    };
+    let (ok, props) = d.busctl(
+        Some(d.user.uid),
+        &[
+            "get-property",
+            NAME,
+            PATH,
+            NAME,
+            "RTTimeUSecMax",
+            "MaxRealtimePriority",
+            "MinNiceLevel",
+        ],
+    );
+    assert!(ok, "{props}");
+    assert_eq!(
+        props.split_whitespace().collect::<Vec<_>>(),
+        ["x", "200000", "i", "20", "i", "-15"]
+    );
+
+    // PipeWire as an ordinary user: no rlimits, no portal; module-rt asks
+    // RTKit on the system bus, which is tessera.
+    let mut pipewire = d.as_user("pipewire");
+    pipewire.stderr(std::fs::File::create(d.m.dir.join("pipewire.log")).unwrap());
+    let pw = d.m.spawn(&mut pipewire) as i32;
+    d.wait_for(
+        "PipeWire's data thread is reserved",
+        Duration::from_secs(15),
+        |d| !d.cells_of(pw).is_empty(),
+    );
+    let cell = &d.cells_of(pw)[0];
+    assert_eq!(
+        cell["owner_uid"], d.user.uid,
+        "the user's quota holds it: {cell}"
+    );
+    assert_eq!(cell["bound_to_pid"], pw, "its exit releases it");
+    let tid = cell["members"][0]["tid"].as_i64().unwrap() as i32;
+    assert!(is_deadline(tid), "thread {tid} of {:?}", threads_named(pw));
+    let Ok(Policy::Deadline(params)) = sched::get_policy(tid) else {
+        unreachable!()
+    };
+    assert!(params.flags.contains(sched::DeadlineFlags::RESET_ON_FORK));
+
+    // A pw-jack client of the user: its process thread is reserved too,
+    // and released when the client is killed.
+    let mut client = d.as_user("pw-jack");
+    client
+        .arg(jack_peer())
+        .args([
+            "--topology",
+            "chain",
+            "--loads",
+            "1",
+            "--load",
+            "0.05",
+            "--seconds",
+            "60",
+        ])
+        .arg("--out")
+        .arg(d.m.dir.join("xdg/peer.json"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(d.m.dir.join("client.log")).unwrap());
+    let client_index = d.m.children.len();
+    let client_pid = d.m.spawn(&mut client) as i32;
+    d.wait_for(
+        "the client's thread is reserved",
+        Duration::from_secs(15),
+        |d| !d.cells_of(client_pid).is_empty(),
+    );
+    d.m.kill(client_index);
+    d.wait_for(
+        "the client's reservation is released",
+        Duration::from_secs(5),
+        |d| d.cells_of(client_pid).is_empty(),
+    );
+    let log = d.daemon_log();
+    assert!(
+        log.contains(&format!("uid {} (pid {pw})", d.user.uid)),
+        "{log}"
+    );
+}
+
+#[test]
+fn another_users_thread_is_refused_and_nothing_changes() {
+    let Some(mut d) = Desktop::new("rtkit_other_user", "rtkit = true\n") else {
+        return;
+    };
+    // root's process, asked for by the test user.
+    let mut cmd = Command::new("prlimit");
+    cmd.args(["--rttime=200000:200000", "sleep", "60"]);
+    let roots = d.m.spawn(&mut cmd) as i32;
+    let (ok, text) = d.realtime(Some(d.user.uid), roots, roots, 10);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("Access denied") || text.contains("not to the caller"),
+        "{text}"
+    );
+    assert!(d.daemon_log().contains(&format!(
+        "process {roots} belongs to uid 0, not to the caller"
+    )));
+    assert!(!is_deadline(roots));
+    assert!(d.cells().is_empty());
+
+    // The user's own process, without RLIMIT_RTTIME: RTKit's rule refuses.
+    let unlimited = d.user_sleeper(false);
+    let (ok, _) = d.realtime(Some(d.user.uid), unlimited, unlimited, 10);
+    assert!(!ok);
+    assert!(d.daemon_log().contains("RLIMIT_RTTIME is unlimited"));
+    // Above the priority ceiling.
+    let limited = d.user_sleeper(true);
+    let (ok, _) = d.realtime(Some(d.user.uid), limited, limited, 21);
+    assert!(!ok);
+    assert!(d.cells().is_empty());
+    // Root-only methods.
+    for method in ["ResetKnown", "ResetAll", "Exit"] {
+        let (ok, text) = d.busctl(Some(d.user.uid), &["call", NAME, PATH, NAME, method]);
+        assert!(!ok, "{method} by a user: {text}");
+    }
+    // Granted at last, for the user's own limited process.
+    let (ok, text) = d.realtime(Some(d.user.uid), limited, limited, 10);
+    assert!(ok, "{text}");
+    assert!(is_deadline(limited));
+}
+
+#[test]
+fn past_the_quota_a_request_falls_back_to_rtkits_own_answer_or_is_refused() {
+    let config = "rtkit = true\ndefault_quota = 0.01\nrtkit_fallback = \"fifo\"\n";
+    let Some(mut d) = Desktop::new("rtkit_fallback", config) else {
+        return;
+    };
+    let p = d.user_sleeper(true);
+    let (ok, text) = d.realtime(Some(d.user.uid), p, p, 10);
+    assert!(ok, "the fifo fallback grants: {text}");
+    assert!(d.cells().is_empty(), "no reservation past the quota");
+    let policy = sched::get_policy(p).unwrap();
+    assert_eq!(policy, Policy::RoundRobin { priority: 10 });
+    assert!(d.daemon_log().contains("UNGUARANTEED"));
+
+    std::fs::write(
+        d.m.dir.join("daemon.toml"),
+        "rtkit = true\ndefault_quota = 0.01\nrtkit_fallback = \"refuse\"\n",
+    )
+    .unwrap();
+    d.kill_daemon();
+    d.start_daemon();
+    let q = d.user_sleeper(true);
+    let (ok, text) = d.realtime(Some(d.user.uid), q, q, 10);
+    assert!(!ok, "{text}");
+    assert!(d.daemon_log().contains("quota"), "{}", d.daemon_log());
+    assert_eq!(sched::get_policy(q).unwrap(), Policy::Other { nice: 0 });
+}
+
+#[test]
+fn a_foreign_client_asks_for_its_own_thread_and_a_restarted_daemon_keeps_the_grant() {
+    let Some(mut d) = Desktop::new("rtkit_restart", "rtkit = true\n") else {
+        return;
+    };
+    // python's libdbus binding, as RTKit's own client library does it:
+    // RLIMIT_RTTIME set, then MakeThreadRealtime for the calling thread.
+    let script = "import dbus, resource, threading, time, sys\n\
+        resource.setrlimit(resource.RLIMIT_RTTIME, (200000, 200000))\n\
+        bus = dbus.SystemBus()\n\
+        kit = dbus.Interface(bus.get_object('org.freedesktop.RealtimeKit1', '/org/freedesktop/RealtimeKit1'), 'org.freedesktop.RealtimeKit1')\n\
+        kit.MakeThreadRealtime(dbus.UInt64(threading.get_native_id()), dbus.UInt32(5))\n\
+        print('granted', flush=True)\n\
+        time.sleep(120)\n";
+    let mut cmd = d.as_user("python3");
+    cmd.args(["-c", script])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(d.m.dir.join("python.log")).unwrap());
+    let child: Child = cmd.spawn().expect("python3 with python3-dbus");
+    let py = child.id() as i32;
+    d.m.children.push(child);
+    d.wait_for(
+        "python's thread is reserved",
+        Duration::from_secs(10),
+        |_| is_deadline(py),
+    );
+    assert_eq!(d.cells_of(py).len(), 1);
+
+    // SIGKILL: the reservation stays in force without its daemon…
+    d.kill_daemon();
+    assert!(is_deadline(py), "a dead daemon demotes nothing");
+    // …and a new daemon takes it back and keeps adapting it.
+    d.start_daemon();
+    assert!(
+        d.daemon_log().contains("1 grant(s) taken back"),
+        "{}",
+        d.daemon_log()
+    );
+    assert_eq!(d.cells_of(py).len(), 1);
+    assert!(is_deadline(py));
+    // ResetKnown (root) gives it back to SCHED_OTHER.
+    let (ok, text) = d.busctl(None, &["call", NAME, PATH, NAME, "ResetKnown"]);
+    assert!(ok, "{text}");
+    assert!(!is_deadline(py));
+    assert!(d.cells().is_empty());
+}
