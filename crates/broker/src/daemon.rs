@@ -9,19 +9,16 @@
 use crate::broker::{Broker, BrokerError};
 use crate::config::{group_id, Config};
 use crate::paths::Paths;
-use crate::protocol::{HelloReply, Request, RequestLine, Response, WireError, PROTOCOL_VERSION};
+use crate::protocol::{HelloReply, Request, Response, WireError, PROTOCOL_VERSION};
 use crate::registry::ServiceEntry;
 use crate::state::{Owner, ProcessId, Reported};
-use std::io::{BufRead, BufReader, Read, Write};
+use crate::wire::{self, Incoming};
+use std::io::{BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tessera_sys::ipc::{peer_credentials, PeerCredentials};
-
-/// The longest request line accepted; longer ones are refused and the
-/// connection closed (no client can make the daemon buffer without bound).
-pub const MAX_LINE: u64 = 64 * 1024;
 
 /// How often the reaper looks for exited clients.
 pub const REAP_INTERVAL: Duration = Duration::from_millis(200);
@@ -125,32 +122,17 @@ pub fn handle(
     }
 }
 
-/// Parses one request line and answers it.
-pub fn answer_line(broker: &Mutex<Broker>, line: &str, peer: PeerCredentials) -> Response {
-    let parsed: Result<RequestLine, _> = serde_json::from_str(line);
-    let (id, outcome) = match parsed {
-        Err(e) => (
-            0,
-            Err(BrokerError::new(
-                "malformed",
-                format!("not a tessera request: {e}"),
-                "send one JSON object per line, e.g. {\"v\":1,\"id\":1,\"op\":\"status\"} (docs/protocol.md)",
-            )),
-        ),
-        Ok(req) if req.v != PROTOCOL_VERSION => (
-            req.id,
-            Err(BrokerError::new(
-                "version",
-                format!("protocol version {} is not spoken here (this broker speaks {PROTOCOL_VERSION})", req.v),
-                "upgrade the client or the daemon so they match",
-            )),
-        ),
+/// Answers one request line: runs its request, or says why it is refused
+/// (the broker untouched). None for a blank line, which gets no reply.
+pub fn answer_line(broker: &Mutex<Broker>, line: &[u8], peer: PeerCredentials) -> Option<Response> {
+    let reply = match wire::judge(line)? {
         Ok(req) => {
             let mut b = broker.lock().unwrap_or_else(|p| p.into_inner());
-            (req.id, handle(&mut b, req.request, peer))
+            response(req.id, handle(&mut b, req.request, peer))
         }
+        Err(rejected) => response(rejected.id, Err(rejected.error)),
     };
-    response(id, outcome)
+    Some(reply)
 }
 
 pub fn response(id: u64, outcome: Result<serde_json::Value, BrokerError>) -> Response {
@@ -176,6 +158,9 @@ pub fn response(id: u64, outcome: Result<serde_json::Value, BrokerError>) -> Res
     }
 }
 
+/// Answers a client's lines, each non-blank one with exactly one reply in
+/// order, until it hangs up: a malformed line is answered like any other,
+/// so one bad line never costs a client its connection.
 fn serve_connection(broker: Arc<Mutex<Broker>>, stream: UnixStream) {
     let Ok(peer) = peer_credentials(&stream) else {
         return;
@@ -184,27 +169,15 @@ fn serve_connection(broker: Arc<Mutex<Broker>>, stream: UnixStream) {
         return;
     };
     let mut reader = BufReader::new(stream);
+    let mut line = Vec::new();
     loop {
-        let mut line = String::new();
-        let n = match reader.by_ref().take(MAX_LINE).read_line(&mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        let reply = if n as u64 == MAX_LINE && !line.ends_with('\n') {
-            let r = response(
-                0,
-                Err(BrokerError::new(
-                    "malformed",
-                    format!("request line longer than {MAX_LINE} bytes"),
-                    "send one request per line",
-                )),
-            );
-            let _ = write_reply(&mut writer, &r);
-            return;
-        } else if line.trim().is_empty() {
-            continue;
-        } else {
-            answer_line(&broker, line.trim(), peer)
+        let reply = match wire::read_line(&mut reader, &mut line) {
+            Ok(Incoming::Closed) | Err(_) => return,
+            Ok(Incoming::Overlong) => response(0, Err(wire::overlong())),
+            Ok(Incoming::Line) => match answer_line(&broker, &line, peer) {
+                Some(reply) => reply,
+                None => continue,
+            },
         };
         if write_reply(&mut writer, &reply).is_err() {
             return;

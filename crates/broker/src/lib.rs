@@ -29,6 +29,7 @@ pub mod protocol;
 pub mod registry;
 pub mod session;
 pub mod state;
+pub mod wire;
 
 pub use broker::{Broker, BrokerError};
 pub use facts::{Facts, Mode};

@@ -115,6 +115,19 @@ pub struct RequestLine {
     pub request: Request,
 }
 
+/// The fields every request line has, read before the operation's own: a
+/// line whose operation is malformed is still answered with its `id`, and
+/// one of another version is told so whatever its operation. It also keeps
+/// `op` a string: serde would read an integer `op` as [`Request`]'s variant
+/// index (`"op":9` as `reset`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Envelope {
+    pub v: u32,
+    #[serde(default)]
+    pub id: u64,
+    pub op: String,
+}
+
 /// A structured error: a stable code, the problem, and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WireError {

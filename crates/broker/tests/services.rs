@@ -12,9 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use tessera_broker::config::Config;
 use tessera_broker::paths::Paths;
-use tessera_broker::{daemon, ServicePolicy, ServiceRegistration, Session};
+use tessera_broker::{ServicePolicy, ServiceRegistration, Session};
 use tessera_sys::ipc::peer_credentials;
-use tessera_testkit::ScratchDir;
+use tessera_testkit::{start_daemon, ScratchDir};
 
 const NOBODY: u32 = 65534;
 
@@ -114,23 +114,6 @@ fn open_helper() {
         }
         Err(e) => println!("refused: {} | fix: {}", e.message, e.fix),
     }
-}
-
-/// Starts a daemon on `paths` in a thread of this process (it serves until
-/// the test binary exits).
-fn start_daemon(paths: &Paths, config: Config) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let ready = tx.clone();
-    let paths = paths.clone();
-    std::thread::spawn(move || {
-        let outcome = daemon::run(paths, config, move |_, _| {
-            let _ = ready.send(Ok(()));
-        });
-        let _ = tx.send(outcome);
-    });
-    rx.recv_timeout(Duration::from_secs(30))
-        .expect("the daemon starts")
-        .expect("the daemon serves");
 }
 
 /// Whether this test may run: it needs root; without, it says so and

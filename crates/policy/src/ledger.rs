@@ -17,7 +17,8 @@
 
 use crate::bandwidth::Bandwidth;
 use crate::cell::{
-    fmt_us, Budget, CellPolicy, CellRequest, CoreRequest, Limits, Placement, MIN_RUNTIME_NS,
+    fmt_us, Budget, CellPolicy, CellRequest, CoreRequest, Limits, Placement, RequestError,
+    MIN_RUNTIME_NS,
 };
 use crate::edf::{self, Overload};
 use serde::{Deserialize, Serialize};
@@ -80,7 +81,8 @@ impl CoreUsage {
     }
 }
 
-/// Why a request was refused, and what would fit.
+/// Why a request was refused, and what would fit (for an invalid request,
+/// what would make it valid).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub cell: String,
@@ -131,7 +133,7 @@ impl Ledger {
             would_fit,
         };
         req.validate(&self.machine.limits)
-            .map_err(|e| refuse(e.to_string(), None))?;
+            .map_err(|e| refuse_invalid(&req.name, e))?;
         if self.grants.contains_key(&req.name) {
             return Err(refuse(
                 "a cell with that name exists".into(),
@@ -259,7 +261,7 @@ impl Ledger {
         grant
             .request
             .validate(&self.machine.limits)
-            .map_err(|e| refuse(e.to_string()))?;
+            .map_err(|e| refuse_invalid(name, e))?;
         for r in &mut grant.reservations {
             r.budget = budget;
         }
@@ -706,6 +708,15 @@ fn refuse_resize(name: &str, reason: String, would_fit: Option<String>) -> Refus
         cell: name.to_string(),
         reason,
         would_fit,
+    }
+}
+
+/// The fix goes where a client reads what to do, not into the reason.
+fn refuse_invalid(name: &str, e: RequestError) -> Refusal {
+    Refusal {
+        cell: name.to_string(),
+        reason: format!("{}: {}", e.field, e.problem),
+        would_fit: Some(e.fix),
     }
 }
 

@@ -2,15 +2,18 @@
 //! the root check — a skip is printed, and is a failure under CI=true — one
 //! such test at a time on the machine (a mutex within a test binary, a file
 //! lock across processes), a private broker state directory, and a guard
-//! that resets the machine when the test ends, even when it fails.
+//! that resets the machine when the test ends, even when it fails; and a
+//! daemon served from a thread of the test process.
 //!
 //! It must never be a dependency of anything but tests.
 
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+use tessera_broker::config::Config;
 use tessera_broker::paths::Paths;
-use tessera_broker::Session;
+use tessera_broker::{daemon, Session};
 
 static MACHINE: Mutex<()> = Mutex::new(());
 
@@ -102,4 +105,21 @@ pub fn last_core() -> usize {
         .expect("online CPUs")
         .last()
         .expect("at least one CPU")
+}
+
+/// Starts a daemon on `paths` in a thread of this process (it serves until
+/// the test binary exits) and returns once its socket accepts connections.
+pub fn start_daemon(paths: &Paths, config: Config) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ready = tx.clone();
+    let paths = paths.clone();
+    std::thread::spawn(move || {
+        let outcome = daemon::run(paths, config, move |_, _| {
+            let _ = ready.send(Ok(()));
+        });
+        let _ = tx.send(outcome);
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the daemon starts")
+        .expect("the daemon serves");
 }
