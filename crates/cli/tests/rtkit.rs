@@ -530,3 +530,188 @@ fn a_foreign_client_asks_for_its_own_thread_and_a_restarted_daemon_keeps_the_gra
     assert!(!is_deadline(py));
     assert!(d.cells().is_empty());
 }
+
+/// A tiny deterministic generator (xorshift64*): the same calls every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
+        from[(self.next() % from.len() as u64) as usize]
+    }
+}
+
+/// One fuzzed call: a method (RTKit's, a misspelt one, or the properties
+/// interface) with a body of a random shape. Ids are this test's own
+/// threads (whose process has no RLIMIT_RTTIME, so RTKit's rule refuses)
+/// or ids no thread has; nice levels are out of range, so nothing is ever
+/// granted and the machine is left as it was.
+fn fuzzed_call(
+    bus: &zbus::blocking::Connection,
+    rng: &mut Rng,
+    own: &[u64],
+) -> zbus::Result<zbus::message::Message> {
+    let ids = [own[0], own[own.len() - 1], 0, 4_000_000, u64::MAX, 1 << 33];
+    let id = rng.pick(&ids);
+    let other = rng.pick(&ids);
+    let priority = rng.pick(&[0u32, 1, 20, 21, 99, 100, u32::MAX]);
+    let nice = rng.pick(&[-21i32, 20, i32::MIN, i32::MAX]);
+    let methods = [
+        "MakeThreadRealtime",
+        "MakeThreadRealtimeWithPID",
+        "MakeThreadHighPriority",
+        "MakeThreadHighPriorityWithPID",
+        "MakeThreadRealtimeWithPid",
+        "Nonsense",
+        "make_thread_realtime",
+    ];
+    let method = rng.pick(&methods);
+    let member = rng.pick(&["Get", "GetAll", "Set", "Introspect"]);
+    let property = rng.pick(&["RTTimeUSecMax", "MinNiceLevel", "NoSuchProperty", ""]);
+    let (iface, props) = (Some(NAME), Some("org.freedesktop.DBus.Properties"));
+    match rng.next() % 9 {
+        0 => bus.call_method(Some(NAME), PATH, iface, method, &(id, priority)),
+        1 => bus.call_method(Some(NAME), PATH, iface, method, &(id, other, priority)),
+        2 => bus.call_method(Some(NAME), PATH, iface, method, &(id, nice)),
+        3 => bus.call_method(Some(NAME), PATH, iface, method, &(id, other, nice)),
+        4 => bus.call_method(Some(NAME), PATH, iface, method, &()),
+        5 => bus.call_method(Some(NAME), PATH, iface, method, &("garbage", 1.5f64, true)),
+        6 => bus.call_method(Some(NAME), PATH, iface, method, &(priority, id)),
+        7 => bus.call_method(Some(NAME), PATH, props, member, &(NAME, property)),
+        _ => bus.call_method(
+            Some(NAME),
+            "/not/the/object",
+            iface,
+            method,
+            &(id, priority),
+        ),
+    }
+}
+
+#[test]
+fn ten_thousand_fuzzed_calls_get_replies_and_change_nothing() {
+    let Some(d) = Desktop::new("rtkit_fuzz", "rtkit = true\n") else {
+        return;
+    };
+    // Threads of this process that stay alive through the test.
+    let (_keep, park) = std::sync::mpsc::channel::<()>();
+    let parked = std::thread::spawn(move || {
+        let _ = park.recv();
+    });
+    let me = tessera_sys::proc::current_pid();
+    let own: Vec<u64> = tessera_sys::proc::threads_of(me)
+        .unwrap()
+        .into_iter()
+        .map(|t| t as u64)
+        .collect();
+    let before: Vec<Policy> = own
+        .iter()
+        .map(|t| sched::get_policy(*t as i32).unwrap())
+        .collect();
+    let bus = zbus::blocking::connection::Builder::address(d.bus.address.as_str())
+        .unwrap()
+        .method_timeout(Duration::from_secs(5))
+        .build()
+        .expect("connect to the private bus");
+    let mut rng = Rng(0x7e55_e2a1_u64);
+    let (mut replies, mut errors) = (0, 0);
+    for i in 0..10_000 {
+        match fuzzed_call(&bus, &mut rng, &own) {
+            Ok(_) => replies += 1,
+            Err(zbus::Error::MethodError(..)) | Err(zbus::Error::FDO(_)) => errors += 1,
+            Err(e) => panic!("call {i} got no reply: {e}\n{}", d.logs()),
+        }
+    }
+    eprintln!("10 000 fuzzed calls: {replies} answered, {errors} refused with an error");
+    assert!(errors > 9_000, "almost every fuzzed call is refused");
+    assert!(d.cells().is_empty(), "nothing was reserved");
+    let after: Vec<Policy> = own
+        .iter()
+        .map(|t| sched::get_policy(*t as i32).unwrap())
+        .collect();
+    assert_eq!(before, after, "no thread's scheduling changed");
+    let (ok, props) = d.busctl(
+        None,
+        &["get-property", NAME, PATH, NAME, "MaxRealtimePriority"],
+    );
+    assert!(
+        ok && props.contains("20"),
+        "the interface still answers: {props}"
+    );
+    drop(_keep);
+    parked.join().unwrap();
+}
+
+#[test]
+fn a_hundred_kills_of_daemon_client_or_pipewire_leave_nothing_behind() {
+    let Some(mut d) = Desktop::new("rtkit_kills", "rtkit = true\n") else {
+        return;
+    };
+    let bus = zbus::blocking::connection::Builder::address(d.bus.address.as_str())
+        .unwrap()
+        .build()
+        .unwrap();
+    let dbus = zbus::blocking::fdo::DBusProxy::new(&bus).unwrap();
+    let name_owned = || {
+        dbus.name_has_owner(NAME.try_into().unwrap())
+            .unwrap_or(false)
+    };
+    let mut reserved = Vec::new();
+    for round in 0..100 {
+        let victim = round % 3;
+        let (index, pid) = match victim {
+            // A PipeWire of the user: its data thread reserved, then killed.
+            2 => {
+                let mut pw = d.as_user("pipewire");
+                pw.stderr(Stdio::null());
+                let index = d.m.children.len();
+                let pid = d.m.spawn(&mut pw) as i32;
+                d.wait_for("PipeWire is reserved", Duration::from_secs(15), |d| {
+                    !d.cells_of(pid).is_empty()
+                });
+                (index, pid)
+            }
+            // A client granted a reservation for its own thread.
+            _ => {
+                let index = d.m.children.len();
+                let pid = d.user_sleeper(true);
+                let (ok, text) = d.realtime(Some(d.user.uid), pid, pid, 10);
+                assert!(ok, "round {round}: {text}\n{}", d.logs());
+                (index, pid)
+            }
+        };
+        reserved.push(pid);
+        if victim == 0 {
+            // The daemon dies with the grant in force; a new one takes it
+            // back, and the bus gives the name to it.
+            d.kill_daemon();
+            d.wait_for(
+                "the bus drops the dead daemon's name",
+                Duration::from_secs(5),
+                |_| !name_owned(),
+            );
+            d.start_daemon();
+            assert!(name_owned());
+        }
+        d.m.kill(index);
+        d.wait_for(
+            "the killed process's reservation is released",
+            Duration::from_secs(5),
+            |d| d.cells_of(pid).is_empty(),
+        );
+    }
+    assert!(d.cells().is_empty());
+    for pid in reserved {
+        assert!(!tessera_sys::proc::is_running(pid));
+    }
+    d.kill_daemon();
+    d.wait_for("the name is given back", Duration::from_secs(5), |_| {
+        !name_owned()
+    });
+}
