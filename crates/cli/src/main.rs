@@ -6,9 +6,11 @@ mod aes67;
 mod args;
 mod bench;
 mod console;
+mod dist;
 mod experiment;
 mod follow;
 mod guard;
+mod install;
 mod music;
 mod net;
 mod render;
@@ -82,6 +84,8 @@ fn run(cli: Cli) -> Result<ExitCode, BrokerError> {
         Command::Render { command } => render::run(command),
         Command::Top(args) => top::run(args),
         Command::Soak(args) => soak::run(args),
+        Command::Install(args) => install::install(args),
+        Command::Uninstall(args) => install::uninstall(args),
     }
 }
 
@@ -162,11 +166,13 @@ fn daemon(
         .map(tessera_broker::paths::Paths::at)
         .unwrap_or_else(tessera_broker::paths::Paths::from_env);
     tessera_broker::daemon::run(paths.clone(), config, |broker, notes| {
-        eprintln!(
-            "tessera daemon: listening on {} ({:?} mode)",
+        let listening = format!(
+            "listening on {} ({:?} mode)",
             paths.socket().display(),
             broker.mode()
         );
+        eprintln!("tessera daemon: {listening}");
+        tell_service_manager_ready(&listening);
         if let Some(b) = broker.mode().banner() {
             eprintln!("tessera daemon: {b}");
         }
@@ -180,6 +186,22 @@ fn daemon(
         }
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// READY=1 for systemd's Type=notify (tessera.service): sent once the
+/// socket listens. Outside systemd (no NOTIFY_SOCKET) nothing is sent. The
+/// variable stays set, as unsetting it races the daemon's threads; the
+/// guards it starts inherit it, and systemd heeds only the main process.
+fn tell_service_manager_ready(status: &str) {
+    let state = [
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(status),
+    ];
+    if let Err(e) = sd_notify::notify(false, &state) {
+        eprintln!(
+            "tessera daemon: could not tell the service manager it is ready ($NOTIFY_SOCKET): {e}"
+        );
+    }
 }
 
 fn demo(opts: args::DemoArgs) -> Result<ExitCode, BrokerError> {
