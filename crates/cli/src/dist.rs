@@ -34,7 +34,7 @@ pub enum Content {
 }
 
 /// The unit's path under the root.
-pub const UNIT_PATH: &str = "lib/systemd/system/tessera.service";
+pub const UNIT_PATH: &str = "usr/lib/systemd/system/tessera.service";
 
 /// Everything `tessera install` writes, in the order it writes them.
 pub const SHIPPED: [Shipped; 4] = [

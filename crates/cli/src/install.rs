@@ -21,7 +21,7 @@ pub const INSTALL_EXAMPLES: &str = "Examples:\n  \
     sudo tessera install                      # the files, then systemctl enable --now tessera.service\n  \
     sudo tessera install --no-enable          # the files, reloaded; not enabled or started\n  \
     tessera install --root /srv/image --json  # into an image or a chroot: systemd is not told\n\n\
-    Writes /usr/bin/tessera (this binary), /lib/systemd/system/tessera.service,\n\
+    Writes /usr/bin/tessera (this binary), /usr/lib/systemd/system/tessera.service,\n\
     /usr/share/dbus-1/system.d/org.freedesktop.RealtimeKit1.tessera.conf and\n\
     /etc/tessera/daemon.toml (never over an existing one). Running it again changes nothing.\n\
     See docs/daemon.md, \"Installing as a system service\".";

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 const TIMEOUT: Duration = Duration::from_secs(10);
 
 const BINARY: &str = "usr/bin/tessera";
-const UNIT: &str = "lib/systemd/system/tessera.service";
+const UNIT: &str = "usr/lib/systemd/system/tessera.service";
 const POLICY: &str = "usr/share/dbus-1/system.d/org.freedesktop.RealtimeKit1.tessera.conf";
 const CONFIG: &str = "etc/tessera/daemon.toml";
 
@@ -225,8 +225,9 @@ fn install_refuses_a_root_that_does_not_exist() {
 }
 
 /// The Debian package's assets ([package.metadata.deb]), by target path
-/// under the root: (source, mode). The unit comes through systemd-units,
-/// which installs `<maintainer-scripts>/tessera.service`.
+/// under the root: (source, mode). The unit comes through systemd-units:
+/// cargo-deb (3.x) installs `<maintainer-scripts>/tessera.service` into
+/// usr/lib/systemd/system.
 fn deb_assets() -> BTreeMap<String, (PathBuf, u32)> {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let manifest: toml::Table =
