@@ -233,18 +233,18 @@ fn bind_socket(paths: &Paths, config: &Config) -> Result<UnixListener, BrokerErr
 /// Serves until the process is killed. `on_ready` is called once the socket
 /// accepts connections (with the recovery notes), before any connection is
 /// served: for logs, tests, and front-ends that share the broker (RTKit's
-/// interface).
+/// interface); its error stops the daemon before it serves.
 pub fn run(
     paths: Paths,
     config: Config,
-    on_ready: impl FnOnce(&Arc<Mutex<Broker>>, &[String]),
+    on_ready: impl FnOnce(&Arc<Mutex<Broker>>, &[String]) -> Result<(), BrokerError>,
 ) -> Result<(), BrokerError> {
     let lock = crate::session::hold_lock(&paths, Duration::from_secs(10))?;
     let label = format!("daemon (pid {})", tessera_sys::proc::current_pid());
     let (broker, notes) = Broker::open(paths.clone(), config.clone(), label)?;
     let listener = bind_socket(&paths, &config)?;
     let broker = Arc::new(Mutex::new(broker));
-    on_ready(&broker, &notes);
+    on_ready(&broker, &notes)?;
     let reaper = Arc::clone(&broker);
     std::thread::Builder::new()
         .name("tessera-reaper".into())

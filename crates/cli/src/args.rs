@@ -49,7 +49,7 @@ pub enum Command {
     },
     /// Serve the broker on a Unix socket for every client on the machine.
     #[command(
-        after_help = "Examples:\n  sudo tessera daemon\n  sudo tessera daemon --config /etc/tessera/daemon.toml"
+        after_help = "Examples:\n  sudo tessera daemon\n  sudo tessera daemon --config /etc/tessera/daemon.toml\n  sudo tessera install   (as a system service: tessera.service)\n\nUnder systemd (Type=notify) it sends READY=1 once its socket listens."
     )]
     Daemon {
         /// Config file (default /etc/tessera/daemon.toml if present).
@@ -152,6 +152,12 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::music::MusicCommand,
     },
+    /// Set tessera up as a system service, as its Debian package does: the daemon's unit, the D-Bus policy for RTKit's name, the default config; enabled and started.
+    #[command(after_help = crate::install::INSTALL_EXAMPLES)]
+    Install(crate::install::InstallArgs),
+    /// Undo `tessera install`: stop and disable the service, remove its files (a changed config stays).
+    #[command(after_help = crate::install::UNINSTALL_EXAMPLES)]
+    Uninstall(crate::install::UninstallArgs),
 }
 
 #[derive(Subcommand)]

@@ -6,9 +6,11 @@ mod aes67;
 mod args;
 mod bench;
 mod console;
+mod dist;
 mod experiment;
 mod follow;
 mod guard;
+mod install;
 mod music;
 mod net;
 mod render;
@@ -82,6 +84,8 @@ fn run(cli: Cli) -> Result<ExitCode, BrokerError> {
         Command::Render { command } => render::run(command),
         Command::Top(args) => top::run(args),
         Command::Soak(args) => soak::run(args),
+        Command::Install(args) => install::install(args),
+        Command::Uninstall(args) => install::uninstall(args),
     }
 }
 
@@ -167,10 +171,8 @@ fn daemon(
             let broker = shared.lock().unwrap_or_else(|p| p.into_inner());
             (broker.mode().clone(), broker.config.guard.clone())
         };
-        eprintln!(
-            "tessera daemon: listening on {} ({mode:?} mode)",
-            paths.socket().display(),
-        );
+        let listening = format!("listening on {} ({mode:?} mode)", paths.socket().display());
+        eprintln!("tessera daemon: {listening}");
         if let Some(b) = mode.banner() {
             eprintln!("tessera daemon: {b}");
         }
@@ -178,32 +180,55 @@ fn daemon(
             eprintln!("tessera daemon: recovered: {n}");
         }
         if rtkit {
-            serve_rtkit(shared, fallback);
+            serve_rtkit(shared, fallback)?;
         }
+        // Ready means the socket and, when configured, the bus name.
+        tell_service_manager_ready(&listening);
         if let Ok(exe) = std::env::current_exe() {
             tessera_guard::supervise::keep_running(guards, exe, |line| {
                 eprintln!("tessera daemon: {line}")
             });
         }
+        Ok(())
     })?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// RTKit's interface on the system bus, answered with reservations; the
-/// socket goes on serving when the bus cannot be had, saying why.
+/// RTKit's interface on the system bus, answered with reservations. A
+/// daemon configured for it that cannot own the name fails, so that its
+/// service manager retries once the name is free.
 fn serve_rtkit(
     broker: &std::sync::Arc<std::sync::Mutex<tessera_broker::Broker>>,
     fallback: tessera_broker::config::RtkitFallback,
-) {
+) -> Result<(), BrokerError> {
     let log: fn(&str) = |line| eprintln!("tessera daemon: rtkit: {line}");
     match tessera_rtkit::serve(std::sync::Arc::clone(broker), fallback, log) {
         // The interface's thread keeps serving after the handle is dropped.
-        Ok(service) => eprintln!(
-            "tessera daemon: rtkit: serving {} ({} grant(s) taken back)",
-            tessera_rtkit::bus::BUS_NAME,
-            service.status().len()
-        ),
-        Err(e) => eprintln!("tessera daemon: rtkit: NOT SERVED: {e}"),
+        Ok(service) => {
+            eprintln!(
+                "tessera daemon: rtkit: serving {} ({} grant(s) taken back)",
+                tessera_rtkit::bus::BUS_NAME,
+                service.status().len()
+            );
+            Ok(())
+        }
+        Err(e) => Err(BrokerError::new("rtkit", e.to_string(), "")),
+    }
+}
+
+/// READY=1 for systemd's Type=notify (tessera.service): sent once the
+/// socket listens. Outside systemd (no NOTIFY_SOCKET) nothing is sent. The
+/// variable stays set, as unsetting it races the daemon's threads; the
+/// guards it starts inherit it, and systemd heeds only the main process.
+fn tell_service_manager_ready(status: &str) {
+    let state = [
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(status),
+    ];
+    if let Err(e) = sd_notify::notify(false, &state) {
+        eprintln!(
+            "tessera daemon: could not tell the service manager it is ready ($NOTIFY_SOCKET): {e}"
+        );
     }
 }
 

@@ -715,3 +715,26 @@ fn a_hundred_kills_of_daemon_client_or_pipewire_leave_nothing_behind() {
         !name_owned()
     });
 }
+
+#[test]
+fn a_daemon_that_cannot_own_the_name_fails_and_says_why() {
+    let Some(d) = Desktop::new("rtkit_name_taken", "rtkit = true\n") else {
+        return;
+    };
+    // A second daemon, on a run directory of its own, finds the name taken.
+    let second = d.m.dir.join("second");
+    std::fs::create_dir(&second).unwrap();
+    let out =
+        d.m.tessera()
+            .args(["daemon", "--run-dir"])
+            .arg(&second)
+            .arg("--config")
+            .arg(d.m.dir.join("daemon.toml"))
+            .env("DBUS_SYSTEM_BUS_ADDRESS", &d.bus.address)
+            .output()
+            .expect("run a second daemon");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("owned by another program"), "{err}");
+    assert!(err.contains("systemctl stop rtkit-daemon"), "{err}");
+}

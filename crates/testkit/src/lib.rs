@@ -116,6 +116,7 @@ pub fn start_daemon(paths: &Paths, config: Config) {
     std::thread::spawn(move || {
         let outcome = daemon::run(paths, config, move |_, _| {
             let _ = ready.send(Ok(()));
+            Ok(())
         });
         let _ = tx.send(outcome);
     });
