@@ -278,16 +278,22 @@ fn connect(object: RealtimeKit) -> Result<zbus::blocking::Connection, RtkitError
             "is dbus running (`systemctl status dbus`)? DBUS_SYSTEM_BUS_ADDRESS names another bus",
         )
     };
-    zbus::blocking::connection::Builder::system()
+    let connection = zbus::blocking::connection::Builder::system()
         .and_then(|b| b.serve_at(OBJECT_PATH, object))
-        .and_then(|b| b.name(BUS_NAME))
-        .map_err(unreachable)?
-        .build()
+        .and_then(|b| b.build())
+        .map_err(unreachable)?;
+    // Never queued behind another owner: a daemon that does not answer
+    // RTKit's calls must say so, not wait silently for the name.
+    let taken = || {
+        RtkitError::failed(
+            format!("{BUS_NAME} is owned by another program (rtkit-daemon?)"),
+            "stop it first (`systemctl stop rtkit-daemon`), or install tessera's unit, which replaces it (`tessera install`)",
+        )
+    };
+    let reply = connection
+        .request_name_with_flags(BUS_NAME, fdo::RequestNameFlags::DoNotQueue.into())
         .map_err(|e| match e {
-            zbus::Error::NameTaken => RtkitError::failed(
-                format!("{BUS_NAME} is owned by another program (rtkit-daemon?)"),
-                "stop it first (`systemctl stop rtkit-daemon`), or install tessera's unit, which replaces it (`tessera install`)",
-            ),
+            zbus::Error::NameTaken => taken(),
             zbus::Error::FDO(ref fdo) if matches!(**fdo, fdo::Error::AccessDenied(_)) => {
                 RtkitError::denied(
                     format!("the bus refused {BUS_NAME} to this process: {e}"),
@@ -295,5 +301,9 @@ fn connect(object: RealtimeKit) -> Result<zbus::blocking::Connection, RtkitError
                 )
             }
             other => unreachable(other),
-        })
+        })?;
+    match reply {
+        fdo::RequestNameReply::PrimaryOwner | fdo::RequestNameReply::AlreadyOwner => Ok(connection),
+        fdo::RequestNameReply::Exists | fdo::RequestNameReply::InQueue => Err(taken()),
+    }
 }
