@@ -724,15 +724,26 @@ fn a_daemon_that_cannot_own_the_name_fails_and_says_why() {
     // A second daemon, on a run directory of its own, finds the name taken.
     let second = d.m.dir.join("second");
     std::fs::create_dir(&second).unwrap();
-    let out =
+    let mut second =
         d.m.tessera()
             .args(["daemon", "--run-dir"])
             .arg(&second)
             .arg("--config")
             .arg(d.m.dir.join("daemon.toml"))
             .env("DBUS_SYSTEM_BUS_ADDRESS", &d.bus.address)
-            .output()
+            .stderr(Stdio::piped())
+            .spawn()
             .expect("run a second daemon");
+    let start = Instant::now();
+    while second.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("a second daemon served instead of failing");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = second.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("owned by another program"), "{err}");
