@@ -15,6 +15,14 @@
 //! # What a request admission refuses gets: RTKit's own SCHED_RR ("fifo",
 //! # labelled unguaranteed) or an error naming the reason ("refuse").
 //! rtkit_fallback = "fifo"
+//! # RTKit's limits (these are RTKit 0.13's defaults).
+//! [rtkit_limits]
+//! max_realtime_priority = 20
+//! min_nice_level = -15
+//! rttime_usec_max = 200000
+//! actions_per_burst = 25
+//! burst_sec = 20
+//! threads_per_user = 25
 //! ```
 //!
 //! It must never grant root anything: root has no quota.
@@ -55,6 +63,65 @@ pub struct Config {
     /// What an RTKit request that admission refuses gets.
     #[serde(default)]
     pub rtkit_fallback: RtkitFallback,
+    /// RTKit's limits, as its daemon's command line sets them.
+    #[serde(default)]
+    pub rtkit_limits: RtkitLimits,
+}
+
+/// RTKit's limits on realtime requests (rtkit-daemon's options; its
+/// defaults). Its clients read the first three back as properties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RtkitLimits {
+    /// The highest SCHED_RR priority granted (RTKit's fallback uses it).
+    pub max_realtime_priority: u32,
+    /// The lowest nice level granted.
+    pub min_nice_level: i32,
+    /// The largest hard RLIMIT_RTTIME a requesting process may have, µs.
+    pub rttime_usec_max: u64,
+    /// Requests per user in one burst window.
+    pub actions_per_burst: u32,
+    pub burst_sec: u64,
+    /// Threads one user may hold granted.
+    pub threads_per_user: usize,
+}
+
+impl Default for RtkitLimits {
+    fn default() -> RtkitLimits {
+        RtkitLimits {
+            max_realtime_priority: 20,
+            min_nice_level: -15,
+            rttime_usec_max: 200_000,
+            actions_per_burst: 25,
+            burst_sec: 20,
+            threads_per_user: 25,
+        }
+    }
+}
+
+impl RtkitLimits {
+    /// Checks the ranges RTKit's clients can live with.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=99).contains(&self.max_realtime_priority) {
+            return Err(format!(
+                "max_realtime_priority = {} (fix: give 1 to 99; RTKit's is 20)",
+                self.max_realtime_priority
+            ));
+        }
+        if !(-20..=19).contains(&self.min_nice_level) {
+            return Err(format!(
+                "min_nice_level = {} (fix: give -20 to 19; RTKit's is -15)",
+                self.min_nice_level
+            ));
+        }
+        if self.actions_per_burst == 0 || self.burst_sec == 0 || self.threads_per_user == 0 {
+            return Err(
+                "actions_per_burst, burst_sec and threads_per_user must be at least 1 (fix: RTKit's are 25, 20 and 25)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
 }
 
 /// What an RTKit realtime request gets when admission refuses its
@@ -86,6 +153,7 @@ impl Default for Config {
             adaptation: RapConfig::default(),
             rtkit: false,
             rtkit_fallback: RtkitFallback::default(),
+            rtkit_limits: RtkitLimits::default(),
         }
     }
 }
@@ -172,6 +240,10 @@ impl Config {
                 config.monitor_interval_ms
             ));
         }
+        config
+            .rtkit_limits
+            .validate()
+            .map_err(|e| format!("{}: [rtkit_limits] {e}", path.display()))?;
         config
             .adaptation
             .validate()
@@ -269,6 +341,19 @@ mod tests {
         assert!(c.rtkit);
         assert_eq!(c.rtkit_fallback, RtkitFallback::Refuse);
         assert!(toml::from_str::<Config>("rtkit_fallback = \"nice\"").is_err());
+        let c: Config = toml::from_str("[rtkit_limits]\nactions_per_burst = 1000\n").unwrap();
+        assert_eq!(c.rtkit_limits.actions_per_burst, 1000);
+        assert_eq!(
+            c.rtkit_limits.max_realtime_priority, 20,
+            "the rest as RTKit's"
+        );
+        assert!(c.rtkit_limits.validate().is_ok());
+        let zero = RtkitLimits {
+            threads_per_user: 0,
+            ..RtkitLimits::default()
+        };
+        assert!(zero.validate().is_err());
+        assert!(toml::from_str::<Config>("[rtkit_limits]\nmax_prio = 3\n").is_err());
     }
 
     #[test]

@@ -204,6 +204,11 @@ pub fn capture(pid: i32, tid: i32, slot: Option<usize>, t: &Target) -> Result<Me
 }
 
 fn move_to(g: &Group, tid: i32, pid: i32) -> Result<()> {
+    // A move costs the kernel an RCU grace period (milliseconds) even into
+    // the group the thread is in: an RTKit request waits for it.
+    if g.threads().is_ok_and(|tids| tids.contains(&tid)) {
+        return Ok(());
+    }
     match g.version {
         Version::V1 => g.add_thread(tid),
         // A single thread moves only inside a threaded subtree on v2.

@@ -8,7 +8,7 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 use tessera_broker::BrokerError;
 use tessera_channel::{bench as channel_bench, ChannelError};
-use tessera_experiments::peer;
+use tessera_experiments::{peer, rtkit_grants};
 use tessera_measure::Summary;
 
 #[derive(Subcommand)]
@@ -26,6 +26,26 @@ pub enum BenchCommand {
         flock /tmp/tessera-machine.lock tessera bench channel --messages 5000 --json\n\n\
         Needs no privileges; the receiving process is this program run again.")]
     Channel(ChannelArgs),
+    /// A realtime request through tessera's RTKit interface, from the D-Bus call to SCHED_DEADLINE read back: idle and under stress-ng, on a private bus.
+    #[command(after_help = "Examples:\n  \
+        sudo tessera bench rtkit\n  \
+        sudo flock /tmp/tessera-machine.lock tessera bench rtkit --requests 1000 --json\n\n\
+        Needs root, dbus-daemon and stress-ng; starts a daemon and a system bus of its own\n\
+        (the machine's bus and its RTKit are not touched).")]
+    Rtkit(RtkitArgs),
+}
+
+#[derive(Args)]
+pub struct RtkitArgs {
+    /// Requests per configuration (2 configurations).
+    #[arg(long, default_value_t = 400)]
+    pub requests: usize,
+    /// Pause between requests, in ms.
+    #[arg(long, default_value_t = 50)]
+    pub interval_ms: u64,
+    /// Print the results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -67,6 +87,7 @@ pub fn run(command: BenchCommand) -> Result<ExitCode, BrokerError> {
     match command {
         BenchCommand::Peer(args) => bench_peer(args),
         BenchCommand::Channel(args) => bench_channel(args),
+        BenchCommand::Rtkit(args) => bench_rtkit(args),
     }
 }
 
@@ -144,5 +165,39 @@ fn bench_channel(args: ChannelArgs) -> Result<ExitCode, BrokerError> {
         );
     }
     println!("ratio across/same: p50 {p50_ratio:.2}, p99 {p99_ratio:.2} (goal: p99 at most 2)");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, BrokerError> {
+    let failed = |e: String| BrokerError::new("experiment", e, "");
+    let options = rtkit_grants::Options {
+        requests: args.requests,
+        interval: Duration::from_millis(args.interval_ms),
+        tessera: std::env::current_exe().map_err(|e| failed(format!("find this program: {e}")))?,
+    };
+    eprintln!(
+        "tessera bench rtkit: {} requests per configuration, one every {} ms",
+        options.requests, args.interval_ms
+    );
+    let results = rtkit_grants::run(&options, |line| eprintln!("  {line}")).map_err(failed)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&results).unwrap_or_default()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("configuration  granted  refused  p50 (µs)  p99 (µs)  p99.9 (µs)  max (µs)  load");
+    for c in &results.configurations {
+        let s = &c.granted_us;
+        println!(
+            "{:<14} {:>7} {:>8} {:>9.0} {:>9.0} {:>11.0} {:>9.0}  {}",
+            c.name, s.count, c.refused, s.p50, s.p99, s.p999, s.max, c.load
+        );
+    }
+    println!(
+        "p99 under load / idle: {:.2} (goal: p99 at most 2000 µs)",
+        results.p99_ratio_loaded_to_idle
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -165,7 +165,7 @@ fn daemon(
     let paths = run_dir
         .map(tessera_broker::paths::Paths::at)
         .unwrap_or_else(tessera_broker::paths::Paths::from_env);
-    let (rtkit, fallback) = (config.rtkit, config.rtkit_fallback);
+    let (rtkit, fallback, limits) = (config.rtkit, config.rtkit_fallback, config.rtkit_limits);
     tessera_broker::daemon::run(paths.clone(), config, |shared, notes| {
         let (mode, guards) = {
             let broker = shared.lock().unwrap_or_else(|p| p.into_inner());
@@ -180,7 +180,7 @@ fn daemon(
             eprintln!("tessera daemon: recovered: {n}");
         }
         if rtkit {
-            serve_rtkit(shared, fallback)?;
+            serve_rtkit(shared, fallback, limits)?;
         }
         // Ready means the socket and, when configured, the bus name.
         tell_service_manager_ready(&listening);
@@ -200,9 +200,10 @@ fn daemon(
 fn serve_rtkit(
     broker: &std::sync::Arc<std::sync::Mutex<tessera_broker::Broker>>,
     fallback: tessera_broker::config::RtkitFallback,
+    limits: tessera_broker::config::RtkitLimits,
 ) -> Result<(), BrokerError> {
     let log: fn(&str) = |line| eprintln!("tessera daemon: rtkit: {line}");
-    match tessera_rtkit::serve(std::sync::Arc::clone(broker), fallback, log) {
+    match tessera_rtkit::serve(std::sync::Arc::clone(broker), fallback, limits, log) {
         // The interface's thread keeps serving after the handle is dropped.
         Ok(service) => {
             eprintln!(

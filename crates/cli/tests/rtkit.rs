@@ -12,65 +12,12 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tessera_rtkit::private_bus::PrivateBus;
 use tessera_sys::sched::{self, Policy};
 
 const USER: &str = "tessera-rtkit-test";
 const NAME: &str = "org.freedesktop.RealtimeKit1";
 const PATH: &str = "/org/freedesktop/RealtimeKit1";
-
-/// A private system bus: its daemon, killed when dropped.
-struct Bus {
-    address: String,
-    pid: i32,
-}
-
-impl Bus {
-    fn start(dir: &Path) -> Bus {
-        let socket = dir.join("system_bus_socket");
-        let config = dir.join("bus.conf");
-        std::fs::write(
-            &config,
-            format!(
-                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
-  <policy user="root"><allow own="{NAME}"/></policy>
-  <policy context="default">
-    <allow user="*"/>
-    <allow send_destination="*" eavesdrop="false"/>
-    <allow receive_sender="*"/>
-  </policy>
-</busconfig>
-"#,
-                socket.display()
-            ),
-        )
-        .unwrap();
-        let out = Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", config.display()))
-            .args(["--fork", "--print-pid", "--print-address"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("start dbus-daemon (Debian's dbus-daemon package)");
-        let text = String::from_utf8_lossy(&out.stdout);
-        let mut lines = text.lines();
-        let address = lines.next().expect("the bus's address").to_string();
-        let pid = lines
-            .next()
-            .and_then(|p| p.trim().parse().ok())
-            .expect("the bus's pid");
-        Bus { address, pid }
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = tessera_sys::process::terminate(self.pid);
-    }
-}
 
 /// A system user of the test's own, removed when dropped.
 struct TestUser {
@@ -119,7 +66,7 @@ impl Drop for TestUser {
 /// machine (reset, and handed to the next test).
 struct Desktop {
     user: TestUser,
-    bus: Bus,
+    bus: PrivateBus,
     m: Machine,
     daemon: Option<usize>,
 }
@@ -139,7 +86,7 @@ impl Desktop {
         // The user's processes reach the test's directory.
         std::fs::set_permissions(&m.dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
-        let bus = Bus::start(&m.dir);
+        let bus = PrivateBus::start(&m.dir).expect("a private system bus");
         std::fs::write(m.dir.join("daemon.toml"), config).unwrap();
         let mut d = Desktop {
             user: TestUser::create(),

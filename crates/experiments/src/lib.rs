@@ -20,6 +20,7 @@ pub mod peer_record;
 pub mod pipewire_rtp;
 pub mod probe;
 pub mod render;
+pub mod rtkit_grants;
 pub mod runner;
 pub mod scenario;
 pub mod servers;

@@ -49,15 +49,24 @@ impl RealtimeKit {
     }
 }
 
-/// Who sent the message, from the bus daemon.
+/// Who sent the message, from the bus daemon: one GetConnectionCredentials
+/// round trip, on a proxy that caches no properties (caching would cost a
+/// subscription and a GetAll per request).
 async fn caller(header: &Header<'_>, connection: &zbus::Connection) -> fdo::Result<Caller> {
     let sender = header
         .sender()
         .ok_or_else(|| fdo::Error::Failed("the message names no sender".into()))?
         .to_owned();
-    let dbus = fdo::DBusProxy::new(connection).await?;
-    let uid = dbus.get_connection_unix_user(sender.clone().into()).await?;
-    let pid = dbus.get_connection_unix_process_id(sender.into()).await?;
+    let dbus = fdo::DBusProxy::builder(connection)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await?;
+    let credentials = dbus.get_connection_credentials(sender.into()).await?;
+    let (Some(uid), Some(pid)) = (credentials.unix_user_id(), credentials.process_id()) else {
+        return Err(fdo::Error::AccessDenied(
+            "the bus does not know the caller's uid and pid".into(),
+        ));
+    };
     let pid =
         i32::try_from(pid).map_err(|_| fdo::Error::Failed(format!("the bus gave pid {pid}")))?;
     Ok(Caller { uid, pid })
@@ -243,9 +252,9 @@ impl Service {
 pub fn serve(
     broker: Arc<Mutex<Broker>>,
     fallback: RtkitFallback,
+    limits: Limits,
     log: fn(&str),
 ) -> Result<Service, RtkitError> {
-    let limits = Limits::default();
     let grants = Arc::new(Mutex::new(Grants::new(broker, limits, fallback)));
     let exit = Arc::new(AtomicBool::new(false));
     let object = RealtimeKit {

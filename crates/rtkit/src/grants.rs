@@ -17,7 +17,7 @@
 //! leave a thread it gave up on with a policy it set: a reservation goes
 //! back through the broker, RTKit's own answers back to SCHED_OTHER.
 
-use crate::limits::{Bursts, Caller, Limits, RtkitError, Target};
+use crate::limits::{self, Bursts, Caller, Limits, RtkitError, Target};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -134,11 +134,11 @@ impl Grants {
         tid: u64,
         priority: u32,
     ) -> Result<GrantKind, RtkitError> {
-        self.limits.check_priority(priority)?;
+        limits::check_priority(&self.limits, priority)?;
         self.bursts
             .admit(caller.uid, Instant::now(), &self.limits)?;
         let target = Target::check(caller, pid, tid)?;
-        self.limits.check_rttime(target.pid)?;
+        limits::check_rttime(&self.limits, target.pid)?;
         self.check_thread_count(&target)?;
         self.release(target.tid);
         let held = match self.reserve(&target) {
@@ -166,7 +166,7 @@ impl Grants {
         tid: u64,
         nice: i32,
     ) -> Result<GrantKind, RtkitError> {
-        self.limits.check_nice(nice)?;
+        limits::check_nice(&self.limits, nice)?;
         self.bursts
             .admit(caller.uid, Instant::now(), &self.limits)?;
         let target = Target::check(caller, pid, tid)?;
@@ -265,14 +265,36 @@ impl Grants {
         Ok(())
     }
 
-    /// Admits and attaches the thread's reservation, then raises it to what
-    /// its controller wants (degraded to what fits).
+    /// Admits and attaches the thread's reservation at the budget its
+    /// controller starts with; when that does not fit, at the least it
+    /// could want, raised to what fits (the caller waits for each round
+    /// trip to the kernel, so the first try is the one that usually fits).
     fn reserve(&mut self, target: &Target) -> Result<Reservation, BrokerError> {
-        let controller = Adaptive::new(self.controller, INITIAL_PERIOD_NS)
+        let mut controller = Adaptive::new(self.controller, INITIAL_PERIOD_NS)
             .map_err(|e| BrokerError::new("invalid", e.to_string(), e.fix.clone()))?;
         let cell = format!("{CELL_PREFIX}{}", target.tid);
-        let period = controller.reservation_period_ns();
-        let mut request = CellRequest::event_triggered(&cell, controller.bounds().0, period);
+        let wanted = controller.wanted();
+        let least = Budget::new(controller.bounds().0, wanted.period_ns);
+        let opened = self
+            .open(&cell, target, wanted)
+            .map(|()| wanted)
+            .or_else(|_| self.open(&cell, target, least).map(|()| least))?;
+        controller.granted(opened, false);
+        let mut r = Reservation {
+            cell,
+            set: opened,
+            controller,
+            usage: ThreadUsage::start(target.pid, target.tid),
+        };
+        if opened != wanted {
+            self.apply(&mut r, target.uid)?;
+        }
+        Ok(r)
+    }
+
+    /// Creates cell `cell` with `budget` for the thread and attaches it.
+    fn open(&self, cell: &str, target: &Target, budget: Budget) -> Result<(), BrokerError> {
+        let mut request = CellRequest::event_triggered(cell, budget.runtime_ns, budget.period_ns);
         request.placement = Placement::Global;
         request.reclaim = true;
         request.owner_adapts = true;
@@ -285,19 +307,12 @@ impl Grants {
         };
         let mut broker = self.broker();
         broker.create_cell(request, owner)?;
-        if let Err(e) = broker.attach(&cell, target.pid, Some(target.tid), target.uid) {
-            let _ = broker.destroy_cell(&cell, target.uid);
-            return Err(e);
-        }
-        drop(broker);
-        let mut r = Reservation {
-            cell,
-            set: Budget::new(controller.bounds().0, period),
-            controller,
-            usage: ThreadUsage::start(target.pid, target.tid),
-        };
-        self.apply(&mut r, target.uid)?;
-        Ok(r)
+        broker
+            .attach(cell, target.pid, Some(target.tid), target.uid)
+            .map(drop)
+            .inspect_err(|_| {
+                let _ = broker.destroy_cell(cell, target.uid);
+            })
     }
 
     /// What a request admission refused gets.

@@ -19,7 +19,8 @@
 //!   that the thread is the caller's;
 //! - [`grants`]: what was granted to which thread, and the adaptation of the
 //!   reserved threads' budgets;
-//! - [`bus`]: the D-Bus object and its connection (zbus).
+//! - [`bus`]: the D-Bus object and its connection (zbus);
+//! - [`private_bus`]: a bus of one's own for tests and benchmarks.
 //!
 //! It must never set a thread's scheduling but through the broker (a
 //! reservation) or, for RTKit's own answers (the FIFO fallback, nice
@@ -31,6 +32,7 @@
 pub mod bus;
 pub mod grants;
 pub mod limits;
+pub mod private_bus;
 
 pub use bus::{serve, Service};
 pub use grants::{GrantKind, GrantStatus, Grants};

@@ -1,10 +1,9 @@
 //! RTKit 0.13's rules, enforced before anything is granted: a priority no
-//! higher than [`Limits::max_realtime_priority`], a nice level no lower than
-//! [`Limits::min_nice_level`], RLIMIT_RTTIME set on the process and no
-//! larger than [`Limits::rttime_usec_max`], at most
-//! [`Limits::actions_per_burst`] requests per user in each burst window,
-//! and at most [`Limits::threads_per_user`] threads granted per user; and
-//! the thread must be a live thread of a process of the caller's own user.
+//! higher than the ceiling, a nice level no lower than the floor,
+//! RLIMIT_RTTIME set on the process and no larger than the limit, a bounded
+//! number of requests per user in each burst window and of threads granted
+//! per user ([`Limits`], the daemon's `[rtkit_limits]`); and the thread must
+//! be a live thread of a process of the caller's own user.
 //!
 //! It owns the rules and the errors callers see; it must never change a
 //! thread's scheduling.
@@ -15,32 +14,8 @@ use std::time::{Duration, Instant};
 use tessera_sys::proc::{self, Pid};
 use tessera_sys::sched::Tid;
 
-/// RTKit's limits (rtkit-daemon's defaults, which module-rt and the portal
-/// read back through the interface's properties).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    pub max_realtime_priority: u32,
-    pub min_nice_level: i32,
-    /// The largest hard RLIMIT_RTTIME a process may have, µs: a runaway
-    /// SCHED_RR thread is then killed by the kernel.
-    pub rttime_usec_max: u64,
-    pub actions_per_burst: u32,
-    pub burst: Duration,
-    pub threads_per_user: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Limits {
-        Limits {
-            max_realtime_priority: 20,
-            min_nice_level: -15,
-            rttime_usec_max: 200_000,
-            actions_per_burst: 25,
-            burst: Duration::from_secs(20),
-            threads_per_user: 25,
-        }
-    }
-}
+/// RTKit's limits, from the daemon's config (`[rtkit_limits]`).
+pub use tessera_broker::config::RtkitLimits as Limits;
 
 /// Why a request was not granted; each maps to RTKit's D-Bus error.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,71 +141,69 @@ fn id(what: &str, value: u64) -> Result<i32, RtkitError> {
     })
 }
 
-impl Limits {
-    /// RTKit's priority rule: within SCHED_RR's range, and no higher than
-    /// the ceiling.
-    pub fn check_priority(&self, priority: u32) -> Result<(), RtkitError> {
-        if !(1..=99).contains(&priority) {
-            return Err(RtkitError::invalid(
-                format!("priority {priority} is outside SCHED_RR's 1–99"),
-                format!(
-                    "ask for 1 to {} (the MaxRealtimePriority property)",
-                    self.max_realtime_priority
-                ),
-            ));
-        }
-        if priority > self.max_realtime_priority {
-            return Err(RtkitError::denied(
-                format!(
-                    "priority {priority} is above the ceiling of {}",
-                    self.max_realtime_priority
-                ),
-                "read the MaxRealtimePriority property and ask for no more (PipeWire's module-rt does)",
-            ));
-        }
-        Ok(())
+/// RTKit's priority rule: within SCHED_RR's range, and no higher than
+/// the ceiling.
+pub fn check_priority(limits: &Limits, priority: u32) -> Result<(), RtkitError> {
+    if !(1..=99).contains(&priority) {
+        return Err(RtkitError::invalid(
+            format!("priority {priority} is outside SCHED_RR's 1–99"),
+            format!(
+                "ask for 1 to {} (the MaxRealtimePriority property)",
+                limits.max_realtime_priority
+            ),
+        ));
     }
-
-    /// RTKit's nice rule: a nice level, and no lower than the floor.
-    pub fn check_nice(&self, nice: i32) -> Result<(), RtkitError> {
-        if !(-20..=19).contains(&nice) {
-            return Err(RtkitError::invalid(
-                format!("nice level {nice} is outside −20 to 19"),
-                format!(
-                    "ask for {} to 19 (the MinNiceLevel property)",
-                    self.min_nice_level
-                ),
-            ));
-        }
-        if nice < self.min_nice_level {
-            return Err(RtkitError::denied(
-                format!(
-                    "nice level {nice} is below the floor of {}",
-                    self.min_nice_level
-                ),
-                "read the MinNiceLevel property and ask for no less",
-            ));
-        }
-        Ok(())
+    if priority > limits.max_realtime_priority {
+        return Err(RtkitError::denied(
+            format!(
+                "priority {priority} is above the ceiling of {}",
+                limits.max_realtime_priority
+            ),
+            "read the MaxRealtimePriority property and ask for no more (PipeWire's module-rt does)",
+        ));
     }
+    Ok(())
+}
 
-    /// RTKit's RLIMIT_RTTIME rule: the process's hard limit is set, and no
-    /// larger than [`Limits::rttime_usec_max`].
-    pub fn check_rttime(&self, pid: Pid) -> Result<(), RtkitError> {
-        let limit = proc::rttime_hard_limit_us(pid)
-            .map_err(|e| RtkitError::failed(format!("read process {pid}'s limits: {e}"), ""))?;
-        match limit {
-            Some(us) if us <= self.rttime_usec_max => Ok(()),
-            other => Err(RtkitError::denied(
-                format!(
-                    "process {pid}'s hard RLIMIT_RTTIME is {}, over the {} µs RTKit requires",
-                    other.map_or("unlimited".to_string(), |us| format!("{us} µs")),
-                    self.rttime_usec_max
-                ),
-                "set RLIMIT_RTTIME (soft and hard) to at most the RTTimeUSecMax property before asking \
-                 (setrlimit, or `prlimit --rttime=200000:200000 --pid PID`)",
-            )),
-        }
+/// RTKit's nice rule: a nice level, and no lower than the floor.
+pub fn check_nice(limits: &Limits, nice: i32) -> Result<(), RtkitError> {
+    if !(-20..=19).contains(&nice) {
+        return Err(RtkitError::invalid(
+            format!("nice level {nice} is outside −20 to 19"),
+            format!(
+                "ask for {} to 19 (the MinNiceLevel property)",
+                limits.min_nice_level
+            ),
+        ));
+    }
+    if nice < limits.min_nice_level {
+        return Err(RtkitError::denied(
+            format!(
+                "nice level {nice} is below the floor of {}",
+                limits.min_nice_level
+            ),
+            "read the MinNiceLevel property and ask for no less",
+        ));
+    }
+    Ok(())
+}
+
+/// RTKit's RLIMIT_RTTIME rule: the process's hard limit is set, and no
+/// larger than the limit.
+pub fn check_rttime(limits: &Limits, pid: Pid) -> Result<(), RtkitError> {
+    let limit = proc::rttime_hard_limit_us(pid)
+        .map_err(|e| RtkitError::failed(format!("read process {pid}'s limits: {e}"), ""))?;
+    match limit {
+        Some(us) if us <= limits.rttime_usec_max => Ok(()),
+        other => Err(RtkitError::denied(
+            format!(
+                "process {pid}'s hard RLIMIT_RTTIME is {}, over the {} µs RTKit requires",
+                other.map_or("unlimited".to_string(), |us| format!("{us} µs")),
+                limits.rttime_usec_max
+            ),
+            "set RLIMIT_RTTIME (soft and hard) to at most the RTTimeUSecMax property before asking \
+             (setrlimit, or `prlimit --rttime=200000:200000 --pid PID`)",
+        )),
     }
 }
 
@@ -245,17 +218,17 @@ impl Bursts {
     /// made `limits.actions_per_burst` already in this window.
     pub fn admit(&mut self, uid: u32, now: Instant, limits: &Limits) -> Result<(), RtkitError> {
         let (start, count) = self.users.entry(uid).or_insert((now, 0));
-        if now.duration_since(*start) >= limits.burst {
+        let burst = Duration::from_secs(limits.burst_sec);
+        if now.duration_since(*start) >= burst {
             *start = now;
             *count = 0;
         }
         if *count >= limits.actions_per_burst {
-            let wait = limits.burst.saturating_sub(now.duration_since(*start));
+            let wait = burst.saturating_sub(now.duration_since(*start));
             return Err(RtkitError::denied(
                 format!(
                     "uid {uid} made {} requests in {} s, RTKit's limit",
-                    limits.actions_per_burst,
-                    limits.burst.as_secs()
+                    limits.actions_per_burst, limits.burst_sec
                 ),
                 format!("ask again in {} s", wait.as_secs().max(1)),
             ));
@@ -272,24 +245,30 @@ mod tests {
     #[test]
     fn priorities_and_nice_levels_follow_rtkit() {
         let l = Limits::default();
-        assert!(l.check_priority(20).is_ok());
-        assert!(l.check_priority(1).is_ok());
+        assert!(check_priority(&l, 20).is_ok());
+        assert!(check_priority(&l, 1).is_ok());
         assert!(matches!(
-            l.check_priority(21),
+            check_priority(&l, 21),
             Err(RtkitError::Denied { .. })
         ));
         assert!(matches!(
-            l.check_priority(0),
+            check_priority(&l, 0),
             Err(RtkitError::Invalid { .. })
         ));
         assert!(matches!(
-            l.check_priority(100),
+            check_priority(&l, 100),
             Err(RtkitError::Invalid { .. })
         ));
-        assert!(l.check_nice(-15).is_ok());
-        assert!(l.check_nice(19).is_ok());
-        assert!(matches!(l.check_nice(-16), Err(RtkitError::Denied { .. })));
-        assert!(matches!(l.check_nice(20), Err(RtkitError::Invalid { .. })));
+        assert!(check_nice(&l, -15).is_ok());
+        assert!(check_nice(&l, 19).is_ok());
+        assert!(matches!(
+            check_nice(&l, -16),
+            Err(RtkitError::Denied { .. })
+        ));
+        assert!(matches!(
+            check_nice(&l, 20),
+            Err(RtkitError::Invalid { .. })
+        ));
     }
 
     #[test]
@@ -306,7 +285,8 @@ mod tests {
             "{refused}"
         );
         assert!(b.admit(1001, t0, &l).is_ok(), "users are counted apart");
-        assert!(b.admit(1000, t0 + l.burst, &l).is_ok(), "a new window");
+        let window = Duration::from_secs(l.burst_sec);
+        assert!(b.admit(1000, t0 + window, &l).is_ok(), "a new window");
     }
 
     #[test]

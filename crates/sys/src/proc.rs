@@ -401,6 +401,45 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_main_thread_starts_with_its_process_and_usage_advances() {
+        let pid = current_pid();
+        assert_eq!(
+            thread_start_time(pid, pid).unwrap(),
+            start_time(pid).unwrap()
+        );
+        assert!(thread_start_time(pid, 0).is_err());
+        let tid = current_tid();
+        let mut usage = ThreadUsage::start(pid, tid);
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < std::time::Duration::from_millis(20) {}
+        let delta = usage.advance(pid, tid).unwrap();
+        assert!(delta.cpu_ns > 0 && delta.elapsed_ns >= delta.cpu_ns / 2);
+    }
+
+    #[test]
+    fn the_rttime_limit_reads_back_as_set() {
+        // A child process of our own: the test binary's limit stays.
+        let child = std::process::Command::new("prlimit")
+            .args(["--rttime=150000:200000", "sleep", "5"])
+            .spawn();
+        let Ok(mut child) = child else {
+            eprintln!("SKIPPED the_rttime_limit_reads_back_as_set: no prlimit (util-linux)");
+            return;
+        };
+        let pid = child.id() as Pid;
+        let read = (0..100)
+            .map(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                rttime_hard_limit_us(pid)
+            })
+            .find(|l| matches!(l, Ok(Some(_))));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(matches!(read, Some(Ok(Some(200_000)))), "{read:?}");
+        assert_eq!(rttime_hard_limit_us(current_pid()).unwrap(), None);
+    }
+
+    #[test]
     fn steal_is_the_eighth_value_of_each_cpu_line() {
         let stat = "cpu  1162484 14100 362866 1320150 20888 0 29819 807 0 0\n\
                     cpu0 607520 8226 169305 662488 6020 0 23305 366 0 0\n\

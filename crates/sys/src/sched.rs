@@ -271,6 +271,22 @@ fn explain_set_failure(tid: Tid, policy: &Policy) -> Error {
     }
 }
 
+/// Sets this process's RLIMIT_RTTIME (soft and hard) to `us` µs of CPU a
+/// SCHED_FIFO/RR thread may run without blocking: what RTKit requires of a
+/// process before it makes one of its threads real-time.
+pub fn set_rttime_limit_us(us: u64) -> Result<()> {
+    let limit = libc::rlimit {
+        rlim_cur: us,
+        rlim_max: us,
+    };
+    // SAFETY: setrlimit reads one valid rlimit.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_RTTIME, &limit) };
+    if rc == 0 {
+        return Ok(());
+    }
+    Err(Error::last_os(format!("set RLIMIT_RTTIME to {us} µs")))
+}
+
 /// SCHED_DEADLINE threads on the machine other than `except`, and the sum
 /// of their bandwidths (runtime / period).
 pub fn deadline_bandwidth_in_use(except: Tid) -> (usize, f64) {
