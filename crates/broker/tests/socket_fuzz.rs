@@ -18,7 +18,7 @@ use tessera_broker::config::Config;
 use tessera_broker::wire::MAX_LINE;
 use tessera_broker::{Response, Session};
 use tessera_policy::CellRequest;
-use tessera_testkit::{start_daemon, ScratchDir};
+use tessera_testkit::{start_daemon, Rng, ScratchDir};
 
 /// Fuzzed requests sent (blank lines besides), after the two fixed ones at
 /// the edges of MAX_LINE.
@@ -48,30 +48,6 @@ const OPS: [&str; 16] = [
 ];
 /// Stands for a raw JSON text in a serialized template.
 const RAW: &str = "@raw@";
-
-/// xorshift64*: deterministic, so a failure replays exactly.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn byte(&mut self) -> u8 {
-        self.next() as u8
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 /// What a line is, and so what its reply must be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

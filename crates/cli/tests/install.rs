@@ -7,6 +7,8 @@
 //! NOTIFY_SOCKET. Every process a test starts is killed when it ends, even
 //! when it fails, and every wait has a timeout.
 
+mod common;
+
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -57,18 +59,10 @@ impl Drop for Started {
 }
 
 fn tessera(args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run tessera");
-    eprintln!(
-        "$ tessera {}\n{}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    common::run_logged(
+        Command::new(env!("CARGO_BIN_EXE_tessera")).stdin(Stdio::null()),
+        args,
+    )
 }
 
 /// `tessera VERB --root ROOT --json [extra]`, which must succeed.

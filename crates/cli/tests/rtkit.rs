@@ -14,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use tessera_rtkit::private_bus::PrivateBus;
 use tessera_sys::sched::{self, Policy};
+use tessera_testkit::Rng;
 
 const USER: &str = "tessera-rtkit-test";
 const NAME: &str = "org.freedesktop.RealtimeKit1";
@@ -478,22 +479,6 @@ fn a_foreign_client_asks_for_its_own_thread_and_a_restarted_daemon_keeps_the_gra
     assert!(d.cells().is_empty());
 }
 
-/// A tiny deterministic generator (xorshift64*): the same calls every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
-        from[(self.next() % from.len() as u64) as usize]
-    }
-}
-
 /// One fuzzed call: a method (RTKit's, a misspelt one, or the properties
 /// interface) with a body of a random shape. Ids are this test's own
 /// threads (whose process has no RLIMIT_RTTIME, so RTKit's rule refuses)
@@ -505,10 +490,10 @@ fn fuzzed_call(
     own: &[u64],
 ) -> zbus::Result<zbus::message::Message> {
     let ids = [own[0], own[own.len() - 1], 0, 4_000_000, u64::MAX, 1 << 33];
-    let id = rng.pick(&ids);
-    let other = rng.pick(&ids);
-    let priority = rng.pick(&[0u32, 1, 20, 21, 99, 100, u32::MAX]);
-    let nice = rng.pick(&[-21i32, 20, i32::MIN, i32::MAX]);
+    let id = *rng.pick(&ids);
+    let other = *rng.pick(&ids);
+    let priority = *rng.pick(&[0u32, 1, 20, 21, 99, 100, u32::MAX]);
+    let nice = *rng.pick(&[-21i32, 20, i32::MIN, i32::MAX]);
     let methods = [
         "MakeThreadRealtime",
         "MakeThreadRealtimeWithPID",
@@ -518,9 +503,9 @@ fn fuzzed_call(
         "Nonsense",
         "make_thread_realtime",
     ];
-    let method = rng.pick(&methods);
-    let member = rng.pick(&["Get", "GetAll", "Set", "Introspect"]);
-    let property = rng.pick(&["RTTimeUSecMax", "MinNiceLevel", "NoSuchProperty", ""]);
+    let method = *rng.pick(&methods);
+    let member = *rng.pick(&["Get", "GetAll", "Set", "Introspect"]);
+    let property = *rng.pick(&["RTTimeUSecMax", "MinNiceLevel", "NoSuchProperty", ""]);
     let (iface, props) = (Some(NAME), Some("org.freedesktop.DBus.Properties"));
     match rng.next() % 9 {
         0 => bus.call_method(Some(NAME), PATH, iface, method, &(id, priority)),

@@ -124,3 +124,29 @@ pub fn start_daemon(paths: &Paths, config: Config) {
         .expect("the daemon starts")
         .expect("the daemon serves");
 }
+
+/// xorshift64*: a deterministic generator for fuzzing tests, so that a
+/// failure replays exactly.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number in 0..n.
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    pub fn byte(&mut self) -> u8 {
+        self.next() as u8
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}

@@ -26,14 +26,7 @@ impl Machine {
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
-        let out = self.tessera().args(args).output().expect("run tessera");
-        eprintln!(
-            "$ tessera {}\n{}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        run_logged(&mut self.tessera(), args)
     }
 
     pub fn ok(&self, args: &[&str]) -> String {
@@ -100,4 +93,17 @@ pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Runs `tessera` (`command`) with `args`, echoing the command line and
+/// its output into the test's log.
+pub fn run_logged(command: &mut Command, args: &[&str]) -> Output {
+    let out = command.args(args).output().expect("run tessera");
+    eprintln!(
+        "$ tessera {}\n{}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
