@@ -179,12 +179,14 @@ impl GuardEntry {
         }
         match user.as_str() {
             "*" => Ok(Some(Users::AllButRoot)),
-            name => user_id(name).map(|uid| Some(Users::Uid(uid))).ok_or_else(|| {
-                format!(
-                    "[[guard]] user = {name:?}: no such user in /etc/passwd; \
+            name => user_id(name)
+                .map(|uid| Some(Users::Uid(uid)))
+                .ok_or_else(|| {
+                    format!(
+                        "[[guard]] user = {name:?}: no such user in /etc/passwd; \
                      give an existing user's name, or \"*\" for every user's PipeWire"
-                )
-            }),
+                    )
+                }),
         }
     }
 }
@@ -333,9 +335,8 @@ mod tests {
 
     #[test]
     fn a_users_pipewire_guard_names_a_user_or_every_user() {
-        let entry = |text: &str| -> GuardEntry {
-            toml::from_str::<Config>(text).unwrap().guard.remove(0)
-        };
+        let entry =
+            |text: &str| -> GuardEntry { toml::from_str::<Config>(text).unwrap().guard.remove(0) };
         let every = entry("[[guard]]\nserver = \"pipewire\"\nuser = \"*\"\n");
         assert_eq!(every.users(), Ok(Some(Users::AllButRoot)));
         assert!(!Users::AllButRoot.contains(0) && Users::AllButRoot.contains(1000));
@@ -353,7 +354,10 @@ mod tests {
         assert!(e.contains("no such user") && e.contains("\"*\""), "{e}");
         let jack = entry("[[guard]]\nserver = \"jackd\"\nuser = \"*\"\n");
         let e = jack.users().unwrap_err();
-        assert!(e.contains("is for server = \"pipewire\"") && e.contains("remove `user`"), "{e}");
+        assert!(
+            e.contains("is for server = \"pipewire\"") && e.contains("remove `user`"),
+            "{e}"
+        );
     }
 
     #[test]

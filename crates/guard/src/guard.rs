@@ -205,7 +205,9 @@ impl Guard {
     ) -> Result<Guard, GuardError> {
         let monitor = match &server.kind {
             ServerKind::Jack { name } => Some(Monitor::join_jack(name, "tessera-guard")?),
-            ServerKind::PipeWire(endpoint) => Some(Monitor::join_pipewire(endpoint, "tessera-guard")?),
+            ServerKind::PipeWire(endpoint) => {
+                Some(Monitor::join_pipewire(endpoint, "tessera-guard")?)
+            }
             ServerKind::Process => None,
         };
         let heard = monitor.as_ref().map(Monitor::snapshot).unwrap_or_default();
@@ -487,7 +489,9 @@ impl Guard {
                 self.watch
                     .threads(pid)
                     .into_iter()
-                    .filter(|(_, policy)| matches!(policy, Policy::Other { .. } | Policy::Batch { .. }))
+                    .filter(|(_, policy)| {
+                        matches!(policy, Policy::Other { .. } | Policy::Batch { .. })
+                    })
                     .map(move |(tid, _)| (pid, tid))
             })
             .filter(|(_, tid)| !self.reserved.contains_key(tid) && !self.left_out.contains_key(tid))

@@ -93,7 +93,9 @@ impl Lockstep {
             cycles,
             switches: candidates
                 .iter()
-                .filter_map(|&(pid, tid)| Some((tid, proc::thread_voluntary_switches(pid, tid).ok()?)))
+                .filter_map(|&(pid, tid)| {
+                    Some((tid, proc::thread_voluntary_switches(pid, tid).ok()?))
+                })
                 .collect(),
         });
         found
@@ -122,7 +124,10 @@ mod tests {
         let me = proc::current_pid();
         let tid = proc::current_tid();
         let mut l = Lockstep::new();
-        assert!(l.judge(0, &[(me, tid)]).is_empty(), "the first window opens");
+        assert!(
+            l.judge(0, &[(me, tid)]).is_empty(),
+            "the first window opens"
+        );
         assert!(
             l.judge(1000, &[(me, tid)]).is_empty(),
             "open for less than {WINDOW:?}"

@@ -90,9 +90,8 @@ fn follow_sessions(exe: &Path, entry: &GuardEntry, users: Users, log: fn(&str)) 
                 }
             }
         }
-        followed.retain(|&(pid, started), f| {
-            f.guard.is_some() || proc::is_same_process(pid, started)
-        });
+        followed
+            .retain(|&(pid, started), f| f.guard.is_some() || proc::is_same_process(pid, started));
         std::thread::sleep(LOOK_EVERY);
     }
 }
@@ -102,7 +101,10 @@ fn start(exe: &Path, args: &[String], log: fn(&str)) -> Option<Child> {
     let what = args[1..].join(" ");
     match Command::new(exe).args(args).stdin(Stdio::null()).spawn() {
         Ok(child) => {
-            log(&format!("guard started (pid {}): tessera {what}", child.id()));
+            log(&format!(
+                "guard started (pid {}): tessera {what}",
+                child.id()
+            ));
             Some(child)
         }
         Err(e) => {
