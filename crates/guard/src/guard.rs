@@ -472,35 +472,15 @@ impl Guard {
         }
     }
 
-    /// Adopts the threads that run the graph at a normal policy: those of the
-    /// server and its clients (not the guard's own) found in step with the
-    /// cycles the guard's client hears.
+    /// Adopts the threads that run the graph at a normal policy: those
+    /// found in step with the cycles the guard's client hears.
     fn adopt_graph_threads(&mut self, log: &mut Vec<String>) {
-        if self.lockstep.is_none() {
-            return;
-        }
-        let me = proc::current_pid();
-        let candidates: Vec<(Pid, Tid)> = self
-            .watch
-            .processes()
-            .into_iter()
-            .filter(|&pid| pid != me)
-            .flat_map(|pid| {
-                self.watch
-                    .threads(pid)
-                    .into_iter()
-                    .filter(|(_, policy)| {
-                        matches!(policy, Policy::Other { .. } | Policy::Batch { .. })
-                    })
-                    .map(move |(tid, _)| (pid, tid))
-            })
-            .filter(|(_, tid)| !self.reserved.contains_key(tid) && !self.left_out.contains_key(tid))
-            .collect();
-        let cycles = self.heard.cycles;
-        let Some(lockstep) = self.lockstep.as_mut() else {
+        let Some(mut lockstep) = self.lockstep.take() else {
             return;
         };
-        for (pid, tid) in lockstep.judge(cycles, &candidates) {
+        let found = lockstep.judge(self.heard.cycles, &self.unreserved_normal_threads());
+        self.lockstep = Some(lockstep);
+        for (pid, tid) in found {
             log.push(format!(
                 "thread {tid} ({}) of {} runs the graph without real-time scheduling (woken once a cycle): adopting it",
                 proc::thread_name(pid, tid),
@@ -508,6 +488,23 @@ impl Guard {
             ));
             self.reserve(pid, tid, log);
         }
+    }
+
+    /// The threads of the server and its clients (not the guard's own) at a
+    /// normal policy, neither reserved nor waiting to be tried again.
+    fn unreserved_normal_threads(&self) -> Vec<(Pid, Tid)> {
+        let me = proc::current_pid();
+        let mut threads = Vec::new();
+        for pid in self.watch.processes().into_iter().filter(|&p| p != me) {
+            for (tid, policy) in self.watch.threads(pid) {
+                let normal = matches!(policy, Policy::Other { .. } | Policy::Batch { .. });
+                if normal && !self.reserved.contains_key(&tid) && !self.left_out.contains_key(&tid)
+                {
+                    threads.push((pid, tid));
+                }
+            }
+        }
+        threads
     }
 
     /// Tries again the threads refused a while ago: capacity may have been
