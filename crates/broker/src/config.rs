@@ -23,6 +23,10 @@
 //! actions_per_burst = 25
 //! burst_sec = 20
 //! threads_per_user = 25
+//! # Keep every user's session PipeWire guarded (docs/guard.md).
+//! [[guard]]
+//! server = "pipewire"
+//! user = "*"
 //! ```
 //!
 //! It must never grant root anything: root has no quota.
@@ -177,6 +181,28 @@ pub struct GuardEntry {
     /// Headroom over the prediction, %.
     #[serde(default)]
     pub increment: Option<u32>,
+    /// PipeWire only: guard the session PipeWire of this user ("*": of
+    /// every user but root), one `tessera guard --pid` per daemon as they
+    /// start and stop. Absent: the daemon's own user's.
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+/// Whose PipeWire daemons a `[[guard]]` entry with `user` follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Users {
+    /// Every user but root ("*").
+    AllButRoot,
+    Uid(u32),
+}
+
+impl Users {
+    pub fn contains(&self, uid: u32) -> bool {
+        match self {
+            Users::AllButRoot => uid != 0,
+            Users::Uid(u) => *u == uid,
+        }
+    }
 }
 
 impl GuardEntry {
@@ -197,6 +223,39 @@ impl GuardEntry {
         }
         args.push("--quiet".into());
         args
+    }
+
+    /// The arguments of the guard of one server, the process `pid`.
+    pub fn args_for_pid(&self, pid: i32) -> Vec<String> {
+        let mut args = self.args();
+        args.splice(2..2, ["--pid".to_string(), pid.to_string()]);
+        args
+    }
+
+    /// Whose servers the entry follows (None: one server, found by
+    /// `tessera guard` itself), or why `user` is wrong.
+    pub fn users(&self) -> Result<Option<Users>, String> {
+        let Some(user) = &self.user else {
+            return Ok(None);
+        };
+        if self.server != "pipewire" {
+            return Err(format!(
+                "[[guard]] user = {user:?} is for server = \"pipewire\" (a session's PipeWire), \
+                 not {:?}; remove `user`",
+                self.server
+            ));
+        }
+        match user.as_str() {
+            "*" => Ok(Some(Users::AllButRoot)),
+            name => user_id(name)
+                .map(|uid| Some(Users::Uid(uid)))
+                .ok_or_else(|| {
+                    format!(
+                        "[[guard]] user = {name:?}: no such user in /etc/passwd; \
+                     give an existing user's name, or \"*\" for every user's PipeWire"
+                    )
+                }),
+        }
     }
 }
 
@@ -232,6 +291,9 @@ impl Config {
                 path.display(),
                 g.server
             ));
+        }
+        for g in &config.guard {
+            g.users().map_err(|e| format!("{}: {e}", path.display()))?;
         }
         if !(100..=60_000).contains(&config.monitor_interval_ms) {
             return Err(format!(
@@ -283,6 +345,17 @@ pub fn user_name(uid: u32) -> Option<String> {
     })
 }
 
+/// A user's id from /etc/passwd.
+pub fn user_id(name: &str) -> Option<u32> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 2 && f[0] == name)
+            .then(|| f[2].parse().ok())
+            .flatten()
+    })
+}
+
 /// A group's id from /etc/group.
 pub fn group_id(name: &str) -> Option<u32> {
     let groups = std::fs::read_to_string("/etc/group").ok()?;
@@ -330,6 +403,49 @@ mod tests {
             ["guard", "pipewire", "--fixed", "40", "--quiet"]
         );
         assert!(toml::from_str::<Config>("[[guard]]\nserver = \"jackd\"\nbudget = 1\n").is_err());
+    }
+
+    #[test]
+    fn a_users_pipewire_guard_names_a_user_or_every_user() {
+        let entry =
+            |text: &str| -> GuardEntry { toml::from_str::<Config>(text).unwrap().guard.remove(0) };
+        let every = entry("[[guard]]\nserver = \"pipewire\"\nuser = \"*\"\n");
+        assert_eq!(every.users(), Ok(Some(Users::AllButRoot)));
+        assert!(!Users::AllButRoot.contains(0) && Users::AllButRoot.contains(1000));
+        let root = entry("[[guard]]\nserver = \"pipewire\"\nuser = \"root\"\n");
+        assert_eq!(root.users(), Ok(Some(Users::Uid(0))));
+        assert_eq!(
+            root.args_for_pid(4242),
+            ["guard", "pipewire", "--pid", "4242", "--quiet"]
+        );
+        let mine = entry("[[guard]]\nserver = \"pipewire\"\n");
+        assert_eq!(mine.users(), Ok(None));
+
+        let nobody = entry("[[guard]]\nserver = \"pipewire\"\nuser = \"no-such-user-here\"\n");
+        let e = nobody.users().unwrap_err();
+        assert!(e.contains("no such user") && e.contains("\"*\""), "{e}");
+        let jack = entry("[[guard]]\nserver = \"jackd\"\nuser = \"*\"\n");
+        let e = jack.users().unwrap_err();
+        assert!(
+            e.contains("is for server = \"pipewire\"") && e.contains("remove `user`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_config_with_a_wrong_user_does_not_load() {
+        let dir = std::env::temp_dir().join(format!("tessera-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("daemon.toml");
+        std::fs::write(&path, "[[guard]]\nserver = \"jackd\"\nuser = \"root\"\n").unwrap();
+        let loaded = Config::load(Some(&path));
+        std::fs::write(&path, "[[guard]]\nserver = \"pipewire\"\nuser = \"*\"\n").unwrap();
+        let good = Config::load(Some(&path));
+        let _ = std::fs::remove_dir_all(&dir);
+        let e = loaded.unwrap_err();
+        assert!(e.starts_with(&path.display().to_string()), "{e}");
+        assert!(e.contains("remove `user`"), "{e}");
+        assert_eq!(good.unwrap().guard[0].user.as_deref(), Some("*"));
     }
 
     #[test]

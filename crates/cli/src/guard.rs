@@ -26,7 +26,8 @@ pub enum GuardTarget {
         #[command(flatten)]
         opts: GuardArgs,
     },
-    /// PipeWire's daemon (this user's, or --pid) and its clients.
+    /// PipeWire's daemon (this user's, or any user's by --pid) and its clients;
+    /// graph threads at SCHED_OTHER are adopted too.
     Pipewire {
         #[arg(long)]
         pid: Option<i32>,
@@ -102,6 +103,7 @@ pub const EXAMPLES: &str = "Examples:\n  \
     sudo tessera guard jackd                      (the JACK2 server \"default\")\n  \
     sudo tessera guard jackd --server studio --record budgets.csv\n  \
     sudo tessera guard pipewire --no-reclaim --increment 40\n  \
+    sudo tessera guard pipewire --pid 2345        (a user's session PipeWire)\n  \
     sudo tessera guard pid 4242 --period 1333us --fixed 40\n  \
     sudo tessera guard jackd --json | jq .reserved_cpus\n\n\
     Every real-time thread of the server and its clients gets a SCHED_DEADLINE\n\

@@ -7,8 +7,8 @@
 
 mod common;
 
+use common::session::TestUser;
 use common::{privileged, wait_until, Machine};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -19,48 +19,6 @@ use tessera_testkit::Rng;
 const USER: &str = "tessera-rtkit-test";
 const NAME: &str = "org.freedesktop.RealtimeKit1";
 const PATH: &str = "/org/freedesktop/RealtimeKit1";
-
-/// A system user of the test's own, removed when dropped.
-struct TestUser {
-    uid: u32,
-    gid: u32,
-    created: bool,
-}
-
-impl TestUser {
-    fn create() -> TestUser {
-        let created = Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                USER,
-            ])
-            .status()
-            .is_ok_and(|s| s.success());
-        let id = |flag: &str| -> u32 {
-            let out = Command::new("id").args([flag, USER]).output().unwrap();
-            String::from_utf8_lossy(&out.stdout)
-                .trim()
-                .parse()
-                .expect("the test user's id")
-        };
-        TestUser {
-            uid: id("-u"),
-            gid: id("-g"),
-            created,
-        }
-    }
-}
-
-impl Drop for TestUser {
-    fn drop(&mut self) {
-        if self.created {
-            let _ = Command::new("userdel").arg(USER).status();
-        }
-    }
-}
 
 /// The machine, a private bus, a test user, and a daemon answering RTKit.
 /// Dropped in this order: the processes, the user, the bus, and last the
@@ -90,7 +48,7 @@ impl Desktop {
         let bus = PrivateBus::start(&m.dir).expect("a private system bus");
         std::fs::write(m.dir.join("daemon.toml"), config).unwrap();
         let mut d = Desktop {
-            user: TestUser::create(),
+            user: TestUser::create(USER),
             bus,
             m,
             daemon: None,
@@ -128,26 +86,9 @@ impl Desktop {
     /// A command run as the test user, on the private bus, with a runtime
     /// directory of its own (as a login session has).
     fn as_user(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let runtime = self.m.dir.join("xdg");
-        if !runtime.exists() {
-            std::fs::create_dir(&runtime).unwrap();
-            std::os::unix::fs::chown(&runtime, Some(self.user.uid), Some(self.user.gid)).unwrap();
-            std::fs::set_permissions(
-                &runtime,
-                std::os::unix::fs::PermissionsExt::from_mode(0o700),
-            )
-            .unwrap();
-        }
-        let mut cmd = Command::new(program);
-        cmd.env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("HOME", &runtime)
-            .env("XDG_RUNTIME_DIR", &runtime)
-            .env("DBUS_SYSTEM_BUS_ADDRESS", &self.bus.address)
-            .current_dir(&runtime)
-            .uid(self.user.uid)
-            .gid(self.user.gid)
-            .stdin(Stdio::null());
+        let runtime = self.user.runtime_dir(&self.m.dir.join("xdg"));
+        let mut cmd = self.user.command(&runtime, program);
+        cmd.env("DBUS_SYSTEM_BUS_ADDRESS", &self.bus.address);
         cmd
     }
 
@@ -167,33 +108,6 @@ impl Desktop {
             }
         };
         self.m.spawn(&mut cmd) as i32
-    }
-
-    /// Cells of the daemon as JSON.
-    fn cells(&self) -> Vec<serde_json::Value> {
-        let out = self
-            .m
-            .tessera()
-            .args(["cell", "list", "--json"])
-            .output()
-            .expect("run tessera cell list");
-        serde_json::from_slice::<serde_json::Value>(&out.stdout)
-            .expect("cell list's JSON")
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    /// The cells reserving a thread of `pid`.
-    fn cells_of(&self, pid: i32) -> Vec<serde_json::Value> {
-        self.cells()
-            .into_iter()
-            .filter(|c| {
-                c["members"]
-                    .as_array()
-                    .is_some_and(|m| m.iter().any(|m| m["pid"] == pid))
-            })
-            .collect()
     }
 
     /// `busctl` against the private bus, as `uid` (None: root).
@@ -308,9 +222,9 @@ fn a_users_pipewire_and_its_pw_jack_client_get_reservations_through_rtkit() {
     d.wait_for(
         "PipeWire's data thread is reserved",
         Duration::from_secs(15),
-        |d| !d.cells_of(pw).is_empty(),
+        |d| !d.m.cells_of(pw).is_empty(),
     );
-    let cell = &d.cells_of(pw)[0];
+    let cell = &d.m.cells_of(pw)[0];
     assert_eq!(
         cell["owner_uid"], d.user.uid,
         "the user's quota holds it: {cell}"
@@ -347,13 +261,13 @@ fn a_users_pipewire_and_its_pw_jack_client_get_reservations_through_rtkit() {
     d.wait_for(
         "the client's thread is reserved",
         Duration::from_secs(15),
-        |d| !d.cells_of(client_pid).is_empty(),
+        |d| !d.m.cells_of(client_pid).is_empty(),
     );
     d.m.kill(client_index);
     d.wait_for(
         "the client's reservation is released",
         Duration::from_secs(5),
-        |d| d.cells_of(client_pid).is_empty(),
+        |d| d.m.cells_of(client_pid).is_empty(),
     );
     let log = d.daemon_log();
     assert!(
@@ -381,7 +295,7 @@ fn another_users_thread_is_refused_and_nothing_changes() {
         "process {roots} belongs to uid 0, not to the caller"
     )));
     assert!(!is_deadline(roots));
-    assert!(d.cells().is_empty());
+    assert!(d.m.cells().is_empty());
 
     // The user's own process, without RLIMIT_RTTIME: RTKit's rule refuses.
     let unlimited = d.user_sleeper(false);
@@ -392,7 +306,7 @@ fn another_users_thread_is_refused_and_nothing_changes() {
     let limited = d.user_sleeper(true);
     let (ok, _) = d.realtime(Some(d.user.uid), limited, limited, 21);
     assert!(!ok);
-    assert!(d.cells().is_empty());
+    assert!(d.m.cells().is_empty());
     // Root-only methods.
     for method in ["ResetKnown", "ResetAll", "Exit"] {
         let (ok, text) = d.busctl(Some(d.user.uid), &["call", NAME, PATH, NAME, method]);
@@ -413,7 +327,7 @@ fn past_the_quota_a_request_falls_back_to_rtkits_own_answer_or_is_refused() {
     let p = d.user_sleeper(true);
     let (ok, text) = d.realtime(Some(d.user.uid), p, p, 10);
     assert!(ok, "the fifo fallback grants: {text}");
-    assert!(d.cells().is_empty(), "no reservation past the quota");
+    assert!(d.m.cells().is_empty(), "no reservation past the quota");
     let policy = sched::get_policy(p).unwrap();
     assert_eq!(policy, Policy::RoundRobin { priority: 10 });
     assert!(d.daemon_log().contains("UNGUARANTEED"));
@@ -458,7 +372,7 @@ fn a_foreign_client_asks_for_its_own_thread_and_a_restarted_daemon_keeps_the_gra
         Duration::from_secs(10),
         |_| is_deadline(py),
     );
-    assert_eq!(d.cells_of(py).len(), 1);
+    assert_eq!(d.m.cells_of(py).len(), 1);
 
     // SIGKILL: the reservation stays in force without its daemon…
     d.kill_daemon();
@@ -470,13 +384,13 @@ fn a_foreign_client_asks_for_its_own_thread_and_a_restarted_daemon_keeps_the_gra
         "{}",
         d.daemon_log()
     );
-    assert_eq!(d.cells_of(py).len(), 1);
+    assert_eq!(d.m.cells_of(py).len(), 1);
     assert!(is_deadline(py));
     // ResetKnown (root) gives it back to SCHED_OTHER.
     let (ok, text) = d.busctl(None, &["call", NAME, PATH, NAME, "ResetKnown"]);
     assert!(ok, "{text}");
     assert!(!is_deadline(py));
-    assert!(d.cells().is_empty());
+    assert!(d.m.cells().is_empty());
 }
 
 /// One fuzzed call: a method (RTKit's, a misspelt one, or the properties
@@ -562,7 +476,7 @@ fn ten_thousand_fuzzed_calls_get_replies_and_change_nothing() {
     }
     eprintln!("10 000 fuzzed calls: {replies} answered, {errors} refused with an error");
     assert!(errors > 9_000, "almost every fuzzed call is refused");
-    assert!(d.cells().is_empty(), "nothing was reserved");
+    assert!(d.m.cells().is_empty(), "nothing was reserved");
     let after: Vec<Policy> = own
         .iter()
         .map(|t| sched::get_policy(*t as i32).unwrap())
@@ -605,7 +519,7 @@ fn a_hundred_kills_of_daemon_client_or_pipewire_leave_nothing_behind() {
                 let index = d.m.children.len();
                 let pid = d.m.spawn(&mut pw) as i32;
                 d.wait_for("PipeWire is reserved", Duration::from_secs(15), |d| {
-                    !d.cells_of(pid).is_empty()
+                    !d.m.cells_of(pid).is_empty()
                 });
                 (index, pid)
             }
@@ -635,10 +549,10 @@ fn a_hundred_kills_of_daemon_client_or_pipewire_leave_nothing_behind() {
         d.wait_for(
             "the killed process's reservation is released",
             Duration::from_secs(5),
-            |d| d.cells_of(pid).is_empty(),
+            |d| d.m.cells_of(pid).is_empty(),
         );
     }
-    assert!(d.cells().is_empty());
+    assert!(d.m.cells().is_empty());
     for pid in reserved {
         assert!(!tessera_sys::proc::is_running(pid));
     }

@@ -14,10 +14,17 @@
 //! joins and an xrun the server reports bump every controller (seed 001
 //! §3.4.5); a buffer-size change moves every reservation to the new period.
 //!
+//! A PipeWire graph whose threads nobody made real-time (a user's session
+//! PipeWire without RT rights) is guarded too: the threads that run it, the
+//! daemon's data loop and its clients' process threads, are found in step
+//! with the graph's cycles ([`crate::lockstep`]) and adopted, reserved like
+//! the real-time ones; released, they are SCHED_OTHER again.
+//!
 //! It must never set a thread's scheduling itself (only the broker does), nor
 //! signal or stop the programs it guards; when it stops every thread is
 //! given back the scheduling its program set.
 
+use crate::lockstep::Lockstep;
 use crate::monitor::{Monitor, Snapshot};
 use crate::server::{Server, ServerKind};
 use crate::watch::{ThreadEvent, Watch};
@@ -161,6 +168,9 @@ pub struct Guard {
     /// [`RETRY_LEFT_OUT`], not every interval.
     left_out: BTreeMap<Tid, LeftOut>,
     clients: BTreeSet<Pid>,
+    /// Finds the graph's threads at a normal policy (PipeWire only: JACK2
+    /// runs no graph without real-time threads).
+    lockstep: Option<Lockstep>,
     last_scan: Instant,
     started: Instant,
     record: Option<Box<dyn Write + Send>>,
@@ -194,8 +204,10 @@ impl Guard {
         settings: Settings,
     ) -> Result<Guard, GuardError> {
         let monitor = match &server.kind {
-            ServerKind::Jack { name } => Some(Monitor::open(Some(name), "tessera-guard")?),
-            ServerKind::PipeWire => Some(Monitor::open(None, "tessera-guard")?),
+            ServerKind::Jack { name } => Some(Monitor::join_jack(name, "tessera-guard")?),
+            ServerKind::PipeWire(endpoint) => {
+                Some(Monitor::join_pipewire(endpoint, "tessera-guard")?)
+            }
             ServerKind::Process => None,
         };
         let heard = monitor.as_ref().map(Monitor::snapshot).unwrap_or_default();
@@ -215,6 +227,7 @@ impl Guard {
             }
             Budgeting::Adaptive(_) => 0,
         };
+        let lockstep = matches!(server.kind, ServerKind::PipeWire(_)).then(Lockstep::new);
         let mut watch = Watch::new()?;
         watch.add_process(server.pid)?;
         let mut guard = Guard {
@@ -229,6 +242,7 @@ impl Guard {
             reserved: BTreeMap::new(),
             left_out: BTreeMap::new(),
             clients: BTreeSet::new(),
+            lockstep,
             last_scan: Instant::now(),
             started: Instant::now(),
             record: None,
@@ -269,6 +283,7 @@ impl Guard {
             }
         }
         self.hear_server(&mut log);
+        self.adopt_graph_threads(&mut log);
         if self.last_scan.elapsed() >= RESCAN {
             self.rescan_clients();
         }
@@ -455,6 +470,41 @@ impl Guard {
         for r in self.reserved.values_mut().filter(|r| which(r)) {
             bump(&mut r.controller);
         }
+    }
+
+    /// Adopts the threads that run the graph at a normal policy: those
+    /// found in step with the cycles the guard's client hears.
+    fn adopt_graph_threads(&mut self, log: &mut Vec<String>) {
+        let Some(mut lockstep) = self.lockstep.take() else {
+            return;
+        };
+        let found = lockstep.judge(self.heard.cycles, &self.unreserved_normal_threads());
+        self.lockstep = Some(lockstep);
+        for (pid, tid) in found {
+            log.push(format!(
+                "thread {tid} ({}) of {} runs the graph without real-time scheduling (woken once a cycle): adopting it",
+                proc::thread_name(pid, tid),
+                proc::process_name(pid)
+            ));
+            self.reserve(pid, tid, log);
+        }
+    }
+
+    /// The threads of the server and its clients (not the guard's own) at a
+    /// normal policy, neither reserved nor waiting to be tried again.
+    fn unreserved_normal_threads(&self) -> Vec<(Pid, Tid)> {
+        let me = proc::current_pid();
+        let mut threads = Vec::new();
+        for pid in self.watch.processes().into_iter().filter(|&p| p != me) {
+            for (tid, policy) in self.watch.threads(pid) {
+                let normal = matches!(policy, Policy::Other { .. } | Policy::Batch { .. });
+                if normal && !self.reserved.contains_key(&tid) && !self.left_out.contains_key(&tid)
+                {
+                    threads.push((pid, tid));
+                }
+            }
+        }
+        threads
     }
 
     /// Tries again the threads refused a while ago: capacity may have been

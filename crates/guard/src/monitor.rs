@@ -3,7 +3,9 @@
 //! coming and going, and the periods the graph skipped (the frame time
 //! jumped by more than one period between two cycles of the monitor) —
 //! PipeWire's libjack sends JACK clients no xrun callbacks, so skipped
-//! periods are how an overrun is heard there. JACK2 is reached through Debian's libjack; PipeWire
+//! periods are how an overrun is heard there. It also counts the graph's
+//! cycles: the threads that wake in step with them are the graph's
+//! (`crate::lockstep`). JACK2 is reached through Debian's libjack; PipeWire
 //! through its JACK library (`pw-jack`: the process must start with
 //! PipeWire's libjack first on LD_LIBRARY_PATH, see [`pipewire_jack_dir`]).
 //!
@@ -12,6 +14,7 @@
 //! real-time thread. It must never connect ports or change the server's
 //! settings.
 
+use crate::server::Endpoint;
 use crate::{fail, GuardError};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -22,6 +25,7 @@ use std::sync::Arc;
 struct Heard {
     frames: AtomicU32,
     rate: AtomicU32,
+    cycles: AtomicU64,
     xruns: AtomicU64,
     skipped: AtomicU64,
     joins: AtomicU64,
@@ -35,6 +39,8 @@ pub struct Snapshot {
     pub frames: u32,
     /// Frames per second.
     pub rate: u32,
+    /// Cycles the graph ran the guard's client in.
+    pub cycles: u64,
     pub xruns: u64,
     /// Periods the graph did not run, from the frame time's jumps.
     pub skipped: u64,
@@ -85,6 +91,7 @@ impl jack::ProcessHandler for Cycles {
     fn process(&mut self, _: &jack::Client, scope: &jack::ProcessScope) -> jack::Control {
         let now = scope.last_frame_time();
         let frames = scope.n_frames();
+        self.heard.cycles.fetch_add(1, Ordering::Relaxed);
         if let Some(last) = self.last_frame {
             let skipped = skipped_periods(last, now, frames);
             if skipped > 0 {
@@ -119,17 +126,31 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    /// Joins the JACK server `server` (JACK2's name; PipeWire ignores it) as
-    /// client `name`, never starting a server.
-    pub fn open(server: Option<&str>, name: &str) -> Result<Monitor, GuardError> {
-        if let Some(s) = server {
-            std::env::set_var("JACK_DEFAULT_SERVER", s);
+    /// Joins JACK2's server `server` as client `name`.
+    pub fn join_jack(server: &str, name: &str) -> Result<Monitor, GuardError> {
+        std::env::set_var("JACK_DEFAULT_SERVER", server);
+        Monitor::open(name)
+    }
+
+    /// Joins the PipeWire daemon at `endpoint` (any user's) as client `name`.
+    /// PipeWire's libjack reads where to connect from the environment when
+    /// the client opens: this process is pointed at the daemon first (a
+    /// guard process guards one server).
+    pub fn join_pipewire(endpoint: &Endpoint, name: &str) -> Result<Monitor, GuardError> {
+        for (var, value) in endpoint.client_env() {
+            std::env::set_var(var, value);
         }
+        Monitor::open(name)
+    }
+
+    /// Joins the server the environment names as client `name`, never
+    /// starting a server.
+    fn open(name: &str) -> Result<Monitor, GuardError> {
         let (client, _status) = jack::Client::new(name, jack::ClientOptions::NO_START_SERVER)
             .map_err(|e| {
                 fail(
                     format!("could not join the JACK server as a client: {e}"),
-                    "is the server running, under this user, with this server name (-n / JACK_DEFAULT_SERVER)?",
+                    "is the server running? JACK2: give its name (-n / JACK_DEFAULT_SERVER); PipeWire: its --pid, so that its socket is found",
                 )
             })?;
         let heard = Arc::new(Heard::default());
@@ -160,6 +181,7 @@ impl Monitor {
         Snapshot {
             frames: h.frames.load(Ordering::Relaxed),
             rate: h.rate.load(Ordering::Relaxed),
+            cycles: h.cycles.load(Ordering::Relaxed),
             xruns: h.xruns.load(Ordering::Relaxed),
             skipped: h.skipped.load(Ordering::Relaxed),
             joins: h.joins.load(Ordering::Relaxed),

@@ -8,11 +8,25 @@
 //! server itself (`pw-dump`: each client object carries the kernel-checked
 //! `pipewire.sec.pid`).
 //!
+//! A PipeWire daemon is reached where it listens, whoever runs it: its
+//! [`Endpoint`] (the runtime directory and socket name the daemon started
+//! with, from /proc/PID/environ, else `/run/user/UID`) is given to `pw-dump`
+//! and to the guard's own JACK client, so that root guards a user's session
+//! PipeWire as well as its own. Root connects as itself rather than as the
+//! server's owner: it passes the runtime directory's and the socket's
+//! permissions (CAP_DAC_OVERRIDE), PipeWire 0.3.65's native protocol checks
+//! no peer for an ordinary client (module-access restricts only
+//! flatpak/portal clients), and the guard needs root anyway for
+//! SCHED_DEADLINE; a process of its own as the user would add a second
+//! program to keep alive for nothing. Checked on Debian 12: root's
+//! `pw-dump` and pw-jack clients join a user's 0700 runtime directory.
+//!
 //! It only reads the machine; it must never signal or change a process, and
 //! it finds a server by the PID it is given when one is given, never by name
 //! alone when the name is ambiguous.
 
 use crate::{fail, GuardError};
+use std::path::PathBuf;
 use std::process::Command;
 use tessera_sys::proc::{self, Pid};
 
@@ -21,8 +35,8 @@ use tessera_sys::proc::{self, Pid};
 pub enum ServerKind {
     /// JACK2's jackd, by server name (`jackd -n NAME`; "default" otherwise).
     Jack { name: String },
-    /// PipeWire's daemon (the one `pw-dump` reaches with this environment).
-    PipeWire,
+    /// PipeWire's daemon, reached at its endpoint.
+    PipeWire(Endpoint),
     /// Any program: its own real-time threads, no clients.
     Process,
 }
@@ -48,26 +62,21 @@ impl Server {
             .filter(|&p| is_jack_server_name(&proc::process_name(p)))
             .filter(|&p| proc::maps_contain(p, &marker))
             .collect();
-        Server::one(
-            kind,
-            found,
-            &format!("a JACK2 server named {name:?}"),
-            "jackd",
-        )
+        let pid = only_one(found, &format!("a JACK2 server named {name:?}"), "jackd")?;
+        Server::at(kind, pid)
     }
 
-    /// PipeWire's daemon: the process at `pid` when given, else the one
-    /// `pipewire` process of this user.
+    /// PipeWire's daemon: the process at `pid` when given (any user's),
+    /// else the one `pipewire` process of this user.
     pub fn pipewire(pid: Option<Pid>) -> Result<Server, GuardError> {
-        if let Some(pid) = pid {
-            return Server::at(ServerKind::PipeWire, pid);
-        }
-        let uid = tessera_sys::caps::euid();
-        let found: Vec<Pid> = user_processes()
-            .filter(|&p| proc::process_name(p) == "pipewire")
-            .filter(|&p| proc::owner_uid(p).ok() == Some(uid))
-            .collect();
-        Server::one(ServerKind::PipeWire, found, "a PipeWire daemon", "pipewire")
+        let pid = match pid {
+            Some(pid) => pid,
+            None => {
+                let found = pipewire_daemons(|uid| uid == tessera_sys::caps::euid());
+                only_one(found, "a PipeWire daemon of this user", "pipewire")?
+            }
+        };
+        Server::at(ServerKind::PipeWire(Endpoint::of(pid)?), pid)
     }
 
     /// Any process, by PID.
@@ -89,25 +98,6 @@ impl Server {
         })
     }
 
-    fn one(
-        kind: ServerKind,
-        found: Vec<Pid>,
-        what: &str,
-        hint: &str,
-    ) -> Result<Server, GuardError> {
-        match found.as_slice() {
-            [pid] => Server::at(kind, *pid),
-            [] => Err(fail(
-                format!("found no running {what}"),
-                format!("start it first, or name its process with --pid (`pgrep -a {hint}`)"),
-            )),
-            many => Err(fail(
-                format!("{} processes look like {what}: {many:?}", many.len()),
-                "name the one to guard with --pid",
-            )),
-        }
-    }
-
     pub fn is_alive(&self) -> bool {
         proc::is_same_process(self.pid, self.start_time)
     }
@@ -119,7 +109,12 @@ impl Server {
             ServerKind::Jack { name: server } => {
                 format!("{name} (JACK2 server {server:?}, pid {})", self.pid)
             }
-            ServerKind::PipeWire => format!("{name} (PipeWire, pid {})", self.pid),
+            ServerKind::PipeWire(e) => format!(
+                "{name} (PipeWire of uid {} at {}, pid {})",
+                e.uid,
+                e.socket_path().display(),
+                self.pid
+            ),
             ServerKind::Process => format!("{name} (pid {})", self.pid),
         }
     }
@@ -137,7 +132,7 @@ impl Server {
                     .filter(|&p| proc::maps_contain(p, &marker))
                     .collect()
             }
-            ServerKind::PipeWire => pipewire_client_pids().unwrap_or_default(),
+            ServerKind::PipeWire(endpoint) => pipewire_client_pids(endpoint).unwrap_or_default(),
             ServerKind::Process => Vec::new(),
         };
         pids.retain(|&p| p != self.pid && p != me);
@@ -145,6 +140,92 @@ impl Server {
         pids.dedup();
         pids
     }
+}
+
+/// The one process `found` as `what`.
+fn only_one(found: Vec<Pid>, what: &str, hint: &str) -> Result<Pid, GuardError> {
+    match found.as_slice() {
+        [pid] => Ok(*pid),
+        [] => Err(fail(
+            format!("found no running {what}"),
+            format!("start it first, or name its process with --pid (`pgrep -a {hint}`)"),
+        )),
+        many => Err(fail(
+            format!("{} processes look like {what}: {many:?}", many.len()),
+            "name the one to guard with --pid",
+        )),
+    }
+}
+
+/// Where a PipeWire daemon listens: the runtime directory and socket name
+/// its owner's session gave it. PipeWire's clients find the socket from the
+/// same variables the daemon read ([`Endpoint::client_env`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// The daemon's owner.
+    pub uid: u32,
+    pub runtime_dir: PathBuf,
+    /// The socket's name in `runtime_dir` ("pipewire-0").
+    pub socket: String,
+}
+
+impl Endpoint {
+    /// The endpoint of the PipeWire daemon `pid`, as it computes it:
+    /// PIPEWIRE_RUNTIME_DIR, else XDG_RUNTIME_DIR, else the owner's
+    /// `/run/user/UID`; PIPEWIRE_CORE, else "pipewire-0".
+    pub fn of(pid: Pid) -> Result<Endpoint, GuardError> {
+        let uid = proc::owner_uid(pid).map_err(|_| {
+            fail(
+                format!("no process {pid}"),
+                "check the PID (`pgrep -a pipewire`); the server may have exited",
+            )
+        })?;
+        let var = |name| proc::environment_variable(pid, name).filter(|v| !v.is_empty());
+        let runtime_dir = var("PIPEWIRE_RUNTIME_DIR")
+            .or_else(|| var("XDG_RUNTIME_DIR"))
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(format!("/run/user/{uid}")));
+        let endpoint = Endpoint {
+            uid,
+            runtime_dir,
+            socket: var("PIPEWIRE_CORE").unwrap_or_else(|| "pipewire-0".into()),
+        };
+        if !endpoint.socket_path().exists() {
+            return Err(fail(
+                format!(
+                    "PipeWire (pid {pid}, uid {uid}) has no socket at {}",
+                    endpoint.socket_path().display()
+                ),
+                "wait until it has started; a daemon started with another runtime directory \
+                 must have it in its environment (XDG_RUNTIME_DIR or PIPEWIRE_RUNTIME_DIR)",
+            ));
+        }
+        Ok(endpoint)
+    }
+
+    pub fn socket_path(&self) -> PathBuf {
+        self.runtime_dir.join(&self.socket)
+    }
+
+    /// The environment a PipeWire client (pw-dump, PipeWire's libjack)
+    /// needs to connect to this daemon, whatever its own would say.
+    pub fn client_env(&self) -> [(&'static str, &std::ffi::OsStr); 3] {
+        let dir = self.runtime_dir.as_os_str();
+        [
+            ("XDG_RUNTIME_DIR", dir),
+            ("PIPEWIRE_RUNTIME_DIR", dir),
+            ("PIPEWIRE_REMOTE", std::ffi::OsStr::new(&self.socket)),
+        ]
+    }
+}
+
+/// The running PipeWire daemons (processes named `pipewire`, which
+/// `pipewire-pulse` and WirePlumber are not) whose owner `uid_matches`.
+pub fn pipewire_daemons(uid_matches: impl Fn(u32) -> bool) -> Vec<Pid> {
+    user_processes()
+        .filter(|&p| proc::process_name(p) == "pipewire")
+        .filter(|&p| proc::owner_uid(p).is_ok_and(&uid_matches))
+        .collect()
 }
 
 /// The part of a JACK2 semaphore path that names the server (JACK2's
@@ -167,9 +248,10 @@ fn user_processes() -> impl Iterator<Item = Pid> {
 
 /// The PIDs of PipeWire's clients, from `pw-dump` (the server's own list;
 /// `pipewire.sec.pid` comes from the socket's peer credentials).
-pub fn pipewire_client_pids() -> Result<Vec<Pid>, GuardError> {
+pub fn pipewire_client_pids(endpoint: &Endpoint) -> Result<Vec<Pid>, GuardError> {
     let out = Command::new("pw-dump")
         .arg("--no-colors")
+        .envs(endpoint.client_env())
         .output()
         .map_err(|e| {
             fail(
@@ -183,7 +265,10 @@ pub fn pipewire_client_pids() -> Result<Vec<Pid>, GuardError> {
                 "pw-dump failed: {}",
                 String::from_utf8_lossy(&out.stderr).trim()
             ),
-            "is PipeWire running for this user (XDG_RUNTIME_DIR, PIPEWIRE_REMOTE)?",
+            format!(
+                "is PipeWire still listening at {}?",
+                endpoint.socket_path().display()
+            ),
         ));
     }
     parse_pipewire_clients(&String::from_utf8_lossy(&out.stdout))

@@ -301,6 +301,16 @@ pub fn owner_uid(pid: Pid) -> Result<u32> {
     status_value(pid, "Uid")
 }
 
+/// The value of variable `name` in the environment a process started with
+/// (/proc/PID/environ: readable by its owner and root), if it has one.
+pub fn environment_variable(pid: Pid, name: &str) -> Option<String> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ.split(|&b| b == 0).find_map(|entry| {
+        let value = entry.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
+        Some(String::from_utf8_lossy(value).into_owned())
+    })
+}
+
 /// A process's resident memory in KiB (VmRSS of its status; a kernel
 /// thread has none).
 pub fn resident_kib(pid: Pid) -> Result<u64> {
@@ -467,6 +477,12 @@ mod tests {
         );
         assert_eq!(executable(me).unwrap(), std::env::current_exe().unwrap());
         assert!(is_same_process(me, started));
+        assert_eq!(
+            environment_variable(me, "PATH"),
+            std::env::var("PATH").ok(),
+            "PATH as the process started with it"
+        );
+        assert_eq!(environment_variable(me, "PAT"), None, "whole names only");
         assert!(!is_same_process(me, started + 1));
         assert!(!is_kernel_thread(me));
         assert!(is_running(me));

@@ -5,6 +5,8 @@
 // Each test binary uses a part of it.
 #![allow(dead_code)]
 
+pub mod session;
+
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -60,6 +62,32 @@ impl Machine {
         pid
     }
 
+    /// The daemon's cells as JSON.
+    pub fn cells(&self) -> Vec<serde_json::Value> {
+        let out = self
+            .tessera()
+            .args(["cell", "list", "--json"])
+            .output()
+            .expect("run tessera cell list");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .expect("cell list's JSON")
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The cells reserving a thread of `pid`.
+    pub fn cells_of(&self, pid: i32) -> Vec<serde_json::Value> {
+        self.cells()
+            .into_iter()
+            .filter(|c| {
+                c["members"]
+                    .as_array()
+                    .is_some_and(|m| m.iter().any(|m| m["pid"] == pid))
+            })
+            .collect()
+    }
+
     pub fn kill(&mut self, index: usize) {
         let _ = self.children[index].kill();
         let _ = self.children[index].wait();
@@ -67,8 +95,9 @@ impl Machine {
 }
 
 impl Drop for Machine {
+    /// The last started first: clients before their servers.
     fn drop(&mut self) {
-        for c in &mut self.children {
+        for c in self.children.iter_mut().rev() {
             let _ = c.kill();
             let _ = c.wait();
         }
@@ -84,13 +113,14 @@ pub fn privileged(test: &str) -> Option<Machine> {
     })
 }
 
-pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+pub fn wait_until(what: &str, done: impl FnMut() -> bool) {
+    wait_until_within(what, Duration::from_secs(10), done)
+}
+
+pub fn wait_until_within(what: &str, within: Duration, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "timed out waiting until {what}"
-        );
+        assert!(start.elapsed() < within, "timed out waiting until {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
