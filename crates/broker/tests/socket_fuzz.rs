@@ -376,7 +376,7 @@ fn unknown_op(rng: &mut Rng, id: u64) -> Vec<u8> {
 fn other_version(rng: &mut Rng, id: u64) -> Vec<u8> {
     let v = match rng.below(3) {
         0 => *rng.pick(&[0, 2, 3, u32::MAX]),
-        _ => 2 + rng.next() as u32 % (u32::MAX - 2),
+        _ => 2 + rng.next_u64() as u32 % (u32::MAX - 2),
     };
     let mut template = any_template(rng, id);
     template["v"] = v.into();

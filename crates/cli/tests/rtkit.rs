@@ -421,7 +421,7 @@ fn fuzzed_call(
     let member = *rng.pick(&["Get", "GetAll", "Set", "Introspect"]);
     let property = *rng.pick(&["RTTimeUSecMax", "MinNiceLevel", "NoSuchProperty", ""]);
     let (iface, props) = (Some(NAME), Some("org.freedesktop.DBus.Properties"));
-    match rng.next() % 9 {
+    match rng.next_u64() % 9 {
         0 => bus.call_method(Some(NAME), PATH, iface, method, &(id, priority)),
         1 => bus.call_method(Some(NAME), PATH, iface, method, &(id, other, priority)),
         2 => bus.call_method(Some(NAME), PATH, iface, method, &(id, nice)),

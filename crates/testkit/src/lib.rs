@@ -130,7 +130,7 @@ pub fn start_daemon(paths: &Paths, config: Config) {
 pub struct Rng(pub u64);
 
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -139,11 +139,11 @@ impl Rng {
 
     /// A number in 0..n.
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
 
     pub fn byte(&mut self) -> u8 {
-        self.next() as u8
+        self.next_u64() as u8
     }
 
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
