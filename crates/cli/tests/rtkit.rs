@@ -595,3 +595,49 @@ fn a_daemon_that_cannot_own_the_name_fails_and_says_why() {
     assert!(err.contains("owned by another program"), "{err}");
     assert!(err.contains("systemctl stop rtkit-daemon"), "{err}");
 }
+
+#[test]
+fn one_quota_holds_for_the_socket_and_the_bus_together() {
+    let config =
+        "rtkit = true\nsocket_world = true\ndefault_quota = 0.3\nrtkit_fallback = \"refuse\"\n";
+    let Some(mut d) = Desktop::new("rtkit_one_quota", config) else {
+        return;
+    };
+    let as_user_tessera = |d: &Desktop, args: &[&str]| {
+        let mut cmd = d.as_user(env!("CARGO_BIN_EXE_tessera"));
+        cmd.env("TESSERA_RUN_DIR", &d.m.dir).args(args);
+        let out = cmd.output().expect("run tessera as the user");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Most of the user's quota taken through the socket…
+    let (ok, err) = as_user_tessera(
+        &d,
+        &[
+            "cell",
+            "create",
+            "mine",
+            "--policy",
+            "event-triggered",
+            "--runtime",
+            "2800us",
+            "--period",
+            "10ms",
+        ],
+    );
+    assert!(ok, "{err}");
+    // …leaves too little for a reservation through the bus.
+    let p = d.user_sleeper(true);
+    let (ok, text) = d.realtime(Some(d.user.uid), p, p, 10);
+    assert!(!ok, "{text}");
+    assert!(d.daemon_log().contains("quota"), "{}", d.logs());
+    assert!(!is_deadline(p));
+    // Given back through the socket, it is the bus's to use.
+    let (ok, err) = as_user_tessera(&d, &["cell", "destroy", "mine"]);
+    assert!(ok, "{err}");
+    let (ok, text) = d.realtime(Some(d.user.uid), p, p, 10);
+    assert!(ok, "{text}\n{}", d.logs());
+    assert!(is_deadline(p));
+}
