@@ -39,6 +39,9 @@ pub const INITIAL_PERIOD_NS: u64 = 10_000_000;
 /// The prefix of the cells this module makes (`rtkit-<tid>`).
 pub const CELL_PREFIX: &str = "rtkit-";
 
+/// How often a thread left on RTKit's SCHED_RR is tried for a reservation.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
 /// Wake-ups in an interval below which it tells nothing of the period.
 const MIN_WAKEUPS: u64 = 4;
 
@@ -76,8 +79,15 @@ struct Reservation {
 
 enum Held {
     Reserved(Box<Reservation>),
-    Unguaranteed { priority: u32, why: String },
-    Nice { nice: i32 },
+    /// RTKit's SCHED_RR; `since` the last try for a reservation.
+    Unguaranteed {
+        priority: u32,
+        why: String,
+        since: Instant,
+    },
+    Nice {
+        nice: i32,
+    },
 }
 
 struct Grant {
@@ -104,10 +114,11 @@ impl Grants {
             limits,
             fallback,
             controller: AdaptiveConfig {
-                // Many threads open at once (a server and its clients): each
-                // starts at a fifth of its period so that they all fit, and
-                // reclaiming covers what the first interval shows it lacks.
-                initial_budget_pct: 20,
+                // Many threads open at once (a server and its clients, ten or
+                // more): each starts at the least it could want, so that they
+                // all fit before the first samples size them, and reclaiming
+                // (GRUB) covers what that first interval shows it lacks.
+                initial_budget_pct: AdaptiveConfig::default().min_budget_pct,
                 ..AdaptiveConfig::default()
             },
             bursts: Bursts::default(),
@@ -187,6 +198,9 @@ impl Grants {
         let tids: Vec<Tid> = self.threads.keys().copied().collect();
         for tid in &tids {
             self.release(*tid);
+            // RTKit's reset is SCHED_OTHER, also for a thread the broker gave
+            // back the SCHED_RR it had before its reservation.
+            let _ = sched::set_policy(*tid, &Policy::Other { nice: 0 });
         }
         Ok(tids.len())
     }
@@ -229,8 +243,53 @@ impl Grants {
             if let Err(e) = self.adapt_one(tid) {
                 log.push(format!("thread {tid}: budget not changed: {e}"));
             }
+            if let Some(line) = self.retry_unguaranteed(tid) {
+                log.push(line);
+            }
         }
         log
+    }
+
+    /// A thread left on RTKit's SCHED_RR when admission refused it gets its
+    /// reservation once there is room (capacity is freed as budgets settle
+    /// and threads leave), tried every [`RETRY_AFTER`].
+    fn retry_unguaranteed(&mut self, tid: Tid) -> Option<String> {
+        let g = self.threads.get(&tid)?;
+        let Held::Unguaranteed { since, .. } = &g.held else {
+            return None;
+        };
+        if since.elapsed() < RETRY_AFTER {
+            return None;
+        }
+        let target = g.target;
+        match self.reserve(&target) {
+            Ok(r) => {
+                let line = format!(
+                    "thread {tid} now reserved in cell {} ({} µs every {} µs)",
+                    r.cell,
+                    r.set.runtime_ns / 1000,
+                    r.set.period_ns / 1000
+                );
+                self.threads.insert(
+                    tid,
+                    Grant {
+                        target,
+                        held: Held::Reserved(Box::new(r)),
+                    },
+                );
+                Some(line)
+            }
+            Err(_) => {
+                if let Some(Grant {
+                    held: Held::Unguaranteed { since, .. },
+                    ..
+                }) = self.threads.get_mut(&tid)
+                {
+                    *since = Instant::now();
+                }
+                None
+            }
+        }
     }
 
     /// What every granted thread holds.
@@ -336,7 +395,11 @@ impl Grants {
                     .map_err(|e| {
                         RtkitError::failed(format!("make thread {} SCHED_RR: {e}", target.tid), "")
                     })?;
-                Ok(Held::Unguaranteed { priority, why })
+                Ok(Held::Unguaranteed {
+                    priority,
+                    why,
+                    since: Instant::now(),
+                })
             }
         }
     }
@@ -492,7 +555,7 @@ fn describe(held: &Held) -> GrantKind {
             cell: r.cell.clone(),
             budget: r.set,
         },
-        Held::Unguaranteed { priority, why } => GrantKind::Unguaranteed {
+        Held::Unguaranteed { priority, why, .. } => GrantKind::Unguaranteed {
             priority: *priority,
             why: why.clone(),
         },
