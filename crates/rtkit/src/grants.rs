@@ -7,7 +7,8 @@
 //! broker's quota holds for the socket and the bus together), bound to the
 //! thread's process (its exit releases the cell, through the broker's
 //! reaper), reclaiming spare bandwidth (GRUB), with RESET_ON_FORK. Its
-//! budget starts at a fifth of a 10 ms period and then follows the thread:
+//! budget starts at the controller's minimum (5 %) of a 10 ms period and
+//! then follows the thread:
 //! every [`INTERVAL`] its CPU time and wake-ups are read, the period is
 //! learned from the wake-ups (an audio thread waits once a cycle), and the
 //! guard's controller (`tessera_policy::Adaptive`) asks admission for the
@@ -32,8 +33,8 @@ use tessera_sys::sched::{self, Policy, Tid};
 pub const INTERVAL: Duration = Duration::from_millis(200);
 
 /// The period a reservation starts with, before the thread's wake-ups tell
-/// its own: long enough for any audio buffer, and its budget is reclaimed
-/// from (GRUB) while it is learned.
+/// its own: long enough for any audio buffer; the thread reclaims spare
+/// bandwidth (GRUB) beyond its budget while the period is learned.
 pub const INITIAL_PERIOD_NS: u64 = 10_000_000;
 
 /// The prefix of the cells this module makes (`rtkit-<tid>`).
