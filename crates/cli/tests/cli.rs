@@ -275,27 +275,21 @@ fn reset_restores_the_cpuset_tree_even_after_the_state_is_lost() {
 }
 
 fn as_nobody(m: &Machine, args: &[&str]) -> Output {
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ])
-        .arg(env!("CARGO_BIN_EXE_tessera"))
-        .args(args)
-        .env("TESSERA_RUN_DIR", &m.dir)
-        .stdin(Stdio::null())
-        .output()
-        .expect("setpriv (util-linux)");
-    eprintln!(
-        "$ (nobody) tessera {}\n{}{}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    eprintln!("(as nobody, without capabilities)");
+    common::run_logged(
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+            ])
+            .arg(env!("CARGO_BIN_EXE_tessera"))
+            .env("TESSERA_RUN_DIR", &m.dir)
+            .stdin(Stdio::null()),
+        args,
+    )
 }
 
 #[test]

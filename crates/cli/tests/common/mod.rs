@@ -128,7 +128,10 @@ pub fn wait_until_within(what: &str, within: Duration, mut done: impl FnMut() ->
 /// Runs `tessera` (`command`) with `args`, echoing the command line and
 /// its output into the test's log.
 pub fn run_logged(command: &mut Command, args: &[&str]) -> Output {
-    let out = command.args(args).output().expect("run tessera");
+    let out = command
+        .args(args)
+        .output()
+        .expect("run tessera (or setpriv, util-linux)");
     eprintln!(
         "$ tessera {}\n{}{}",
         args.join(" "),
