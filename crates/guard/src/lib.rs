@@ -14,6 +14,7 @@ pub mod guard;
 pub mod lockstep;
 pub mod monitor;
 pub mod server;
+pub mod share;
 pub mod supervise;
 pub mod watch;
 
