@@ -333,11 +333,18 @@ impl Session {
 
     /// Several budget changes as one admission decision (see
     /// `Request::ResizeCells`): one round trip, one save.
-    pub fn resize_cells(
+    pub fn resize_cells<'a>(
         &mut self,
-        changes: Vec<BudgetChange>,
+        changes: impl IntoIterator<Item = (&'a str, Budget)>,
         degrade: bool,
     ) -> Result<ResizeCellsReply, BrokerError> {
+        let changes = changes
+            .into_iter()
+            .map(|(name, budget)| BudgetChange {
+                name: name.to_string(),
+                budget,
+            })
+            .collect();
         self.typed(Request::ResizeCells { changes, degrade })
     }
 

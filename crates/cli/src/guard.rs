@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use tessera_broker::{BrokerError, Session};
 use tessera_guard::guard::{Budgeting, Cores, Guard, Settings, Status};
 use tessera_guard::server::Server;
-use tessera_guard::share::AppShare;
-use tessera_policy::{AdaptiveConfig, Bandwidth, PredictorConfig, PredictorKind};
+use tessera_policy::{AdaptiveConfig, PredictorConfig, PredictorKind};
 
 #[derive(Subcommand)]
 pub enum GuardTarget {
@@ -76,15 +75,8 @@ pub struct GuardArgs {
     /// global EDF.
     #[arg(long)]
     core: Option<String>,
-    /// The least CPU, % of one, each guarded process's busy threads that
-    /// are not real-time hold together (its application share): they get
-    /// reservations of their own, adapted to what they use.
-    #[arg(long, default_value = "2", conflicts_with = "rt_only")]
-    app_share: String,
-    /// Reserve only the threads programs made real-time (no application
-    /// shares).
-    #[arg(long)]
-    rt_only: bool,
+    #[command(flatten)]
+    share: crate::args::ShareArgs,
     /// Let reservations use spare bandwidth (GRUB reclaiming; the default).
     #[arg(long, overrides_with = "no_reclaim")]
     reclaim: bool,
@@ -335,29 +327,8 @@ fn settings(opts: &GuardArgs) -> Result<Settings, BrokerError> {
         reclaim: !opts.no_reclaim,
         interval: crate::args::time(&opts.interval, "--interval 100ms")?,
         period_ns,
-        app_share: app_share(opts)?,
+        app_share: opts.share.app_share()?,
     })
-}
-
-/// Each guarded process's share for its threads that are not real-time,
-/// or none with `--rt-only`.
-fn app_share(opts: &GuardArgs) -> Result<Option<AppShare>, BrokerError> {
-    if opts.rt_only {
-        return Ok(None);
-    }
-    let floor = opts.app_share.trim_end_matches('%');
-    match floor.parse::<f64>() {
-        Ok(pct) if (0.0..=100.0).contains(&pct) => Ok(Some(AppShare {
-            floor: Bandwidth::from_fraction(pct / 100.0),
-        })),
-        _ => Err(crate::args::invalid(
-            format!(
-                "--app-share {:?} is not a percentage of a CPU",
-                opts.app_share
-            ),
-            "e.g. --app-share 2 (2 % of a CPU per application, the default), or --rt-only",
-        )),
-    }
 }
 
 fn predictor(text: &str) -> Result<PredictorKind, BrokerError> {

@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::time::{Duration, Instant};
 use tessera_broker::protocol::ResizeReply;
-use tessera_broker::{BudgetChange, Session, StatusReport};
+use tessera_broker::{Session, StatusReport};
 use tessera_policy::application::{place, share_wanted, CoreRoom, Layout, Room, Spread, Want};
 use tessera_policy::{
     compress, Adaptive, AdaptiveConfig, Bandwidth, Budget, CellRequest, CoreMode, CoreUsage,
@@ -840,11 +840,7 @@ impl Guard {
         asks.sort_by_key(|(tid, ask)| ask.runtime_ns > self.reserved[tid].set.runtime_ns);
         let changes = asks
             .iter()
-            .map(|(tid, ask)| BudgetChange {
-                name: self.reserved[tid].cell.clone(),
-                budget: *ask,
-            })
-            .collect();
+            .map(|(tid, ask)| (self.reserved[tid].cell.as_str(), *ask));
         let reply = match self.session.resize_cells(changes, true) {
             Ok(reply) => reply,
             Err(e) => return log.push(format!("budgets not changed: {e}")),
@@ -1127,7 +1123,7 @@ impl Guard {
                 .iter()
                 .filter(|t| !shares_only || t.kind == Kind::Share)
                 .map(|t| f(t) as f64 / t.period_ns as f64)
-                .sum()
+                .fold(0.0, |a, b| a + b)
         };
         let cpus = |f| cpus_of(false, f);
         Status {
@@ -1198,21 +1194,14 @@ fn share_of(pct: u32, threads: usize) -> u32 {
     (pct / threads.max(1) as u32).max(1)
 }
 
-/// A shared thread's controller: per [`share::PERIOD_NS`], opening at the
-/// least and following its first measurement at once (it was measured
-/// busy before it was reserved), never fixed.
+/// A shared thread's controller, from the guard's adaptive settings (the
+/// defaults under a fixed share: a busy thread's use is never fixed).
 fn share_controller(budgeting: &Budgeting) -> Result<Adaptive, GuardError> {
     let base = match budgeting {
         Budgeting::Adaptive(c) => *c,
         Budgeting::Fixed { .. } => AdaptiveConfig::default(),
     };
-    let config = AdaptiveConfig {
-        initial_budget_pct: 0,
-        hold_samples: 1,
-        ..base
-    };
-    Adaptive::new(config, share::PERIOD_NS)
-        .map_err(|e| fail(format!("budget settings: {e}"), e.fix.clone()))
+    share::controller(base).map_err(|e| fail(format!("budget settings: {e}"), e.fix.clone()))
 }
 
 /// Bandwidth the shared cores still have for global reservations.

@@ -15,6 +15,7 @@ pub mod lockstep;
 pub mod monitor;
 pub mod server;
 pub mod share;
+pub mod share_cells;
 pub mod supervise;
 pub mod watch;
 

@@ -36,7 +36,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tessera_policy::application::Layout;
 use tessera_policy::application::{Spread, Why};
-use tessera_policy::Bandwidth;
+use tessera_policy::{Adaptive, AdaptiveConfig, Bandwidth, RequestError};
 use tessera_sys::proc::{Pid, ThreadUsage};
 use tessera_sys::sched::Tid;
 
@@ -48,6 +48,20 @@ pub const BUSY: f64 = 0.005;
 /// graph: short enough that a thread woken by a packet runs within it,
 /// long enough for the kernel's tick to enforce its budget.
 pub const PERIOD_NS: u64 = 10_000_000;
+
+/// A shared thread's controller, from the guard's settings: per
+/// [`PERIOD_NS`], at least 1 % of it, opening at the least and following
+/// its first measurement at once (it was measured busy before it was
+/// reserved).
+pub fn controller(base: AdaptiveConfig) -> Result<Adaptive, RequestError> {
+    let config = AdaptiveConfig {
+        initial_budget_pct: 0,
+        hold_samples: 1,
+        min_budget_pct: 1,
+        ..base
+    };
+    Adaptive::new(config, PERIOD_NS)
+}
 
 /// An application's share, as asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
