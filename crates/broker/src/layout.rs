@@ -194,10 +194,10 @@ impl Layout {
                 .to_string();
             let keep = name == TOP || name == "system" || wanted.iter().any(|w| w.name == short);
             if !keep {
-                if home.exists() {
-                    move_all(&g, home)?;
+                match home.exists() {
+                    true => empty_and_remove(&g, home)?,
+                    false => g.remove()?,
                 }
-                g.remove()?;
             }
         }
         Ok(())
@@ -210,20 +210,40 @@ impl Layout {
         let groups = self.existing_groups();
         // Children before the top group (existing_groups lists top last).
         for g in &groups {
-            move_all(g, &root)?;
-            if g.name() != TOP {
-                g.remove()?;
+            match g.name() == TOP {
+                true => move_all(g, &root)?,
+                false => empty_and_remove(g, &root)?,
             }
         }
         if self.v1() {
             let top = root.child(TOP);
-            top.remove()?;
+            empty_and_remove(&top, &root)?;
             let balance = snapshot.root_load_balance.take().unwrap_or(true);
             if root.load_balance()? != balance {
                 root.set_load_balance(balance)?;
             }
         }
         Ok(())
+    }
+}
+
+/// How often a group is emptied again before its removal gives up: a task
+/// that forks while its group is emptied leaves its child behind in it.
+const REMOVE_ATTEMPTS: usize = 20;
+
+/// Moves every task of `g` into `home` and removes `g`, moving again the
+/// tasks that were born in it meanwhile.
+fn empty_and_remove(g: &Group, home: &Group) -> Result<()> {
+    let mut attempt = 1;
+    loop {
+        move_all(g, home)?;
+        match g.remove() {
+            Err(_) if attempt < REMOVE_ATTEMPTS && g.exists() => {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            done => return done,
+        }
     }
 }
 

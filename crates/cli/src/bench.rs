@@ -8,7 +8,7 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 use tessera_broker::BrokerError;
 use tessera_channel::{bench as channel_bench, ChannelError};
-use tessera_experiments::{peer, rtkit_grants};
+use tessera_experiments::{guard_scale, peer, rtkit_grants};
 use tessera_measure::Summary;
 
 #[derive(Subcommand)]
@@ -33,6 +33,40 @@ pub enum BenchCommand {
         Needs root, dbus-daemon and stress-ng; starts a daemon and a system bus of its own\n\
         (the machine's bus and its RTKit are not touched).")]
     Rtkit(RtkitArgs),
+    /// What guarding a full session costs: JACK2 at its client limit and PipeWire with 64 pw-jack clients joining one by one; the guard's and the daemon's CPU, and each client's time from real-time to reserved.
+    #[command(after_help = "Examples:\n  \
+        sudo tessera bench guard-scale\n  \
+        sudo flock /tmp/tessera-machine.lock tessera bench guard-scale --server jackd --json\n  \
+        sudo tessera bench guard-scale --clients 8 --steady 5   (a quick look)\n\n\
+        Needs root, jackd2, pipewire, pipewire-jack and tessera-jack-peer (built next to\n\
+        tessera); starts a daemon of its own. Goal: the guard and the daemon together at\n\
+        most 1 % of a core, and every client reserved within one control interval (100 ms).")]
+    GuardScale(GuardScaleArgs),
+}
+
+#[derive(Args)]
+pub struct GuardScaleArgs {
+    /// `jackd`, `pipewire` or `both`.
+    #[arg(long, default_value = "both")]
+    pub server: String,
+    /// Load clients (default: 60 on JACK2, its limit with the guard's and the monitor's; 64 on PipeWire).
+    #[arg(long)]
+    pub clients: Option<usize>,
+    /// Between two clients joining, in ms.
+    #[arg(long, default_value_t = 250)]
+    pub join_every_ms: u64,
+    /// Seconds all clients run together.
+    #[arg(long, default_value_t = 20.0)]
+    pub steady: f64,
+    /// Frames per period at 48 kHz.
+    #[arg(long, default_value_t = 256)]
+    pub frames: u32,
+    /// Each client's work, fraction of the period.
+    #[arg(long, default_value_t = 0.005)]
+    pub load: f64,
+    /// Print the results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -88,6 +122,7 @@ pub fn run(command: BenchCommand) -> Result<ExitCode, BrokerError> {
         BenchCommand::Peer(args) => bench_peer(args),
         BenchCommand::Channel(args) => bench_channel(args),
         BenchCommand::Rtkit(args) => bench_rtkit(args),
+        BenchCommand::GuardScale(args) => bench_guard_scale(args),
     }
 }
 
@@ -199,5 +234,57 @@ fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, BrokerError> {
         "p99 under load / idle: {:.2} (goal: p99 at most 2000 µs)",
         results.p99_ratio_loaded_to_idle
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, BrokerError> {
+    use tessera_experiments::scenario::ServerKind;
+    let failed = |e: String| BrokerError::new("experiment", e, "");
+    let servers = match args.server.as_str() {
+        "jackd" => vec![ServerKind::Jack],
+        "pipewire" => vec![ServerKind::PipeWire],
+        "both" => vec![ServerKind::Jack, ServerKind::PipeWire],
+        other => {
+            return Err(crate::args::invalid(
+                format!("--server {other:?} is not jackd, pipewire or both"),
+                "e.g. --server jackd",
+            ))
+        }
+    };
+    let options = guard_scale::Options {
+        servers,
+        clients: args.clients,
+        join_every: Duration::from_millis(args.join_every_ms),
+        steady: Duration::from_secs_f64(args.steady.max(1.0)),
+        frames: args.frames,
+        rate: 48_000,
+        load: args.load,
+        tessera: std::env::current_exe().map_err(|e| failed(format!("find this program: {e}")))?,
+    };
+    eprintln!(
+        "tessera bench guard-scale: clients join every {} ms, then {:.0} s together",
+        args.join_every_ms, args.steady
+    );
+    let results = guard_scale::run(&options, |line| eprintln!("  {line}")).map_err(failed)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&results).unwrap_or_default()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("server    clients  guard %  daemon %  total %  (joining: total %)  reserved  within 100 ms  p50 (ms)  p99 (ms)  max (ms)  xruns");
+    for r in &results.servers {
+        let d = &r.to_reservation_ms;
+        println!(
+            "{:<9} {:>7} {:>8.2} {:>9.2} {:>8.2} {:>20.2} {:>5}/{:<4} {:>13} {:>9.1} {:>9.1} {:>9.1} {:>6}",
+            r.server, r.clients, r.steady.guard_pct, r.steady.daemon_pct, r.steady.total_pct,
+            r.joining.total_pct, r.threads_reserved, r.threads_seen, r.within_interval, d.p50, d.p99, d.max, r.xruns
+        );
+        for note in &r.notes {
+            println!("  note: {note}");
+        }
+    }
+    println!("goal: total at most 1 % of a core with every client in; every client reserved within {} ms", results.interval_ms);
     Ok(ExitCode::SUCCESS)
 }

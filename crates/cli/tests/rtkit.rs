@@ -107,7 +107,15 @@ impl Desktop {
                 c
             }
         };
-        self.m.spawn(&mut cmd) as i32
+        let pid = self.m.spawn(&mut cmd) as i32;
+        if rttime {
+            // prlimit sets the limit in the child before it runs sleep: a
+            // request that came first would see none.
+            wait_until("the sleeper has its RLIMIT_RTTIME", || {
+                matches!(tessera_sys::proc::rttime_hard_limit_us(pid), Ok(Some(_)))
+            });
+        }
+        pid
     }
 
     /// `busctl` against the private bus, as `uid` (None: root).

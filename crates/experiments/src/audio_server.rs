@@ -161,6 +161,12 @@ impl AudioServerRun {
         })
     }
 
+    /// The clients' process and the guard's, if there is one.
+    pub(crate) fn pids(&self) -> (tessera_sys::proc::Pid, Option<tessera_sys::proc::Pid>) {
+        let peer = self.peer.as_ref().map(OwnedChild::pid).unwrap_or(0);
+        (peer, self.guard.as_ref().map(|g| g.process.pid()))
+    }
+
     /// Starts the clients' timeline at `t0`.
     pub fn release(&mut self, t0: u64) -> Result<(), String> {
         let peer = self.peer.as_mut().expect("started");

@@ -9,6 +9,7 @@ pub mod adaptation;
 pub mod aes67;
 pub mod audio_server;
 pub mod cells;
+pub mod guard_scale;
 pub mod isolation;
 mod media;
 pub mod music;

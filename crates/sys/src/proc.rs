@@ -389,14 +389,36 @@ pub fn cgroup_of(tid: Tid, controller: Option<&str>) -> Result<String> {
         })
 }
 
+/// A process's CPU time, user and system, of all its threads including
+/// those that exited, in ns (the kernel counts it in clock ticks).
+pub fn process_cpu_ns(pid: Pid) -> Result<u64> {
+    let fields = stat_fields(pid, None)?;
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
+    // utime and stime: fields 14 and 15, counted after the command name.
+    let (Some(user), Some(system)) = (ticks(11), ticks(12)) else {
+        return Err(Error::new(
+            ErrorKind::Io,
+            format!("read /proc/{pid}/stat"),
+            "short stat line",
+            "",
+        ));
+    };
+    Ok((user + system) * ns_per_tick())
+}
+
+/// The length of the kernel's clock tick as /proc reports times, in ns.
+fn ns_per_tick() -> u64 {
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    1_000_000_000 / ticks_per_s
+}
+
 /// Steal time per CPU since boot, in ns, from /proc/stat: how long the
 /// hypervisor ran something else while a vCPU had work. Zero everywhere
 /// on bare metal or under a hypervisor that does not report it.
 pub fn cpu_steal_ns() -> Result<Vec<(usize, u64)>> {
     let stat = read_text(Path::new("/proc/stat"))?;
-    // SAFETY: sysconf only reads a configuration value.
-    let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Ok(steal_from_stat(&stat, 1_000_000_000 / ticks_per_s))
+    Ok(steal_from_stat(&stat, ns_per_tick()))
 }
 
 /// The `cpuN` lines' steal column (the 8th value), scaled to ns.
