@@ -225,7 +225,9 @@ pub enum CellCommand {
     /// its main thread is placed). Every thread it makes real-time
     /// (SCHED_FIFO/RR, as JACK, PipeWire, ALSA and RtAudio programs do) gets
     /// a reservation of its own; its other threads run on the cell's cores
-    /// at their own policy. More real-time threads than reservations: the
+    /// at their own policy, and those that are busy get the program's
+    /// application share (reservations of their own beside the cell's;
+    /// `--rt-only` turns it off). More real-time threads than reservations: the
     /// extra ones are named and left as the program set them. SIGINT and
     /// SIGTERM are passed on; when the program ends every thread is restored
     /// and tessera exits with the program's status (128+N for signal N).
@@ -233,7 +235,8 @@ pub enum CellCommand {
         tessera cell exec synth -- ./my-synth --buffer 64\n  \
         tessera cell create jack --policy event-triggered --runtime 300us --period 1333us --cores 2\n  \
         tessera cell exec jack -- jackd -R -d dummy -p 64\n  \
-        tessera cell exec synth -- tessera-thread-probe --threads 3 --fifo 1   (see it happen)\n\n\
+        tessera cell exec synth -- tessera-thread-probe --threads 3 --fifo 1   (see it happen)\n  \
+        tessera cell exec synth --app-share 10 -- tessera-thread-probe --threads 3 --fifo 1 --busy 15\n\n\
         New threads are seen at once through the kernel's process-events connector (root or\n\
         CAP_NET_ADMIN), else by polling /proc every 50 ms; policies are polled every 10 ms.\n\
         See docs/follow.md.")]

@@ -110,10 +110,15 @@ pub const EXAMPLES: &str = "Examples:\n  \
     sudo tessera guard pipewire --no-reclaim --increment 40\n  \
     sudo tessera guard pipewire --pid 2345        (a user's session PipeWire)\n  \
     sudo tessera guard pid 4242 --period 1333us --fixed 40\n  \
-    sudo tessera guard jackd --json | jq .reserved_cpus\n\n\
+    sudo tessera guard jackd --json | jq .reserved_cpus\n  \
+    sudo tessera guard jackd --app-share 5        (at least 5 % of a CPU per program's busy threads)\n  \
+    sudo tessera guard jackd --rt-only --core 1   (real-time threads only, all on CPU 1)\n\n\
     Every real-time thread of the server and its clients gets a SCHED_DEADLINE\n\
     reservation of its own (a cell named <process>-<tid>), its budget adapted to\n\
-    what it uses; everything is restored when the guard stops.";
+    what it uses; each program's busy threads that are not real-time get its\n\
+    application share; where they all go (one core, several, global EDF) is\n\
+    decided from what they use and said on the live line. Everything is\n\
+    restored when the guard stops. See docs/guard.md.";
 
 pub fn run(target: GuardTarget) -> Result<ExitCode, BrokerError> {
     let (server, opts) = match target {
