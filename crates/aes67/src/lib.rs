@@ -21,8 +21,6 @@
 //! never allocates: buffers are sized in the constructors or lent by the
 //! caller. SDP and SAP are control-path code and allocate freely.
 
-#![forbid(unsafe_code)]
-
 pub mod format;
 pub mod jitter;
 pub mod packetizer;

@@ -32,8 +32,6 @@
 //! beyond comparing it with the goal the issue states, and never run beside
 //! another broker's cpusets.
 
-#![forbid(unsafe_code)]
-
 mod daemon;
 mod series;
 

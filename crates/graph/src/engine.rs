@@ -751,12 +751,12 @@ impl DriverLoop {
         let driver_end = end_ns.saturating_sub(start.start_ns);
         let finished = start.wakeup_latency_ns + driver_end;
         let xrun = is_xrun(&start, driver_end, deadline, self.previous_xrun);
-        // SAFETY: the cycle ended: timings are final and nobody writes them.
         let timings = || {
-            graph
-                .nodes
-                .iter()
-                .map(|node| (node, unsafe { *node.timing.get() }))
+            graph.nodes.iter().map(|node| {
+                // SAFETY: the cycle ended: timings are final and nobody
+                // writes them.
+                (node, unsafe { *node.timing.get() })
+            })
         };
         let worker_cpu: u64 = timings()
             .filter(|(_, t)| t.thread != 0)

@@ -7,8 +7,6 @@
 //! It reaches the kernel only through `tessera-sys` and decides admission
 //! only through the broker: it must never set a thread's scheduling itself.
 
-#![forbid(unsafe_code)]
-
 pub mod follow;
 pub mod guard;
 pub mod lockstep;

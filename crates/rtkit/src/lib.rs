@@ -27,8 +27,6 @@
 //! levels, resets), through `tessera_sys::sched`; and never act for a
 //! caller on a thread that is not of a process of the caller's user.
 
-#![forbid(unsafe_code)]
-
 pub mod bus;
 pub mod grants;
 pub mod limits;

@@ -10,8 +10,6 @@
 //! brokers would tear down each other's cpuset layout), and never signal a
 //! process it did not start.
 
-#![forbid(unsafe_code)]
-
 use crate::servers::{self, OwnedChild};
 use serde::Serialize;
 use std::os::unix::net::UnixStream;

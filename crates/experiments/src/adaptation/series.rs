@@ -9,8 +9,6 @@
 //!
 //! It only computes and states; it must never talk to a broker.
 
-#![forbid(unsafe_code)]
-
 use std::fmt::Write as _;
 use tessera_broker::monitor::{CellSample, Sample};
 use tessera_measure::{Metric, RunResults, Series, Summary};

@@ -13,8 +13,6 @@
 //! one definition. Like the rest of `scenario`, it must never touch the
 //! machine.
 
-#![forbid(unsafe_code)]
-
 use super::{
     duration, played, refuse, MusicSubject, PlayKeys, RawSubject, RawSubjectSched, Refusal,
 };
