@@ -15,7 +15,7 @@ use crate::paths::Paths;
 use crate::placement::{self, Enforcement};
 use crate::protocol::{BudgetChange, CellInfo, ResizeCellsReply, ResizeReply, StatusReport};
 use crate::registry::{self, ServiceEntry, ServiceInfo};
-use crate::state::{CellState, Member, Owner, Reported, State};
+use crate::state::{CellState, Member, Owner, ProcessId, Reported, State};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -735,11 +735,17 @@ impl Broker {
     /// Returns what it did, for the log.
     pub fn reap(&mut self) -> Vec<String> {
         let mut notes = Vec::new();
+        // A guard binds dozens of cells to one process: each is read once.
+        let mut alive: BTreeMap<ProcessId, bool> = BTreeMap::new();
         let dead: Vec<String> = self
             .state
             .cells
             .iter()
-            .filter(|(_, c)| c.owner.process.is_some_and(|p| !p.is_alive()))
+            .filter(|(_, c)| {
+                c.owner
+                    .process
+                    .is_some_and(|p| !*alive.entry(p).or_insert_with(|| p.is_alive()))
+            })
             .map(|(n, _)| n.clone())
             .collect();
         for name in dead {

@@ -17,7 +17,7 @@ use tessera_sys::sched::Policy;
 pub const STATE_VERSION: u32 = 1;
 
 /// A process identified across PID reuse.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ProcessId {
     pub pid: i32,
     pub start_time: u64,

@@ -334,7 +334,7 @@ impl Follower {
     }
 
     /// How threads are found, and how late: "process-events connector
-    /// (immediate), policies polled every 10 ms".
+    /// (immediate), policies polled every 10 ms (after 1 s, every 100 ms)".
     pub fn mechanism(&self) -> String {
         self.watch.mechanism()
     }

@@ -6,7 +6,12 @@
 //! when it can be used (immediately; needs CAP_NET_ADMIN), otherwise from
 //! listing `/proc/PID/task` every [`WatchOptions::task_poll`]. The connector
 //! does not report scheduling changes, so every known thread's policy is
-//! read (sched_getattr) every [`WatchOptions::policy_poll`] either way.
+//! read (sched_getattr) either way: every [`WatchOptions::policy_poll`]
+//! while the thread is young (audio programs make their threads real-time
+//! as they start them), every [`WatchOptions::settled_poll`] once it is
+//! older than [`WatchOptions::settled_after`] — a session of 64 clients has
+//! hundreds of threads, and reading each one's policy 100 times a second
+//! would cost the watcher more than what it guards is worth.
 //! Processes can be added at any time (the guard adds clients as they come)
 //! and, with [`WatchOptions::children`], the processes they start are added
 //! as they start.
@@ -36,8 +41,11 @@ use tessera_sys::sched::{self, Policy, Tid};
 /// How a [`Watch`] looks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WatchOptions {
-    /// How often every known thread's policy is read.
+    /// How often a young thread's policy is read.
     pub policy_poll: Duration,
+    /// How often the policy of a thread older than `settled_after` is read.
+    pub settled_poll: Duration,
+    pub settled_after: Duration,
     /// How often `/proc/PID/task` is listed when the connector is not used.
     pub task_poll: Duration,
     /// Poll `/proc` even when the connector could be used.
@@ -50,6 +58,8 @@ impl Default for WatchOptions {
     fn default() -> WatchOptions {
         WatchOptions {
             policy_poll: Duration::from_millis(10),
+            settled_poll: Duration::from_millis(100),
+            settled_after: Duration::from_secs(1),
             task_poll: Duration::from_millis(50),
             force_polling: false,
             children: false,
@@ -217,6 +227,7 @@ pub fn is_program_real_time(p: &Policy) -> bool {
 struct Thread {
     name: String,
     policy: Policy,
+    seen: Instant,
 }
 
 #[derive(Debug)]
@@ -235,6 +246,7 @@ pub struct Watch {
     /// Events found outside `poll` (adding a process), handed out first.
     queued: Vec<ThreadEvent>,
     next_policy_poll: Instant,
+    next_settled_poll: Instant,
     next_scan: Instant,
 }
 
@@ -270,6 +282,7 @@ impl Watch {
             processes: BTreeMap::new(),
             queued: Vec::new(),
             next_policy_poll: now,
+            next_settled_poll: now,
             next_scan: now,
         })
     }
@@ -283,8 +296,10 @@ impl Watch {
     /// (immediate), policies polled every 10 ms".
     pub fn mechanism(&self) -> String {
         let policies = format!(
-            "policies polled every {} ms",
-            self.options.policy_poll.as_millis()
+            "policies polled every {} ms (after {} s, every {} ms)",
+            self.options.policy_poll.as_millis(),
+            self.options.settled_after.as_secs_f64(),
+            self.options.settled_poll.as_millis()
         );
         match &self.source {
             Source::Connector => format!("process-events connector (immediate), {policies}"),
@@ -372,7 +387,11 @@ impl Watch {
             }
             if now >= self.next_policy_poll {
                 self.next_policy_poll = now + self.options.policy_poll;
-                self.poll_policies(&mut out);
+                let settled_too = now >= self.next_settled_poll;
+                if settled_too {
+                    self.next_settled_poll = now + self.options.settled_poll;
+                }
+                self.poll_policies(settled_too, &mut out);
             }
             if !out.is_empty() || now >= until {
                 return Ok(out);
@@ -468,6 +487,7 @@ impl Watch {
             Thread {
                 name: name.clone(),
                 policy,
+                seen: Instant::now(),
             },
         );
         out.push(ThreadEvent::Appeared {
@@ -570,11 +590,17 @@ impl Watch {
         }
     }
 
-    /// Reads every known thread's policy and reports the changes.
-    fn poll_policies(&mut self, out: &mut Vec<ThreadEvent>) {
+    /// Reads the young threads' policies (with `settled_too`, every known
+    /// thread's) and reports the changes.
+    fn poll_policies(&mut self, settled_too: bool, out: &mut Vec<ThreadEvent>) {
         let mut gone = Vec::new();
+        let settled_after = self.options.settled_after;
         for (&pid, process) in self.processes.iter_mut() {
-            for (&tid, t) in process.threads.iter_mut() {
+            let due = process
+                .threads
+                .iter_mut()
+                .filter(|(_, t)| settled_too || t.seen.elapsed() < settled_after);
+            for (&tid, t) in due {
                 match sched::get_policy(tid) {
                     Ok(now) if now != t.policy => {
                         let from = std::mem::replace(&mut t.policy, now);
