@@ -55,7 +55,7 @@ pub struct NetSnapshot {
     pub receive_dropped: u64,
     pub underruns: u64,
     pub late: u64,
-    pub early: u64,
+    pub overflow: u64,
 }
 
 impl NetSnapshot {
@@ -77,7 +77,7 @@ impl NetSnapshot {
                 "receive_dropped" => s.receive_dropped = value,
                 "underruns" => s.underruns = value,
                 "late" => s.late = value,
-                "early" => s.early = value,
+                "overflow" => s.overflow = value,
                 _ => {}
             }
         }

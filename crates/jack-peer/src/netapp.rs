@@ -4,7 +4,11 @@
 //! callback hands each period of its input to a send thread of its own,
 //! which sends it to the other host over UDP, and plays what a receive
 //! thread of its own put in the jitter buffer ([`crate::jitter`]): one
-//! period per cycle, counting its own underruns and late packets. Both
+//! period per cycle, counting its own underruns and late packets — a packet
+//! is late when it reaches the jitter buffer more than the buffer's latency
+//! after the other host's callback made it (the hosts are namespaces of one
+//! machine and share its CLOCK_MONOTONIC, so a packet's age is exact), or
+//! after its sequence number was played or skipped. Both
 //! threads are SCHED_OTHER, as in those programs: only the process thread
 //! is real-time (JACK makes it so).
 //!
@@ -34,9 +38,6 @@ const CLIENT: &str = "netapp";
 /// Packets each ring holds: far more than a stalled thread could miss
 /// before the jitter buffer has given up on them anyway.
 const RING_PACKETS: usize = 256;
-/// Slots of the jitter buffer beyond its depth: room for a burst of
-/// packets that arrive together after the receive thread was held up.
-const SPARE_SLOTS: usize = 64;
 /// How long the threads block before they look at the stop flag, and how
 /// often the counters are sampled.
 const TICK: Duration = Duration::from_millis(100);
@@ -54,7 +55,7 @@ struct Counters {
     receive_dropped: AtomicU64,
     underruns: AtomicU64,
     late: AtomicU64,
-    early: AtomicU64,
+    overflow: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -73,7 +74,7 @@ impl Counters {
             receive_dropped: read(&self.receive_dropped),
             underruns: read(&self.underruns),
             late: read(&self.late),
-            early: read(&self.early),
+            overflow: read(&self.overflow),
         }
     }
 }
@@ -88,6 +89,9 @@ struct NetClient {
     /// The send thread, woken once a packet is in its ring.
     sender: std::thread::Thread,
     next_seq: u64,
+    /// The jitter buffer's latency: a packet older than this when it
+    /// reaches the buffer came after its play time.
+    latency_ns: u64,
     counters: Arc<Counters>,
     tid: Arc<AtomicI32>,
 }
@@ -109,13 +113,20 @@ impl NetClient {
         }
     }
 
-    /// Moves what the receive thread got into the jitter buffer.
+    /// Moves what the receive thread got into the jitter buffer, counting
+    /// the packets that came after their play time.
     fn receive(&mut self) {
+        let now = monotonic_ns();
         while let Ok(packet) = self.incoming.pop() {
-            match self.jitter.insert(&packet) {
-                Arrival::Stored | Arrival::Duplicate => {}
-                Arrival::Late => bump(&self.counters.late),
-                Arrival::Early => bump(&self.counters.early),
+            let arrival = self.jitter.insert(&packet);
+            let overdue = now.saturating_sub(packet.sent_ns) > self.latency_ns;
+            if overdue || arrival == Arrival::Late {
+                bump(&self.counters.late);
+            }
+            if let Arrival::Stored { overflow } = arrival {
+                self.counters
+                    .overflow
+                    .fetch_add(overflow, Ordering::Relaxed);
             }
         }
     }
@@ -273,9 +284,11 @@ pub fn run(options: &Options, net: &NetOptions) -> Result<(), String> {
         output: register(&client, "out", jack::AudioOut::default())?,
         outgoing,
         incoming,
-        jitter: JitterBuffer::new(net.jitter, net.jitter as usize + SPARE_SLOTS),
+        jitter: JitterBuffer::new(net.jitter),
         sender: threads.sender(),
         next_seq: 0,
+        latency_ns: u64::from(net.jitter) * u64::from(period.0) * 1_000_000_000
+            / u64::from(period.1.max(1)),
         counters: Arc::clone(&counters),
         tid: Arc::clone(&tid),
     };

@@ -11,7 +11,7 @@
 //! # t0_ns 987000000000
 //! # threads load-01=4242 load-02=4243 monitor=4240
 //! # xrun_ns 987650000000 987660000000
-//! # network at_ns=987000100000 cycles=75 sent=75 send_dropped=0 received=70 receive_dropped=0 underruns=1 late=1 early=0
+//! # network at_ns=987000100000 cycles=75 sent=75 send_dropped=0 received=70 receive_dropped=0 underruns=1 late=1 overflow=0
 //! client cycle_frames cycle_start_us jack_awake_us awake_ns finished_ns cpu_ns
 //! 0 123456 987654321 987654322 987654322123 987654388000 66700
 //! ```
@@ -34,9 +34,10 @@
 //! tenth of a second and one at the end: the cycles it ran, the packets it
 //! sent and could not send (its send ring full, or the socket refused),
 //! received and could not hand to the process callback, the cycles its
-//! jitter buffer had nothing to play (underruns), and the packets that came
-//! after their play time (late) or too far ahead of it (early); the network
-//! client writes no sample rows. This module owns that format and must stay
+//! jitter buffer played silence once playing had begun (underruns), the
+//! packets that reached it more than its latency after they were made, or
+//! after their sequence number was played or skipped (late), and the held packets skipped because the stream ran too far
+//! ahead (overflow); the network client writes no sample rows. This module owns that format and must stay
 //! in step with its parser.
 
 use std::io::{self, Write};
@@ -153,7 +154,7 @@ pub struct NetSnapshot {
     pub receive_dropped: u64,
     pub underruns: u64,
     pub late: u64,
-    pub early: u64,
+    pub overflow: u64,
 }
 
 impl NetSnapshot {
@@ -161,7 +162,7 @@ impl NetSnapshot {
     fn fields(&self) -> String {
         format!(
             "at_ns={} cycles={} sent={} send_dropped={} received={} receive_dropped={} \
-             underruns={} late={} early={}",
+             underruns={} late={} overflow={}",
             self.at_ns,
             self.cycles,
             self.sent,
@@ -170,7 +171,7 @@ impl NetSnapshot {
             self.receive_dropped,
             self.underruns,
             self.late,
-            self.early
+            self.overflow
         )
     }
 }
@@ -278,7 +279,7 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("# xruns 2\n"));
         assert!(text.contains("# period 64 48000\n# t0_ns 5\n# threads load-01=77\n"));
-        assert!(text.contains("# xrun_ns 9 10\n# network at_ns=8 cycles=0 sent=0 send_dropped=0 received=3 receive_dropped=0 underruns=1 late=0 early=0\n"));
+        assert!(text.contains("# xrun_ns 9 10\n# network at_ns=8 cycles=0 sent=0 send_dropped=0 received=3 receive_dropped=0 underruns=1 late=0 overflow=0\n"));
         assert!(text.ends_with("0\t64\t1\t2\t1500\t2000\t400\n"));
     }
 }
