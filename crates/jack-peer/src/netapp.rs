@@ -41,6 +41,8 @@ const RING_PACKETS: usize = 256;
 /// How long the threads block before they look at the stop flag, and how
 /// often the counters are sampled.
 const TICK: Duration = Duration::from_millis(100);
+/// What the client says on stderr once it is open and active.
+const OPEN_LINE: &str = "tessera-jack-peer: netapp open, waiting for t0";
 /// Room for xrun times.
 const MAX_XRUN_TIMES: usize = 100_000;
 
@@ -300,6 +302,9 @@ pub fn run(options: &Options, net: &NetOptions) -> Result<(), String> {
         .activate_async(notifications, handler)
         .map_err(|e| format!("activating {CLIENT}: {e}"))?;
     wire_to_the_driver(active.as_client());
+    // The caller waits for this line before it starts anything that moves
+    // the server's threads (a guard).
+    eprintln!("{OPEN_LINE}");
     let t0 = crate::origin(options)?;
     let snapshots = sample_until(&counters, t0 + (options.seconds * 1e9) as u64);
     let header = record::Header {

@@ -39,6 +39,8 @@ pub const HOSTS: [&str; 2] = ["A", "B"];
 const PORT: u16 = 4464;
 /// How long the clients may take to end after the run's end.
 const PEER_EXIT_WAIT: Duration = Duration::from_secs(15);
+/// What the client says once it is open (tessera-jack-peer's netapp).
+const CLIENT_OPEN: &str = "netapp open";
 /// How long a client may take to exit after SIGTERM.
 const CHILD_GRACE: Duration = Duration::from_secs(5);
 
@@ -264,7 +266,14 @@ fn start_client(
     let child = command
         .spawn()
         .map_err(|e| format!("starting {}: {e}", program.display()))?;
-    Ok(OwnedChild::new(child, "tessera-jack-peer", CHILD_GRACE))
+    let mut client = OwnedChild::new(child, "tessera-jack-peer", CHILD_GRACE);
+    // Open before anything else starts: a guard moving the server's threads
+    // while the client registers can make its opening time out.
+    let log = scratch.file("peer.log");
+    servers::await_ready(&mut client, &log, "the network client", || {
+        fs::read_to_string(&log).is_ok_and(|text| text.contains(CLIENT_OPEN))
+    })?;
+    Ok(client)
 }
 
 /// Waits until the host's client ended on its own, or stops it; a note if
