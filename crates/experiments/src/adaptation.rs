@@ -322,13 +322,14 @@ impl DemandRun {
                     stop: None,
                 })
                 .collect(),
+            network: None,
         };
         // Held to their budgets (no reclaiming): what is reserved is what
         // is guaranteed, and the budget is what the RAP service adapts.
         let sched = ServerSched::Guard(GuardSettings {
             no_reclaim: true,
             fixed: Some(jack.fixed_pct),
-            increment: None,
+            ..GuardSettings::default()
         });
         let place = GuardPlace {
             core: Some("global".into()),

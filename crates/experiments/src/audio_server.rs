@@ -11,10 +11,14 @@
 //! end of the run, the guard gets SIGTERM by its PID before the server does
 //! — and the directory is removed, on error too. It must never signal a process it
 //! did not start nor judge the numbers ([`figures`] reports them).
+//!
+//! A subject with `[subject.network_app]` runs as [`network_app`] instead:
+//! two hosts, each a jackd with a network-audio client.
 
 mod budgets;
 mod figures;
 mod ground_truth;
+pub mod network_app;
 
 pub use budgets::{BUDGET, THREAD_PREDICTED, THREAD_SET, THREAD_USED};
 pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, PERIOD};
@@ -297,19 +301,30 @@ fn pinned_core(sched: &ServerSched, core: Option<usize>) -> Option<usize> {
     }
 }
 
+/// The subject's server as this configuration runs it, pinned to `core`,
+/// logging into the scratch directory.
+fn server_spec(
+    subject: &AudioServerSubject,
+    sched: &ServerSched,
+    core: Option<usize>,
+    scratch: &Scratch,
+) -> ServerSpec {
+    ServerSpec {
+        frames: subject.frames,
+        rate: subject.rate,
+        priority: sched.jack_priority(subject).unwrap_or(subject.priority),
+        core,
+        log: scratch.file("server.log"),
+    }
+}
+
 fn start_server(
     subject: &AudioServerSubject,
     sched: &ServerSched,
     core: Option<usize>,
     scratch: &Scratch,
 ) -> Result<AudioServer, String> {
-    let spec = ServerSpec {
-        frames: subject.frames,
-        rate: subject.rate,
-        priority: sched.jack_priority(subject).unwrap_or(subject.priority),
-        core,
-        log: scratch.file("server.log"),
-    };
+    let spec = server_spec(subject, sched, core, scratch);
     match subject.server {
         ServerKind::Jack => {
             servers::JackServer::start(Path::new("jackd"), &spec).map(AudioServer::Jack)

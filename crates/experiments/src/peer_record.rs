@@ -37,7 +37,52 @@ pub struct PeerRecord {
     pub threads: Vec<i32>,
     /// When each counted xrun was notified, CLOCK_MONOTONIC ns (format 2).
     pub xrun_ns: Vec<u64>,
+    /// The network-audio client's counters over time (format 3; empty for
+    /// load clients).
+    pub network: Vec<NetSnapshot>,
     pub rows: Vec<PeerRow>,
+}
+
+/// The network-audio client's counters since its launch, at `at_ns`
+/// (CLOCK_MONOTONIC): a `# network` line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetSnapshot {
+    pub at_ns: u64,
+    pub cycles: u64,
+    pub sent: u64,
+    pub send_dropped: u64,
+    pub received: u64,
+    pub receive_dropped: u64,
+    pub underruns: u64,
+    pub late: u64,
+    pub overflow: u64,
+}
+
+impl NetSnapshot {
+    /// A `# network` line's `key=value` fields; unknown keys are skipped,
+    /// a malformed field refuses the line.
+    fn parse(fields: &str) -> Result<NetSnapshot, String> {
+        let mut s = NetSnapshot::default();
+        for field in fields.split_whitespace() {
+            let (key, value) = field
+                .split_once('=')
+                .ok_or(format!("network field {field:?} is not key=value"))?;
+            let value: u64 = value.parse().map_err(|e| format!("network {key}: {e}"))?;
+            match key {
+                "at_ns" => s.at_ns = value,
+                "cycles" => s.cycles = value,
+                "sent" => s.sent = value,
+                "send_dropped" => s.send_dropped = value,
+                "received" => s.received = value,
+                "receive_dropped" => s.receive_dropped = value,
+                "underruns" => s.underruns = value,
+                "late" => s.late = value,
+                "overflow" => s.overflow = value,
+                _ => {}
+            }
+        }
+        Ok(s)
+    }
 }
 
 impl PeerRecord {
@@ -69,6 +114,11 @@ impl PeerRecord {
                     .unwrap_or(0)
             })
             .collect();
+        let network = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# network "))
+            .map(NetSnapshot::parse)
+            .collect::<Result<Vec<_>, _>>()?;
         let rows = text
             .lines()
             .filter(|l| !l.starts_with('#') && !l.starts_with("client"))
@@ -88,6 +138,7 @@ impl PeerRecord {
             t0_ns: numbers("t0_ns")?.first().copied().unwrap_or(0),
             threads,
             xrun_ns: numbers("xrun_ns")?,
+            network,
             clients,
             rows,
         })
@@ -149,5 +200,20 @@ mod tests {
         assert_eq!((r.period, r.t0_ns, r.rows.len()), ((0, 0), 0, 0));
         assert!(PeerRecord::parse(&format!("{text}1\t2\n")).is_err());
         assert!(PeerRecord::parse(&format!("{text}3\t1\t1\t1\t1\t1\t1\n")).is_err());
+    }
+
+    #[test]
+    fn format_3_network_lines_give_the_counters_over_time() {
+        let text = "# tessera-jack-peer 3\n# topology network\n# clients netapp\n# xruns 0\n\
+                    # hosting x\n# network at_ns=5 cycles=1 received=0 underruns=0\n\
+                    # network at_ns=9 cycles=4 received=3 underruns=1 late=2 future=7\n";
+        let r = PeerRecord::parse(text).unwrap();
+        assert_eq!(r.network.len(), 2);
+        assert_eq!(
+            (r.network[1].at_ns, r.network[1].received, r.network[1].late),
+            (9, 3, 2)
+        );
+        let bad = text.replace("late=2", "late=two");
+        assert!(PeerRecord::parse(&bad).unwrap_err().contains("late"));
     }
 }

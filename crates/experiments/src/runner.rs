@@ -137,6 +137,7 @@ pub fn write_report(results: &RunResults, dir: &Path) -> Result<(), BrokerError>
     let files = tessera_measure::write_report(results, dir).map_err(|e| err(e.to_string()))?;
     let mut extra = probe::report_section(results, dir).map_err(err)?;
     extra.push_str(&audio_server::report_section(results));
+    extra.push_str(&audio_server::network_app::report_section(results));
     extra.push_str(&netphone::report_section(results));
     extra.push_str(&render::report_section(results, dir).map_err(err)?);
     extra.push_str(&adaptation::report_section(results));
@@ -181,6 +182,7 @@ enum SubjectRun {
     Graph(Box<GraphRun>),
     Cyclictest(probe::Cyclictest),
     AudioServer(Box<audio_server::AudioServerRun>),
+    NetworkApp(Box<audio_server::network_app::NetworkAppRun>),
     Netphone(Box<netphone::NetphoneRun>),
     Render(Box<render::RenderRun>),
     Demand(Box<adaptation::DemandRun>),
@@ -213,6 +215,7 @@ enum SubjectData {
     Graph(Profile, u64),
     Cyclictest(Result<LatencyHistogram, String>),
     AudioServer(Box<audio_server::AudioServerData>),
+    NetworkApp(Box<audio_server::network_app::NetworkAppData>),
     Netphone(Box<netphone::NetphoneData>),
     Render(Box<render::RenderData>),
     Demand(Box<adaptation::DemandData>),
@@ -226,6 +229,7 @@ impl Live {
             Some(SubjectRun::Cyclictest(c)) => c.start(t0),
             Some(SubjectRun::Music(m)) => m.release(t0)?,
             Some(SubjectRun::AudioServer(a)) => a.release(t0)?,
+            Some(SubjectRun::NetworkApp(n)) => n.release(t0)?,
             Some(SubjectRun::Netphone(n)) => n.release(t0),
             Some(SubjectRun::Render(r)) => r.release(t0)?,
             Some(SubjectRun::Demand(d)) => d.release(t0)?,
@@ -261,6 +265,7 @@ impl Live {
             SubjectRun::Cyclictest(c) => SubjectData::Cyclictest(c.join()),
             SubjectRun::Music(m) => SubjectData::Music(Box::new(m.finish())),
             SubjectRun::AudioServer(a) => SubjectData::AudioServer(Box::new(a.finish())),
+            SubjectRun::NetworkApp(n) => SubjectData::NetworkApp(Box::new(n.finish())),
             SubjectRun::Netphone(n) => SubjectData::Netphone(Box::new(n.finish())),
             SubjectRun::Render(r) => SubjectData::Render(Box::new(r.finish())),
             SubjectRun::Demand(d) => SubjectData::Demand(Box::new(d.finish())),
@@ -354,8 +359,12 @@ fn start_subject(scenario: &Scenario, config: &Configuration) -> Result<SubjectR
         (Subject::Music { .. }, _) => {
             music::MusicRun::start(scenario, config).map(|m| SubjectRun::Music(Box::new(m)))
         }
-        (Subject::AudioServer(_), _) => audio_server::AudioServerRun::start(scenario, config)
-            .map(|a| SubjectRun::AudioServer(Box::new(a))),
+        (Subject::AudioServer(a), _) => match a.network {
+            Some(app) => audio_server::network_app::NetworkAppRun::start(scenario, config, a, app)
+                .map(|n| SubjectRun::NetworkApp(Box::new(n))),
+            None => audio_server::AudioServerRun::start(scenario, config)
+                .map(|a| SubjectRun::AudioServer(Box::new(a))),
+        },
         (Subject::Netphone(_), _) => netphone::NetphoneRun::start(scenario, config)
             .map(|n| SubjectRun::Netphone(Box::new(n))),
         (Subject::Render(_), _) => {
@@ -738,6 +747,11 @@ fn collect(
             let (audio_metrics, audio_notes) = audio_server::metrics(*data, scenario, t0);
             metrics.extend(audio_metrics);
             notes.extend(audio_notes);
+        }
+        Some(SubjectData::NetworkApp(data)) => {
+            let (app_metrics, app_notes) = audio_server::network_app::metrics(*data, scenario, t0);
+            metrics.extend(app_metrics);
+            notes.extend(app_notes);
         }
         Some(SubjectData::Netphone(data)) => {
             let (phone_metrics, phone_notes) = netphone::metrics(*data, scenario.warmup);

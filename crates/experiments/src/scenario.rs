@@ -29,7 +29,9 @@ mod netphone;
 mod render;
 pub use adaptation::{Burst, ChangingDemand, DemandSettings, JackLoad, Sizing, VideoDemand};
 pub use aes67::{role_name as aes67_role, Aes67Settings, Aes67Subject, ROLES as AES67_ROLES};
-pub use audio_server::{AudioClient, AudioServerSubject, GuardSettings, ServerKind, ServerSched};
+pub use audio_server::{
+    AudioClient, AudioServerSubject, GuardSettings, NetworkApp, ServerKind, ServerSched,
+};
 pub use net_service::ServicePlan;
 pub use netphone::{
     NetphoneSettings, NetphoneSubject, ROLES as NETPHONE_ROLES,
@@ -595,6 +597,7 @@ struct RawSubject {
     #[serde(default)]
     client: Vec<Spanned<audio_server::RawClient>>,
     staircase: Option<Spanned<audio_server::RawStaircase>>,
+    network_app: Option<Spanned<audio_server::RawNetworkApp>>,
     // kind = "netphone"
     stream: Option<Spanned<String>>,
     link: Option<Spanned<String>>,

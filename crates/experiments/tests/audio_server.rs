@@ -4,8 +4,11 @@
 //! private PipeWire when its daemon starts — records cycles and leaves no
 //! server behind. Asserts behaviour, never speed.
 
+mod common;
+
+use common::{built, within};
 use std::path::Path;
-use std::sync::{mpsc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 use tessera_experiments::audio_server::{Headline, CLIENT_END, END_TO_END};
 use tessera_experiments::runner;
@@ -237,37 +240,6 @@ fn the_shipped_audio_server_scenarios_parse() {
     assert!((load - 0.75).abs() < 1e-9);
 }
 
-/// Runs `f` on a thread of its own; fails the test if it takes longer
-/// than `limit` (the run's own Drop guards stop what it started).
-fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(value) => value,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {limit:?}"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the run panicked (above)"),
-    }
-}
-
-/// Whether tessera-jack-peer is built beside this test (else skipped, or
-/// failed under CI=true).
-fn peer_built(test: &str) -> bool {
-    let peer = tessera_experiments::servers::program_beside_us("tessera-jack-peer");
-    if peer.is_file() {
-        return true;
-    }
-    let msg = format!(
-        "SKIPPED {test}: tessera-jack-peer is not built (cargo build -p tessera-jack-peer)"
-    );
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg}, and CI=true requires it");
-    }
-    eprintln!("{msg}");
-    false
-}
-
 /// Processes or /dev/shm files of a server this process started.
 fn leftovers() -> Vec<String> {
     let marker = format!("tessera-{}-", std::process::id());
@@ -312,7 +284,7 @@ fn leftovers() -> Vec<String> {
 /// why) when the test cannot run here.
 fn short_run(test: &str, text: &str) -> Option<tessera_measure::ConfigurationResult> {
     let machine = tessera_testkit::privileged(test)?;
-    if !peer_built(test) {
+    if !built(test, "tessera-jack-peer") {
         return None;
     }
     std::env::set_var("TESSERA_RUN_DIR", machine.dir());

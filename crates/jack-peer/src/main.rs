@@ -16,10 +16,16 @@
 //! process callback on a real-time thread of its own, woken by the server,
 //! exactly as if each client were a process of its own.
 //!
+//! With `--net-listen` and `--net-send-to` it hosts instead one
+//! network-audio client ([`netapp`]), which sends its input to another host
+//! over UDP and plays what that host sends through a jitter buffer.
+//!
 //! It must never start or stop a server (its caller owns it) nor allocate,
 //! lock or print in a process callback.
 
 mod client;
+mod jitter;
+mod netapp;
 mod options;
 mod record;
 
@@ -110,6 +116,9 @@ fn run(options: &Options) -> Result<(), String> {
         );
     }
     tessera_sys::process::catch_termination().map_err(|e| e.to_string())?;
+    if let Some(net) = &options.net {
+        return netapp::run(options, net);
+    }
     let mut peer = Peer::new(options);
     for index in 0..peer.slots.len() {
         if peer.slots[index].start.is_none() {
@@ -117,11 +126,7 @@ fn run(options: &Options) -> Result<(), String> {
         }
     }
     peer.rewire()?;
-    let t0 = match options.t0 {
-        Origin::AfterWarmUp => monotonic_ns() + WARM_UP.as_nanos() as u64,
-        Origin::At(ns) => ns,
-        Origin::Stdin => t0_from_stdin()?,
-    };
+    let t0 = origin(options)?;
     for (at, event) in peer.timeline(t0) {
         if !wait_until(at) {
             break;
@@ -158,6 +163,16 @@ fn log(t0: u64, event: &Event, peer: &Peer) {
         Event::End => "end: closing every client".into(),
     };
     eprintln!("tessera-jack-peer: {t:+.3} s {what}");
+}
+
+/// The run's origin, t0 (CLOCK_MONOTONIC ns), once the clients that open
+/// at launch are open.
+fn origin(options: &Options) -> Result<u64, String> {
+    match options.t0 {
+        Origin::AfterWarmUp => Ok(monotonic_ns() + WARM_UP.as_nanos() as u64),
+        Origin::At(ns) => Ok(ns),
+        Origin::Stdin => t0_from_stdin(),
+    }
 }
 
 /// The origin the caller sends once it releases the run (a closed stdin
@@ -349,7 +364,7 @@ impl<'a> Peer<'a> {
             .map(|t| t.clone())
             .unwrap_or_default();
         let header = record::Header {
-            topology: self.options.topology,
+            topology: self.options.topology.name(),
             clients: self.slots.iter().map(|s| s.name.clone()).collect(),
             xruns: self.xruns.load(Ordering::Relaxed),
             hosting: "one process, one JACK client thread per client".into(),
@@ -361,6 +376,7 @@ impl<'a> Peer<'a> {
                 .map(|s| s.tid.as_ref().map_or(0, |t| t.load(Ordering::Relaxed)))
                 .collect(),
             xrun_ns,
+            network: Vec::new(),
         };
         let samples: Vec<Vec<Sample>> = self
             .slots

@@ -2,10 +2,13 @@
 //! client opens and closes (a staircase, `--start-every 5`, or a list of
 //! times, `--starts 15,30 --stops 60,60`), the time origin shared with the
 //! caller (`--t0-ns`, CLOCK_MONOTONIC, given or read from stdin once the
-//! clients that open at launch are open) and the recording's length.
+//! clients that open at launch are open) and the recording's length. Or,
+//! with `--net-listen` and `--net-send-to`, one network-audio client
+//! instead of loads ([`NetOptions`]).
 //!
 //! It only parses and checks; it must never touch JACK.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -18,6 +21,8 @@ pub const WARM_UP: Duration = Duration::from_millis(500);
 pub const USAGE: &str = "usage: tessera-jack-peer --topology chain|fan-out [--loads 10] \
      [--load 0.05 | --load 0.1,0.1,...] [--start-every S | --starts S1,S2,...] [--stops T1,-,...] \
      [--t0-ns NS|stdin] [--monitor] [--seconds 20] --out FILE\n  \
+     or: tessera-jack-peer --net-listen ADDR:PORT --net-send-to ADDR:PORT [--jitter 4] \
+     [--t0-ns NS|stdin] [--seconds 20] --out FILE (one network-audio client)\n  \
      (server: $JACK_DEFAULT_SERVER; under PipeWire run it through pw-jack; times in s from t0)";
 
 #[derive(Debug, Clone, PartialEq)]
@@ -37,7 +42,23 @@ pub struct Options {
     pub monitor: bool,
     pub seconds: f64,
     pub out: PathBuf,
+    /// One network-audio client instead of the loads.
+    pub net: Option<NetOptions>,
 }
+
+/// The network-audio client: where it receives the other host's audio,
+/// where it sends its own, and its jitter buffer's latency in periods.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetOptions {
+    pub listen: SocketAddr,
+    pub send_to: SocketAddr,
+    pub jitter: u32,
+}
+
+/// Periods the network client's jitter buffer holds by default.
+const DEFAULT_JITTER: u32 = 4;
+/// The largest jitter buffer, in periods.
+const MAX_JITTER: u32 = 64;
 
 impl Options {
     pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
@@ -78,6 +99,9 @@ struct Raw {
     monitor: bool,
     seconds: Option<f64>,
     out: Option<PathBuf>,
+    listen: Option<SocketAddr>,
+    send_to: Option<SocketAddr>,
+    jitter: Option<u32>,
 }
 
 impl Raw {
@@ -111,6 +135,9 @@ impl Raw {
             "--t0-ns" => self.t0 = Origin::At(value.parse().map_err(|e| format!("{flag}: {e}"))?),
             "--seconds" => self.seconds = Some(number(&value)?),
             "--out" => self.out = Some(value.into()),
+            "--net-listen" => self.listen = Some(address(flag, &value)?),
+            "--net-send-to" => self.send_to = Some(address(flag, &value)?),
+            "--jitter" => self.jitter = Some(number(&value)? as u32),
             _ => return Err(format!("unknown flag {flag}")),
         }
         Ok(())
@@ -147,6 +174,7 @@ impl Raw {
             }
         }
         let time = |v: Option<f64>| v.map(Duration::from_secs_f64);
+        let net = net_options(self.listen, self.send_to, self.jitter)?;
         Ok(Options {
             topology: self.topology.unwrap_or(Topology::Chain),
             loads,
@@ -157,7 +185,36 @@ impl Raw {
             monitor: self.monitor,
             seconds: self.seconds.unwrap_or(20.0),
             out,
+            net,
         })
+    }
+}
+
+fn address(flag: &str, value: &str) -> Result<SocketAddr, String> {
+    value
+        .trim()
+        .parse()
+        .map_err(|_| format!("{flag} {value}: not an ADDRESS:PORT"))
+}
+
+/// The network client's options: both addresses, or neither.
+fn net_options(
+    listen: Option<SocketAddr>,
+    send_to: Option<SocketAddr>,
+    jitter: Option<u32>,
+) -> Result<Option<NetOptions>, String> {
+    let jitter = jitter.unwrap_or(DEFAULT_JITTER);
+    if !(1..=MAX_JITTER).contains(&jitter) {
+        return Err(format!("--jitter {jitter}: give 1 to {MAX_JITTER} periods"));
+    }
+    match (listen, send_to) {
+        (Some(listen), Some(send_to)) => Ok(Some(NetOptions {
+            listen,
+            send_to,
+            jitter,
+        })),
+        (None, None) => Ok(None),
+        _ => Err("a network client needs both --net-listen and --net-send-to".into()),
     }
 }
 
@@ -233,5 +290,24 @@ mod tests {
         assert!(parse("--loads 2 --start-every 1 --starts 0,1 --out x").is_err());
         assert!(parse("--loads 2").unwrap_err().contains("--out"));
         assert!(parse("--load 1.5 --out x").is_err());
+    }
+
+    #[test]
+    fn a_network_client_needs_both_addresses() {
+        let o = parse("--net-listen 10.0.0.1:4000 --net-send-to 10.0.0.2:4000 --out x").unwrap();
+        let net = o.net.unwrap();
+        assert_eq!((net.listen.port(), net.jitter), (4000, DEFAULT_JITTER));
+        let o = parse("--net-listen 0.0.0.0:1 --net-send-to 10.0.0.2:4000 --jitter 2 --out x");
+        assert_eq!(o.unwrap().net.unwrap().jitter, 2);
+        assert!(parse("--net-listen 10.0.0.1:4000 --out x")
+            .unwrap_err()
+            .contains("both"));
+        assert!(parse("--net-listen nowhere --out x").is_err());
+        assert!(
+            parse("--net-listen 0.0.0.0:1 --net-send-to 0.0.0.0:2 --jitter 0 --out x")
+                .unwrap_err()
+                .contains("1 to 64")
+        );
+        assert!(parse("--out x").unwrap().net.is_none());
     }
 }

@@ -11,6 +11,7 @@
 //! # t0_ns 987000000000
 //! # threads load-01=4242 load-02=4243 monitor=4240
 //! # xrun_ns 987650000000 987660000000
+//! # network at_ns=987000100000 cycles=75 sent=75 send_dropped=0 received=70 receive_dropped=0 underruns=1 late=1 overflow=0
 //! client cycle_frames cycle_start_us jack_awake_us awake_ns finished_ns cpu_ns
 //! 0 123456 987654321 987654322 987654322123 987654388000 66700
 //! ```
@@ -28,13 +29,21 @@
 //! callback woke, which maps `cycle_start_us` onto `CLOCK_MONOTONIC` (JACK2
 //! may read another clock, e.g. `CLOCK_MONOTONIC_RAW`); `awake_ns`/`finished_ns` are `CLOCK_MONOTONIC` around the
 //! process callback's body; `cpu_ns` is the callback's own work on the
-//! thread CPU-time clock. This module owns that format and must stay in step
-//! with its parser.
+//! thread CPU-time clock. `network` lines (format 3, the network-audio
+//! client only) are its counters since launch at one moment, one line every
+//! tenth of a second and one at the end: the cycles it ran, the packets it
+//! sent and could not send (its send ring full, or the socket refused),
+//! received and could not hand to the process callback, the cycles its
+//! jitter buffer played silence once playing had begun (underruns), the
+//! packets that reached it more than its latency after they were made, or
+//! after their sequence number was played or skipped (late), and the held packets skipped because the stream ran too far
+//! ahead (overflow); the network client writes no sample rows. This module owns that format and must stay
+//! in step with its parser.
 
 use std::io::{self, Write};
 
 /// Version written on the first line.
-const FORMAT_VERSION: u32 = 2;
+const FORMAT_VERSION: u32 = 3;
 
 /// How the load clients are connected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +63,7 @@ impl Topology {
         }
     }
 
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Topology::Chain => "chain",
             Topology::FanOut => "fan-out",
@@ -117,7 +126,8 @@ pub struct Sample {
 }
 
 pub struct Header {
-    pub topology: Topology,
+    /// A [`Topology`]'s name, or `network` for the network-audio client.
+    pub topology: &'static str,
     pub clients: Vec<String>,
     pub xruns: u64,
     pub hosting: String,
@@ -127,12 +137,49 @@ pub struct Header {
     /// The process thread of each client (0: it never ran).
     pub threads: Vec<i32>,
     pub xrun_ns: Vec<u64>,
+    /// The network-audio client's counters over time (empty for loads).
+    pub network: Vec<NetSnapshot>,
+}
+
+/// The network-audio client's counters since launch, at `at_ns`
+/// (CLOCK_MONOTONIC).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetSnapshot {
+    pub at_ns: u64,
+    pub cycles: u64,
+    pub sent: u64,
+    pub send_dropped: u64,
+    pub received: u64,
+    /// Received but not handed to the process callback (its ring full).
+    pub receive_dropped: u64,
+    pub underruns: u64,
+    pub late: u64,
+    pub overflow: u64,
+}
+
+impl NetSnapshot {
+    /// Its `network` line's fields.
+    fn fields(&self) -> String {
+        format!(
+            "at_ns={} cycles={} sent={} send_dropped={} received={} receive_dropped={} \
+             underruns={} late={} overflow={}",
+            self.at_ns,
+            self.cycles,
+            self.sent,
+            self.send_dropped,
+            self.received,
+            self.receive_dropped,
+            self.underruns,
+            self.late,
+            self.overflow
+        )
+    }
 }
 
 /// Writes the file; `samples[i]` are client `i`'s rows.
 pub fn write(mut out: impl Write, header: &Header, samples: &[Vec<Sample>]) -> io::Result<()> {
     writeln!(out, "# tessera-jack-peer {FORMAT_VERSION}")?;
-    writeln!(out, "# topology {}", header.topology.name())?;
+    writeln!(out, "# topology {}", header.topology)?;
     writeln!(out, "# clients {}", header.clients.join(" "))?;
     writeln!(out, "# xruns {}", header.xruns)?;
     writeln!(out, "# hosting {}", header.hosting)?;
@@ -147,6 +194,9 @@ pub fn write(mut out: impl Write, header: &Header, samples: &[Vec<Sample>]) -> i
     writeln!(out, "# threads {}", threads.join(" "))?;
     let xruns: Vec<String> = header.xrun_ns.iter().map(u64::to_string).collect();
     writeln!(out, "# xrun_ns {}", xruns.join(" "))?;
+    for snapshot in &header.network {
+        writeln!(out, "# network {}", snapshot.fields())?;
+    }
     writeln!(
         out,
         "client\tcycle_frames\tcycle_start_us\tjack_awake_us\tawake_ns\tfinished_ns\tcpu_ns"
@@ -201,7 +251,7 @@ mod tests {
     #[test]
     fn file_has_a_header_and_one_row_per_sample() {
         let header = Header {
-            topology: Topology::Chain,
+            topology: Topology::Chain.name(),
             clients: vec!["load-01".into()],
             xruns: 2,
             hosting: "one process".into(),
@@ -209,6 +259,12 @@ mod tests {
             t0_ns: 5,
             threads: vec![77],
             xrun_ns: vec![9, 10],
+            network: vec![NetSnapshot {
+                at_ns: 8,
+                received: 3,
+                underruns: 1,
+                ..NetSnapshot::default()
+            }],
         };
         let sample = Sample {
             cycle_frames: 64,
@@ -223,7 +279,7 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("# xruns 2\n"));
         assert!(text.contains("# period 64 48000\n# t0_ns 5\n# threads load-01=77\n"));
-        assert!(text.contains("# xrun_ns 9 10\n"));
+        assert!(text.contains("# xrun_ns 9 10\n# network at_ns=8 cycles=0 sent=0 send_dropped=0 received=3 receive_dropped=0 underruns=1 late=0 overflow=0\n"));
         assert!(text.ends_with("0\t64\t1\t2\t1500\t2000\t400\n"));
     }
 }

@@ -247,7 +247,9 @@ pub fn rt_app_config(tasks: &[RtAppTask], seconds: u64, log_dir: &Path) -> Strin
             "calibration": "CPU0",
             "default_policy": "SCHED_OTHER",
             "lock_pages": false,
-            "ftrace": "none",
+            // A boolean in Debian 12's rt-app 1.0, which refuses the
+            // later versions' "none" ("Invalid type for key ftrace").
+            "ftrace": false,
             "logdir": log_dir.display().to_string(),
             "log_basename": "tessera-rt-app",
         }

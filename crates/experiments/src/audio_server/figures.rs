@@ -411,6 +411,7 @@ mod tests {
                 };
                 2
             ],
+            network: None,
         }
     }
 

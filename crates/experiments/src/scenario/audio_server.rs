@@ -3,12 +3,19 @@
 //! load clients in a chain — listed one by one (`[[subject.client]]`) or
 //! started as a staircase (`[subject.staircase]`) — and how a
 //! configuration schedules it: `fifo:P` / `fifo` (as the server sets
-//! itself), or `guard[:no-reclaim|fixed=PCT|increment=PCT]` (the same, plus
-//! `tessera guard`).
+//! itself), or `guard[:no-reclaim|fixed=PCT|increment=PCT|rt-only|app-share=PCT]`
+//! (the same, plus `tessera guard`). With `[subject.network_app]`
+//! ([`network_app`]) the subject is two hosts instead, each a jackd with a
+//! network-audio client.
 //!
 //! Owns that part of parsing and validation, with the line of every
 //! refusal. Like the rest of `scenario`, it must never touch the machine
 //! beyond looking for the programs it needs.
+
+mod network_app;
+
+pub use network_app::NetworkApp;
+pub(super) use network_app::RawNetworkApp;
 
 use super::{duration, opt_duration, refuse, required, RawSubject, Refusal};
 use serde::Deserialize;
@@ -61,6 +68,9 @@ pub struct AudioServerSubject {
     pub priority: u32,
     /// In chain order; the peer names them load-01, load-02, …
     pub clients: Vec<AudioClient>,
+    /// Two hosts, each this server with a network-audio client, instead of
+    /// one server with load clients.
+    pub network: Option<NetworkApp>,
 }
 
 impl AudioServerSubject {
@@ -96,6 +106,11 @@ pub struct GuardSettings {
     pub fixed: Option<u32>,
     /// Headroom over the predicted use, %.
     pub increment: Option<u32>,
+    /// Reserve the real-time threads only (`--rt-only`), not the
+    /// applications' other threads.
+    pub rt_only: bool,
+    /// The floor of each application's share, % (`--app-share`).
+    pub app_share: Option<u32>,
 }
 
 impl GuardSettings {
@@ -111,12 +126,19 @@ impl GuardSettings {
         if let Some(p) = self.increment {
             args.extend(["--increment".to_string(), p.to_string()]);
         }
+        if self.rt_only {
+            args.push("--rt-only".to_string());
+        }
+        if let Some(p) = self.app_share {
+            args.extend(["--app-share".to_string(), p.to_string()]);
+        }
         args
     }
 }
 
 const SCHED_FORMS: &str = "fifo:P (jackd -P P), fifo (the server's own priority), guard, \
-                           guard:no-reclaim, guard:fixed=PCT, guard:increment=PCT (options joined by commas)";
+                           guard:no-reclaim, guard:fixed=PCT, guard:increment=PCT, guard:rt-only, guard:app-share=PCT \
+                           (options joined by commas)";
 /// Lowest jackd -P: JACK2 runs its clients 5 below the server.
 const MIN_JACK_PRIORITY: u32 = 6;
 const MAX_JACK_PRIORITY: u32 = 94;
@@ -163,6 +185,10 @@ impl ServerSched {
                 }
                 options.extend(g.fixed.map(|p| format!("fixed={p}")));
                 options.extend(g.increment.map(|p| format!("increment={p}")));
+                if g.rt_only {
+                    options.push("rt-only".to_string());
+                }
+                options.extend(g.app_share.map(|p| format!("app-share={p}")));
                 match options.is_empty() {
                     true => "guard".into(),
                     false => format!("guard:{}", options.join(",")),
@@ -207,14 +233,23 @@ fn guard_settings(options: &str) -> Result<GuardSettings, String> {
     for option in options.split(',').map(str::trim).filter(|o| !o.is_empty()) {
         match option.split_once('=') {
             None if option == "no-reclaim" => settings.no_reclaim = true,
+            None if option == "rt-only" => settings.rt_only = true,
+            Some(("app-share", v)) => settings.app_share = Some(percent("app-share", v, 1..101)?),
             Some(("fixed", v)) => settings.fixed = Some(percent("fixed", v, 1..101)?),
             Some(("increment", v)) => settings.increment = Some(percent("increment", v, 0..1001)?),
             _ => {
                 return Err(format!(
-                    "unknown guard option {option:?} (no-reclaim, fixed=PCT, increment=PCT)"
+                    "unknown guard option {option:?} (no-reclaim, fixed=PCT, increment=PCT, \
+                     rt-only, app-share=PCT)"
                 ))
             }
         }
+    }
+    if settings.rt_only && settings.app_share.is_some() {
+        return Err(
+            "guard rt-only reserves no application share: give rt-only or app-share=PCT, not both"
+                .into(),
+        );
     }
     Ok(settings)
 }
@@ -287,13 +322,22 @@ pub(super) fn subject(
         );
     }
     let priority = priority(s, server)?;
-    let clients = clients(s, table, total)?;
+    let network = s
+        .network_app
+        .as_ref()
+        .map(|raw| network_app::subject(raw, s, server))
+        .transpose()?;
+    let clients = match network {
+        Some(_) => Vec::new(),
+        None => clients(s, table, total)?,
+    };
     Ok(AudioServerSubject {
         server,
         frames: *frames.get_ref(),
         rate: *rate.get_ref(),
         priority,
         clients,
+        network,
     })
 }
 
