@@ -10,6 +10,7 @@ pub mod aes67;
 pub mod audio_server;
 pub mod cells;
 pub mod isolation;
+pub mod lowest;
 mod media;
 pub mod music;
 pub mod net_service;
