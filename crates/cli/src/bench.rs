@@ -8,7 +8,8 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 use tessera_broker::BrokerError;
 use tessera_channel::{bench as channel_bench, ChannelError};
-use tessera_experiments::{peer, rtkit_grants};
+use tessera_experiments::scenario::ServerKind;
+use tessera_experiments::{lowest, peer, rtkit_grants};
 use tessera_measure::Summary;
 
 #[derive(Subcommand)]
@@ -33,6 +34,50 @@ pub enum BenchCommand {
         Needs root, dbus-daemon and stress-ng; starts a daemon and a system bus of its own\n\
         (the machine's bus and its RTKit are not touched).")]
     Rtkit(RtkitArgs),
+    /// The lowest buffer that holds: for jackd2 and PipeWire with 10 load clients under two FIFO rt-app tasks and stress-ng, the smallest buffer (16–1024 frames at 48 kHz) with no xrun in a 60 s trial, plain FIFO against `tessera guard`.
+    #[command(after_help = "Examples:\n  \
+        sudo flock /tmp/tessera-machine.lock tessera bench lowest\n  \
+        sudo tessera bench lowest --servers jackd --seconds 20 --out results/lowest-jack\n  \
+        sudo tessera bench lowest --frames 128,256,512 --seconds 10 --json\n\n\
+        Each trial runs the server (jackd -R -P 70 on its dummy driver, or a private headless\n\
+        PipeWire), tessera-jack-peer with 10 chained clients of 5 % plus a monitor, two rt-app\n\
+        tasks of 3 ms every 10 ms at the server's SCHED_FIFO priority and stress-ng --cpu 2;\n\
+        \"guarded\" adds `tessera guard` (its defaults) as a child. A bisection over the sizes\n\
+        (3 trials per configuration for the 7 defaults) assumes holding is monotonic in the\n\
+        buffer size. jackd fails on its xruns; PipeWire, which tells JACK clients of none, on\n\
+        skipped periods and late cycles. At the default 60 s the run takes about 15 minutes.\n\
+        Everything started is stopped by its PID, also on Ctrl-C. Needs root, jackd2, pipewire,\n\
+        pipewire-bin, pipewire-jack, rt-app, stress-ng and tessera-jack-peer (built beside tessera).")]
+    Lowest(LowestArgs),
+}
+
+#[derive(Args)]
+pub struct LowestArgs {
+    /// Measured seconds per trial.
+    #[arg(long, default_value_t = 60.0)]
+    pub seconds: f64,
+    /// Seconds of each trial before the measurement (clients joining, the guard's first reservations).
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// Servers to measure, comma-separated: jackd, pipewire.
+    #[arg(long, value_delimiter = ',', default_value = "jackd,pipewire")]
+    pub servers: Vec<String>,
+    /// Buffer sizes to search, comma-separated powers of two (16–4096), at 48 kHz.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "16,32,64,128,256,512,1024"
+    )]
+    pub frames: Vec<u32>,
+    /// jackd's SCHED_FIFO priority (-P), and the rt-app tasks' beside it (PipeWire sets its own, 88).
+    #[arg(long, default_value_t = 70)]
+    pub priority: u32,
+    /// Report directory (default results/lowest-<time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -88,6 +133,7 @@ pub fn run(command: BenchCommand) -> Result<ExitCode, BrokerError> {
         BenchCommand::Peer(args) => bench_peer(args),
         BenchCommand::Channel(args) => bench_channel(args),
         BenchCommand::Rtkit(args) => bench_rtkit(args),
+        BenchCommand::Lowest(args) => bench_lowest(args),
     }
 }
 
@@ -200,4 +246,81 @@ fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, BrokerError> {
         results.p99_ratio_loaded_to_idle
     );
     Ok(ExitCode::SUCCESS)
+}
+
+fn server_kind(name: &str) -> Result<ServerKind, BrokerError> {
+    match name.trim() {
+        "jackd" => Ok(ServerKind::Jack),
+        "pipewire" => Ok(ServerKind::PipeWire),
+        other => Err(crate::args::invalid(
+            format!("--servers: unknown server {other:?}"),
+            "give jackd, pipewire or both (comma-separated)",
+        )),
+    }
+}
+
+fn bench_lowest(args: LowestArgs) -> Result<ExitCode, BrokerError> {
+    let mut options = lowest::Options::new(args.out.unwrap_or_else(lowest::default_out_dir));
+    options.servers = args
+        .servers
+        .iter()
+        .map(|s| server_kind(s))
+        .collect::<Result<_, _>>()?;
+    options.frames = args.frames;
+    options.seconds = args.seconds;
+    options.warmup = args.warmup;
+    options.jack_priority = args.priority;
+    options
+        .check()
+        .map_err(|e| crate::args::invalid(e, "see tessera bench lowest --help"))?;
+    // Ctrl-C and SIGTERM end the trial under way; its processes are
+    // stopped by their PIDs and what was measured is written.
+    tessera_sys::process::catch_termination()
+        .map_err(|e| BrokerError::new("internal", e.to_string(), ""))?;
+    let stop = std::cell::Cell::new(false);
+    let interrupted = || {
+        if tessera_sys::process::take_termination().is_some() {
+            stop.set(true);
+        }
+        stop.get()
+    };
+    eprintln!(
+        "tessera bench lowest: {} × plain and guarded, {} buffer sizes, {:.0} s per trial, results in {}",
+        args.servers.join(", "),
+        options.frames.len(),
+        options.seconds,
+        options.out_dir.display()
+    );
+    let outcome = lowest::run(&options, lowest_progress(), &interrupted)
+        .map_err(|e| BrokerError::new("experiment", e, ""))?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&outcome.results).unwrap_or_default()
+        );
+    } else {
+        println!("\n{}", lowest::summary_table(&outcome.results));
+        println!("report: {}", outcome.report.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The run's progress: redrawn in place on a terminal; in a log, a line
+/// when a trial starts, every 10 s, and when it ends.
+fn lowest_progress() -> impl FnMut(&lowest::Progress) {
+    let mut shown = crate::experiment::ProgressLine::new();
+    move |p: &lowest::Progress| {
+        let line = format!(
+            "  trial {} (of at most {}): {} {} at {} frames ({:.2} ms) — {:.0}/{:.0} s",
+            p.trial,
+            p.max_trials,
+            p.server,
+            p.config.name(),
+            p.frames,
+            lowest::latency_ms(p.frames),
+            p.elapsed.min(p.total).as_secs_f64(),
+            p.total.as_secs_f64()
+        );
+        shown.show(p.trial, p.elapsed, p.total, &line);
+    }
 }
