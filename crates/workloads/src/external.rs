@@ -219,9 +219,15 @@ pub struct RtAppTask {
 }
 
 /// rt-app's JSON description of `tasks` running for `seconds`, its `run`
-/// events at `ns_per_loop` (see [`rt_app_calibration`]). Written for
-/// Debian's rt-app 1.0: `ftrace` is a boolean there, and no log files.
-pub fn rt_app_config(tasks: &[RtAppTask], seconds: u64, ns_per_loop: u64) -> String {
+/// events at `ns_per_loop` (see [`rt_app_calibration`]), its per-task logs
+/// in `log_dir`. Written for Debian's rt-app 1.0: `ftrace` is a boolean
+/// there, and it writes a log per task whatever `log_size` says.
+pub fn rt_app_config(
+    tasks: &[RtAppTask],
+    seconds: u64,
+    ns_per_loop: u64,
+    log_dir: &Path,
+) -> String {
     let tasks: serde_json::Map<String, serde_json::Value> = tasks
         .iter()
         .map(|t| {
@@ -242,7 +248,7 @@ pub fn rt_app_config(tasks: &[RtAppTask], seconds: u64, ns_per_loop: u64) -> Str
             (t.name.clone(), task)
         })
         .collect();
-    rt_app_use_case(tasks.into(), seconds, ns_per_loop.into())
+    rt_app_use_case(tasks.into(), seconds, ns_per_loop.into(), log_dir)
 }
 
 /// The `global` part rt-app 1.0 accepts around `tasks`.
@@ -250,6 +256,7 @@ fn rt_app_use_case(
     tasks: serde_json::Value,
     seconds: u64,
     calibration: serde_json::Value,
+    log_dir: &Path,
 ) -> String {
     serde_json::json!({
         "tasks": tasks,
@@ -259,7 +266,8 @@ fn rt_app_use_case(
             "default_policy": "SCHED_OTHER",
             "lock_pages": false,
             "ftrace": false,
-            "log_size": "disable",
+            "logdir": log_dir.display().to_string(),
+            "log_basename": "tessera-rt-app",
         }
     })
     .to_string()
@@ -284,7 +292,7 @@ fn measure_rt_app_calibration(dir: &Path) -> Result<u64, String> {
         std::process::id()
     ));
     let task = serde_json::json!({ "calibrate": { "instance": 1, "loop": 1, "sleep": 1000 } });
-    std::fs::write(&path, rt_app_use_case(task, 1, "CPU0".into()))
+    std::fs::write(&path, rt_app_use_case(task, 1, "CPU0".into(), dir))
         .map_err(|e| format!("write {}: {e}", path.display()))?;
     let output = Command::new("rt-app")
         .arg(&path)
@@ -320,7 +328,7 @@ pub fn rt_app(
     let seconds = window.run_for.map_or(3600, |d| d.as_secs().max(1));
     let ns_per_loop = rt_app_calibration(dir)?;
     let path: PathBuf = dir.join(format!("tessera-rt-app-{}-{name}.json", std::process::id()));
-    std::fs::write(&path, rt_app_config(tasks, seconds, ns_per_loop))
+    std::fs::write(&path, rt_app_config(tasks, seconds, ns_per_loop, dir))
         .map_err(|e| format!("write {}: {e}", path.display()))?;
     Ok(ExternalSpec {
         name: name.into(),
@@ -439,7 +447,8 @@ mod tests {
             run: Duration::from_millis(3),
             policy: RtAppPolicy::Fifo(10),
         }];
-        let json: serde_json::Value = serde_json::from_str(&rt_app_config(&tasks, 30, 8)).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&rt_app_config(&tasks, 30, 8, Path::new("/tmp"))).unwrap();
         let t1 = &json["tasks"]["t1"];
         assert_eq!(t1["run"], 3000);
         assert_eq!(t1["timer"]["period"], 10000);
