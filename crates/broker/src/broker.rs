@@ -13,7 +13,7 @@ use crate::layout::Layout;
 use crate::monitor::{CellFacts, CellSample, Monitor, Sample};
 use crate::paths::Paths;
 use crate::placement::{self, Enforcement};
-use crate::protocol::{CellInfo, ResizeReply, StatusReport};
+use crate::protocol::{BudgetChange, CellInfo, ResizeCellsReply, ResizeReply, StatusReport};
 use crate::registry::{self, ServiceEntry, ServiceInfo};
 use crate::state::{CellState, Member, Owner, Reported, State};
 use serde::{Deserialize, Serialize};
@@ -450,6 +450,41 @@ impl Broker {
         degrade: bool,
         uid: u32,
     ) -> Outcome<ResizeReply> {
+        let reply = self.resize_unsaved(name, budget, degrade, uid)?;
+        self.persist()?;
+        Ok(reply)
+    }
+
+    /// Several resizes as one decision, in the order given, saved once:
+    /// each succeeds or fails alone (a refused one changes nothing).
+    pub fn resize_cells(
+        &mut self,
+        changes: Vec<BudgetChange>,
+        degrade: bool,
+        uid: u32,
+    ) -> Outcome<ResizeCellsReply> {
+        let results: Vec<Outcome<ResizeReply>> = changes
+            .into_iter()
+            .map(|c| self.resize_unsaved(&c.name, c.budget, degrade, uid))
+            .collect();
+        if results.iter().any(Result::is_ok) {
+            self.persist()?;
+        }
+        Ok(ResizeCellsReply {
+            results,
+            cores: self.state.ledger.cores(),
+            global_free: self.state.ledger.global_free(),
+        })
+    }
+
+    /// A resize through admission and onto the members, not yet saved.
+    fn resize_unsaved(
+        &mut self,
+        name: &str,
+        budget: Budget,
+        degrade: bool,
+        uid: u32,
+    ) -> Outcome<ResizeReply> {
         self.cell_owned_by(name, uid)?;
         let (budget, capped) = self.resize_within_quota(name, budget, degrade, uid)?;
         let before = self.state.ledger.clone();
@@ -466,7 +501,6 @@ impl Broker {
             let _ = self.retune_members(name);
             return Err(e);
         }
-        self.persist()?;
         Ok(ResizeReply {
             budget: grant.request.budget.unwrap_or(budget),
             degraded: degraded || capped,

@@ -80,6 +80,9 @@ pub fn handle(
         } => json(serde_json::to_value(
             broker.resize_cell(&name, budget, degrade, peer.uid)?,
         )),
+        Request::ResizeCells { changes, degrade } => json(serde_json::to_value(
+            broker.resize_cells(changes, degrade, peer.uid)?,
+        )),
         Request::Status => json(serde_json::to_value(broker.status())),
         Request::Reset => json(serde_json::to_value(broker.reset(peer.uid)?)),
         Request::RegisterService {

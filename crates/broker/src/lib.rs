@@ -33,6 +33,6 @@ pub mod wire;
 
 pub use broker::{Broker, BrokerError};
 pub use facts::{Facts, Mode};
-pub use protocol::{CellInfo, Request, Response, StatusReport};
+pub use protocol::{BudgetChange, CellInfo, Request, ResizeCellsReply, Response, StatusReport};
 pub use registry::{ServiceEntry, ServiceInfo, ServicePolicy};
 pub use session::{ServiceRegistration, Session};

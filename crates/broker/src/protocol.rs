@@ -10,6 +10,7 @@
 //!
 //! It must never carry behaviour: only the shapes of messages.
 
+use crate::broker::BrokerError;
 use crate::facts::Mode;
 use crate::registry::ServicePolicy;
 use crate::state::Member;
@@ -60,6 +61,15 @@ pub enum Request {
     ResizeCell {
         name: String,
         budget: Budget,
+        #[serde(default)]
+        degrade: bool,
+    },
+    /// Several `ResizeCell`s as one admission decision, in the order given
+    /// (shrinking ones first, so that growing ones see the room), saved
+    /// once: a guard's changes of one control interval. Each change
+    /// succeeds or fails alone; the reply says which, and the cores after.
+    ResizeCells {
+        changes: Vec<BudgetChange>,
         #[serde(default)]
         degrade: bool,
     },
@@ -185,6 +195,23 @@ pub struct ResizeReply {
     pub budget: Budget,
     /// Less than asked: the largest that fit.
     pub degraded: bool,
+}
+
+/// One cell's new budget in a `ResizeCells`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BudgetChange {
+    pub name: String,
+    pub budget: Budget,
+}
+
+/// The answer to `ResizeCells`: each change's outcome, in order, and the
+/// cores as they are after all of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResizeCellsReply {
+    pub results: Vec<Result<ResizeReply, BrokerError>>,
+    pub cores: Vec<CoreUsage>,
+    /// Bandwidth free for global reservations on the shared cores.
+    pub global_free: Bandwidth,
 }
 
 /// The answer to `Hello`.

@@ -15,8 +15,8 @@ use crate::daemon::handle;
 use crate::monitor::Sample;
 use crate::paths::Paths;
 use crate::protocol::{
-    CellInfo, HelloReply, Request, RequestLine, ResizeReply, Response, StatusReport,
-    PROTOCOL_VERSION,
+    BudgetChange, CellInfo, HelloReply, Request, RequestLine, ResizeCellsReply, ResizeReply,
+    Response, StatusReport, PROTOCOL_VERSION,
 };
 use crate::registry::{ServiceEntry, ServiceInfo, ServicePolicy};
 use crate::state::Reported;
@@ -329,6 +329,23 @@ impl Session {
             budget,
             degrade,
         })
+    }
+
+    /// Several budget changes as one admission decision (see
+    /// `Request::ResizeCells`): one round trip, one save.
+    pub fn resize_cells<'a>(
+        &mut self,
+        changes: impl IntoIterator<Item = (&'a str, Budget)>,
+        degrade: bool,
+    ) -> Result<ResizeCellsReply, BrokerError> {
+        let changes = changes
+            .into_iter()
+            .map(|(name, budget)| BudgetChange {
+                name: name.to_string(),
+                budget,
+            })
+            .collect();
+        self.typed(Request::ResizeCells { changes, degrade })
     }
 
     pub fn status(&mut self) -> Result<StatusReport, BrokerError> {

@@ -239,6 +239,8 @@ pub enum CellCommand {
         See docs/follow.md.")]
     Exec {
         cell: String,
+        #[command(flatten)]
+        share: ShareArgs,
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -258,6 +260,8 @@ pub enum CellCommand {
         /// every thread is restored at the end.
         #[arg(long, conflicts_with_all = ["tid", "json"])]
         follow: bool,
+        #[command(flatten)]
+        share: ShareArgs,
         #[arg(long)]
         json: bool,
     },
@@ -458,5 +462,41 @@ impl CreateArgs {
             reclaim: self.reclaim,
             overrun_signal: self.overrun_signal,
         })
+    }
+}
+
+/// The application share of a guarded or followed program's busy threads
+/// that are not real-time (`tessera guard`, `cell exec`, `attach --follow`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ShareArgs {
+    /// The least CPU, % of one, each guarded process's busy threads that
+    /// are not real-time hold together (its application share): they get
+    /// reservations of their own, adapted to what they use.
+    #[arg(long, default_value = "2", conflicts_with = "rt_only")]
+    pub app_share: String,
+    /// Reserve only the threads programs made real-time (no application
+    /// shares): the others run at their own policy.
+    #[arg(long)]
+    pub rt_only: bool,
+}
+
+impl ShareArgs {
+    /// The share asked for, or none with `--rt-only`.
+    pub fn app_share(&self) -> Result<Option<tessera_guard::share::AppShare>, BrokerError> {
+        if self.rt_only {
+            return Ok(None);
+        }
+        match self.app_share.trim_end_matches('%').parse::<f64>() {
+            Ok(pct) if (0.0..=100.0).contains(&pct) => Ok(Some(tessera_guard::share::AppShare {
+                floor: tessera_policy::Bandwidth::from_fraction(pct / 100.0),
+            })),
+            _ => Err(invalid(
+                format!(
+                    "--app-share {:?} is not a percentage of a CPU",
+                    self.app_share
+                ),
+                "e.g. --app-share 2 (2 % of a CPU per application, the default), or --rt-only",
+            )),
+        }
     }
 }

@@ -7,6 +7,7 @@
 use std::process::{Command, ExitCode};
 use tessera_broker::{BrokerError, Session};
 use tessera_guard::follow::{self, FollowEvent, FollowOptions, Follower};
+use tessera_guard::share::AppShare;
 use tessera_sys::process::{catch_termination, take_termination};
 
 fn say(line: impl std::fmt::Display) {
@@ -38,7 +39,12 @@ fn mechanism(follower: &Follower) {
 }
 
 /// Runs `command` in `cell`, following it; exits with its status.
-pub fn exec(session: Session, cell: &str, command: &[String]) -> Result<ExitCode, BrokerError> {
+pub fn exec(
+    session: Session,
+    cell: &str,
+    command: &[String],
+    app_share: Option<AppShare>,
+) -> Result<ExitCode, BrokerError> {
     let (program, rest) = command.split_first().ok_or_else(|| {
         BrokerError::new(
             "invalid",
@@ -49,7 +55,11 @@ pub fn exec(session: Session, cell: &str, command: &[String]) -> Result<ExitCode
     catch_termination()?;
     let mut cmd = Command::new(program);
     cmd.args(rest);
-    let launched = follow::spawn_in_cell(session, cell, cmd, FollowOptions::default())?;
+    let options = FollowOptions {
+        app_share,
+        ..FollowOptions::default()
+    };
+    let launched = follow::spawn_in_cell(session, cell, cmd, options)?;
     say(format!(
         "{program} (pid {}) runs in cell {cell:?}",
         launched.pid()
@@ -70,9 +80,18 @@ fn forwarded_signal() -> Option<i32> {
 }
 
 /// Follows running process `pid` in `cell` until it exits or Ctrl-C/SIGTERM.
-pub fn attach(session: Session, cell: &str, pid: i32) -> Result<ExitCode, BrokerError> {
+pub fn attach(
+    session: Session,
+    cell: &str,
+    pid: i32,
+    app_share: Option<AppShare>,
+) -> Result<ExitCode, BrokerError> {
     catch_termination()?;
-    let follower = Follower::start(session, cell, pid, FollowOptions::default())?;
+    let options = FollowOptions {
+        app_share,
+        ..FollowOptions::default()
+    };
+    let follower = Follower::start(session, cell, pid, options)?;
     say(format!(
         "following process {pid} in cell {cell:?} until it exits or Ctrl-C"
     ));

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tessera_broker::{BrokerError, Session};
-use tessera_guard::guard::{Budgeting, Guard, Settings, Status};
+use tessera_guard::guard::{Budgeting, Cores, Guard, Settings, Status};
 use tessera_guard::server::Server;
 use tessera_policy::{AdaptiveConfig, PredictorConfig, PredictorKind};
 
@@ -68,10 +68,15 @@ pub struct GuardArgs {
     /// (AQuoSA's -F), split equally among the reserved threads.
     #[arg(long)]
     fixed: Option<u32>,
-    /// The core the reservations share (default: the last); `global` puts
-    /// them in the shared cores under global EDF instead.
+    /// Where the reservations go: `auto` (the default) decides from what
+    /// the threads use — one core (the last first) when they fit there,
+    /// several, or global EDF — and says why on the live line; a core
+    /// number puts them all there; `global` in the shared cores under
+    /// global EDF.
     #[arg(long)]
     core: Option<String>,
+    #[command(flatten)]
+    share: crate::args::ShareArgs,
     /// Let reservations use spare bandwidth (GRUB reclaiming; the default).
     #[arg(long, overrides_with = "no_reclaim")]
     reclaim: bool,
@@ -272,9 +277,16 @@ pub fn summary(s: &Status) -> String {
         s.skipped_periods,
         s.degradations
     );
+    if s.share_reserved_cpus > 0.0 {
+        line.push_str(&format!(
+            " · app shares set {:.2} used {:.2}",
+            s.share_reserved_cpus, s.share_used_cpus
+        ));
+    }
     if !s.left_out.is_empty() {
         line.push_str(&format!(" · {} left out", s.left_out.len()));
     }
+    line.push_str(&format!(" · {}", s.placement));
     line
 }
 
@@ -299,22 +311,23 @@ fn settings(opts: &GuardArgs) -> Result<Settings, BrokerError> {
         .map(|p| crate::args::time(p, "--period 1333us"))
         .transpose()?
         .map(|d| d.as_nanos() as u64);
-    let core = match opts.core.as_deref() {
-        None => tessera_guard::guard::default_core(),
-        Some("global") => None,
-        Some(n) => Some(n.parse().map_err(|_| {
+    let cores = match opts.core.as_deref() {
+        None | Some("auto") => tessera_guard::guard::default_cores(),
+        Some("global") => Cores::Global,
+        Some(n) => Cores::Core(n.parse().map_err(|_| {
             crate::args::invalid(
-                format!("--core {n:?} is not a core number or \"global\""),
-                "e.g. --core 1, or --core global",
+                format!("--core {n:?} is not a core number, \"auto\" or \"global\""),
+                "e.g. --core 1, --core auto (the default), or --core global",
             )
         })?),
     };
     Ok(Settings {
-        core,
+        cores,
         budgeting,
         reclaim: !opts.no_reclaim,
         interval: crate::args::time(&opts.interval, "--interval 100ms")?,
         period_ns,
+        app_share: opts.share.app_share()?,
     })
 }
 

@@ -106,8 +106,12 @@ fn cell(command: CellCommand) -> Result<ExitCode, BrokerError> {
             Ok(ExitCode::SUCCESS)
         }
         CellCommand::Attach {
-            cell, pid, follow, ..
-        } if follow => follow::attach(session, &cell, pid),
+            cell,
+            pid,
+            follow,
+            share,
+            ..
+        } if follow => follow::attach(session, &cell, pid, share.app_share()?),
         CellCommand::Attach {
             cell,
             pid,
@@ -125,7 +129,11 @@ fn cell(command: CellCommand) -> Result<ExitCode, BrokerError> {
             println!("thread {tid} detached; its scheduling is restored");
             Ok(ExitCode::SUCCESS)
         }
-        CellCommand::Exec { cell, command } => follow::exec(session, &cell, &command),
+        CellCommand::Exec {
+            cell,
+            share,
+            command,
+        } => follow::exec(session, &cell, &command, share.app_share()?),
         CellCommand::Report {
             name,
             misses,

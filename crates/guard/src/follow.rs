@@ -12,6 +12,11 @@
 //! - any other policy: the cell's cpuset and affinity at that policy
 //!   (`Session::attach_cpuset_only`); in a cell without reservations
 //!   (dedicated, best-effort) every thread simply joins;
+//! - such a thread found busy over a window (with an application share, the
+//!   default): a reservation of its own beside the cell's, sized to what it
+//!   uses, never below its part of the share's floor
+//!   ([`crate::share_cells`]); given back if its program makes it
+//!   real-time (the rule above then places it) or it exits;
 //! - a reserved thread whose program re-sets its policy has taken its
 //!   reservation back: that is said, naming the thread, and the thread is
 //!   treated by the rule again (reserved anew while it stays real-time, at
@@ -22,6 +27,8 @@
 //! print (events are returned, or passed to a callback), and never leave a
 //! thread placed behind: [`Follower::stop`] and `Drop` detach every thread.
 
+use crate::share::AppShare;
+use crate::share_cells::ShareCells;
 use crate::watch::{is_program_real_time, ThreadEvent, Watch, WatchOptions};
 use crate::GuardError;
 use std::collections::BTreeMap;
@@ -29,6 +36,7 @@ use std::fmt;
 use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
 use tessera_broker::Session;
+use tessera_policy::{Bandwidth, Budget};
 use tessera_sys::proc::Pid;
 use tessera_sys::sched::{self, Policy, Tid};
 
@@ -39,6 +47,9 @@ pub struct FollowOptions {
     /// How often a thread whose program takes back its reservation is
     /// reserved again before it is left as its program wants.
     pub retakes: u32,
+    /// The share of the program's busy threads that are not real-time;
+    /// None leaves them best-effort in the cell's cpuset.
+    pub app_share: Option<AppShare>,
 }
 
 impl Default for FollowOptions {
@@ -49,6 +60,7 @@ impl Default for FollowOptions {
                 ..WatchOptions::default()
             },
             retakes: 3,
+            app_share: Some(AppShare::default()),
         }
     }
 }
@@ -67,6 +79,9 @@ pub enum Role {
     /// Left as it is (its own SCHED_DEADLINE, a failed placement, or it
     /// kept taking its reservation back).
     Outside,
+    /// Busy at a normal policy: in a reservation of its own, its
+    /// application's share.
+    Shared,
 }
 
 impl Role {
@@ -86,6 +101,16 @@ pub enum FollowEvent {
         name: String,
         from: Policy,
         policy: Policy,
+    },
+    /// A busy thread at a normal policy given a reservation of its own,
+    /// its application's share.
+    Shared {
+        pid: Pid,
+        tid: Tid,
+        name: String,
+        cell: String,
+        used: Bandwidth,
+        budget: Budget,
     },
     /// A thread put in the cell's cpuset at its own policy.
     BestEffort {
@@ -168,6 +193,17 @@ impl fmt::Display for FollowEvent {
             } => write!(
                 f,
                 "thread {tid} {name:?} ({from}) → its own reservation: {policy}"
+            ),
+            FollowEvent::Shared {
+                tid,
+                name,
+                cell,
+                used,
+                budget,
+                ..
+            } => write!(
+                f,
+                "thread {tid} {name:?} is busy ({used} of a CPU) → the application's share: cell {cell:?}, {budget}"
             ),
             FollowEvent::BestEffort {
                 tid, name, policy, ..
@@ -253,6 +289,9 @@ pub struct Follower {
     watch: Watch,
     options: FollowOptions,
     threads: BTreeMap<Tid, Followed>,
+    /// The application share's cells (None without a share, or in a cell
+    /// without reservations, which its threads simply join).
+    shares: Option<ShareCells>,
     /// Events of placements made before the first `step` (at start).
     pending: Vec<FollowEvent>,
 }
@@ -270,13 +309,19 @@ impl Follower {
         let info = session.show(cell)?;
         let mut watch = Watch::with_options(options.watch)?;
         watch.add_process(pid)?;
+        let reservations = info.grant.reservations.len();
+        let shares = options.app_share.filter(|_| reservations > 0).map(|share| {
+            let core = info.grant.reservations.first().and_then(|r| r.core);
+            ShareCells::new(share, cell, core)
+        });
         let mut follower = Follower {
             session,
             cell: cell.to_string(),
-            reservations: info.grant.reservations.len(),
+            reservations,
             watch,
             options,
             threads: BTreeMap::new(),
+            shares,
             pending: Vec::new(),
         };
         follower.pending = follower.step(Duration::ZERO);
@@ -329,7 +374,74 @@ impl Follower {
         for event in self.watch.poll(wait).unwrap_or_default() {
             self.apply(event, &mut out);
         }
+        self.share_busy_threads(&mut out);
         out
+    }
+
+    /// Once a window: the best-effort threads found busy move into their
+    /// application's share, and the shares follow what they use.
+    fn share_busy_threads(&mut self, out: &mut Vec<FollowEvent>) {
+        let Some(shares) = self.shares.as_mut() else {
+            return;
+        };
+        let candidates: Vec<(Pid, Tid)> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| t.role == Role::BestEffort)
+            .map(|(&tid, t)| (t.pid, tid))
+            .collect();
+        let busy = shares.busy(&candidates);
+        shares.adapt(&mut self.session);
+        for s in busy {
+            self.share(s.pid, s.tid, s.used, out);
+        }
+    }
+
+    /// Moves a busy best-effort thread from the cell's cpuset into a share
+    /// cell of its own; back to the cell's cpuset if that fails.
+    fn share(&mut self, pid: Pid, tid: Tid, used: Bandwidth, out: &mut Vec<FollowEvent>) {
+        let Some(name) = self.threads.get(&tid).map(|t| t.name.clone()) else {
+            return;
+        };
+        self.leave(tid, out);
+        let Some(shares) = self.shares.as_mut() else {
+            return;
+        };
+        match shares.open(&mut self.session, pid, tid, used) {
+            Ok(opened) => {
+                if let Ok(policy) = sched::get_policy(tid) {
+                    self.watch.note_policy(tid, policy);
+                }
+                self.set_role(pid, tid, &name, Role::Shared);
+                out.push(FollowEvent::Shared {
+                    pid,
+                    tid,
+                    name,
+                    cell: opened.cell,
+                    used: opened.used,
+                    budget: opened.budget,
+                });
+            }
+            Err(e) => {
+                let policy = sched::get_policy(tid).unwrap_or(Policy::Other { nice: 0 });
+                self.failed(pid, tid, name.clone(), e, out);
+                self.place_best_effort(pid, tid, name, policy, out);
+            }
+        }
+    }
+
+    /// Gives thread `tid` back from its share, if it has one.
+    fn unshare(&mut self, tid: Tid) -> bool {
+        let released = match self.shares.as_mut() {
+            Some(shares) => shares.release(&mut self.session, tid),
+            None => false,
+        };
+        if released {
+            if let Some(t) = self.threads.get_mut(&tid) {
+                t.role = Role::Outside;
+            }
+        }
+        released
     }
 
     /// Follows until every followed process exited or `stop` says so,
@@ -354,6 +466,20 @@ impl Follower {
 
     fn restore_all(&mut self) -> Vec<FollowEvent> {
         let mut out = Vec::new();
+        if let Some(shares) = self.shares.as_mut() {
+            for (pid, tid) in shares.release_all(&mut self.session) {
+                if let Some(t) = self.threads.get_mut(&tid) {
+                    t.role = Role::Outside;
+                    if sched::get_policy(tid).is_ok() {
+                        out.push(FollowEvent::Restored {
+                            pid,
+                            tid,
+                            name: t.name.clone(),
+                        });
+                    }
+                }
+            }
+        }
         let threads = std::mem::take(&mut self.threads);
         for (tid, t) in threads.into_iter().filter(|(_, t)| t.role.is_member()) {
             match self.session.detach(tid) {
@@ -479,6 +605,11 @@ impl Follower {
         from: Option<Policy>,
         out: &mut Vec<FollowEvent>,
     ) {
+        // A shared thread made real-time by its program leaves its share
+        // (keeping the policy its program set) and is placed by the rule.
+        if self.role_of(tid) == Some(Role::Shared) {
+            self.unshare(tid);
+        }
         let role = self.role_of(tid);
         if self.reservations == 0 {
             if !role.is_some_and(Role::is_member) {
@@ -562,6 +693,10 @@ impl Follower {
             Some(Role::Waiting) | Some(Role::Outside) => {
                 self.place_best_effort(pid, tid, name, policy, out)
             }
+            Some(Role::Shared) => {
+                self.unshare(tid);
+                self.place_best_effort(pid, tid, name, policy, out)
+            }
             _ => {}
         }
     }
@@ -592,6 +727,7 @@ impl Follower {
     }
 
     fn exited(&mut self, pid: Pid, tid: Tid, name: String, out: &mut Vec<FollowEvent>) {
+        self.unshare(tid);
         let Some(t) = self.threads.remove(&tid) else {
             return;
         };

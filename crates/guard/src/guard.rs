@@ -27,15 +27,19 @@
 use crate::lockstep::Lockstep;
 use crate::monitor::{Monitor, Snapshot};
 use crate::server::{Server, ServerKind};
+use crate::share::{self, AppShare, Busy, Sampled};
 use crate::watch::{ThreadEvent, Watch};
 use crate::{fail, GuardError};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::time::{Duration, Instant};
-use tessera_broker::Session;
+use tessera_broker::protocol::ResizeReply;
+use tessera_broker::{Session, StatusReport};
+use tessera_policy::application::{place, share_wanted, CoreRoom, Layout, Room, Spread, Want};
 use tessera_policy::{
-    compress, Adaptive, AdaptiveConfig, Bandwidth, Budget, CellRequest, Placement,
+    compress, Adaptive, AdaptiveConfig, Bandwidth, Budget, CellRequest, CoreMode, CoreUsage,
+    Placement,
 };
 use tessera_sys::proc::{self, Pid};
 use tessera_sys::sched::{self, Policy, Tid};
@@ -62,17 +66,38 @@ pub struct Settings {
     pub interval: Duration,
     /// The audio period when the server does not tell it (a plain process).
     pub period_ns: Option<u64>,
-    /// Where the reservations live: on one core (`Some(core)`: an audio
-    /// graph's threads mostly run one after another, and on one core a
-    /// woken thread never waits for an inter-processor interrupt), or in
-    /// the shared cores under global EDF (`None`).
-    pub core: Option<usize>,
+    /// Where the reservations live.
+    pub cores: Cores,
+    /// The share of each guarded process's threads that are not real-time;
+    /// None reserves only the real-time threads (`--rt-only`).
+    pub app_share: Option<AppShare>,
 }
 
-/// The core partitioned reservations go to by default: the last one (CPU 0
+/// Where the reservations live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cores {
+    /// Decided from what the threads want and what the machine has room
+    /// for (`tessera_policy::application::place`): one core when they fit
+    /// there (an audio graph's threads mostly run one after another, and on
+    /// one core a woken thread never waits for an inter-processor
+    /// interrupt), several, or global EDF. `preferred` is tried first.
+    Auto { preferred: usize },
+    /// All on this core, as asked.
+    Core(usize),
+    /// In the shared cores under global EDF, as asked.
+    Global,
+}
+
+/// The default: decided from measurements, the last core tried first (CPU 0
 /// keeps the system's housekeeping).
-pub fn default_core() -> Option<usize> {
-    tessera_sys::kernel::online_cpus().ok()?.last().copied()
+pub fn default_cores() -> Cores {
+    match tessera_sys::kernel::online_cpus()
+        .ok()
+        .and_then(|c| c.last().copied())
+    {
+        Some(preferred) => Cores::Auto { preferred },
+        None => Cores::Global,
+    }
 }
 
 impl Default for Settings {
@@ -82,17 +107,40 @@ impl Default for Settings {
             reclaim: false,
             interval: Duration::from_millis(100),
             period_ns: None,
-            core: default_core(),
+            cores: default_cores(),
+            app_share: Some(AppShare::default()),
         }
     }
 }
 
-/// A real-time thread in a reservation of its own.
+/// Why a thread is reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// Its program made it SCHED_FIFO/RR.
+    RealTime,
+    /// At a normal policy, in step with the graph's cycles.
+    Graph,
+    /// At a normal policy, busy: part of its application's share.
+    Share,
+}
+
+impl Kind {
+    /// The threads an audio cycle passes through, kept together.
+    fn is_graph(self) -> bool {
+        self != Kind::Share
+    }
+}
+
+/// A thread in a reservation of its own.
 struct Reserved {
     pid: Pid,
     tid: Tid,
     name: String,
+    kind: Kind,
     cell: String,
+    /// Its cell's core; None under global EDF.
+    core: Option<usize>,
     controller: Adaptive,
     set: Budget,
     degraded: bool,
@@ -104,9 +152,10 @@ struct Reserved {
     used_ns: u64,
 }
 
-/// A real-time thread admission refused.
+/// A thread admission refused.
 struct LeftOut {
     pid: Pid,
+    kind: Kind,
     why: String,
     at: Instant,
 }
@@ -117,7 +166,10 @@ pub struct ThreadStatus {
     pub pid: Pid,
     pub tid: Tid,
     pub thread: String,
+    pub kind: Kind,
     pub cell: String,
+    /// Its reservation's core; None under global EDF.
+    pub core: Option<usize>,
     pub period_ns: u64,
     pub fragments: u64,
     /// CPU time per reservation period over the last interval.
@@ -148,6 +200,16 @@ pub struct Status {
     /// Σ set / period and Σ used / period, in CPUs.
     pub reserved_cpus: f64,
     pub used_cpus: f64,
+    /// Of which the application shares (threads not real-time), in CPUs.
+    pub share_reserved_cpus: f64,
+    pub share_used_cpus: f64,
+    /// What the guarded processes' unreserved threads used, in CPUs.
+    pub unreserved_used_cpus: f64,
+    /// Where the reservations are, and why (None until first decided, or
+    /// when the user chose the cores).
+    pub layout: Option<Layout>,
+    /// The same in words.
+    pub placement: String,
 }
 
 /// A guard at work.
@@ -168,9 +230,20 @@ pub struct Guard {
     /// [`RETRY_LEFT_OUT`], not every interval.
     left_out: BTreeMap<Tid, LeftOut>,
     clients: BTreeSet<Pid>,
-    /// Finds the graph's threads at a normal policy (PipeWire only: JACK2
-    /// runs no graph without real-time threads).
+    /// Finds the graph's threads at a normal policy (on PipeWire, and with
+    /// application shares wherever the guard hears the cycles).
     lockstep: Option<Lockstep>,
+    /// Measures the unreserved threads for the application shares.
+    busy: Busy,
+    /// What the unreserved threads used over the last window.
+    unreserved_used: Bandwidth,
+    /// Where new reservations go, and the layout they follow.
+    layout: Option<Layout>,
+    /// A different layout found last window: moved to when found twice.
+    pending: Option<Layout>,
+    /// The cores as the broker last told them.
+    room_seen: Option<(Vec<CoreUsage>, Bandwidth)>,
+    last_layout: Instant,
     last_scan: Instant,
     started: Instant,
     record: Option<Box<dyn Write + Send>>,
@@ -189,6 +262,9 @@ const RESCAN: Duration = Duration::from_secs(2);
 /// How long a refused thread waits before it is tried again: long enough
 /// for the others' initial budgets to give way to measured ones.
 const RETRY_LEFT_OUT: Duration = Duration::from_millis(500);
+
+/// How often the layout is decided again.
+const RELAYOUT: Duration = Duration::from_secs(1);
 
 /// The header of `--record`'s CSV.
 pub const RECORD_HEADER: &str =
@@ -227,7 +303,9 @@ impl Guard {
             }
             Budgeting::Adaptive(_) => 0,
         };
-        let lockstep = matches!(server.kind, ServerKind::PipeWire(_)).then(Lockstep::new);
+        let hears_cycles = monitor.is_some() && settings.app_share.is_some();
+        let lockstep =
+            (matches!(server.kind, ServerKind::PipeWire(_)) || hears_cycles).then(Lockstep::new);
         let mut watch = Watch::new()?;
         watch.add_process(server.pid)?;
         let mut guard = Guard {
@@ -243,11 +321,21 @@ impl Guard {
             left_out: BTreeMap::new(),
             clients: BTreeSet::new(),
             lockstep,
+            busy: Busy::default(),
+            unreserved_used: Bandwidth::ZERO,
+            layout: None,
+            pending: None,
+            room_seen: None,
+            last_layout: Instant::now(),
             last_scan: Instant::now(),
             started: Instant::now(),
             record: None,
         };
         guard.rescan_clients();
+        if let Ok(status) = guard.session.status() {
+            let global = global_free(&status);
+            guard.room_seen = Some((status.cores, global));
+        }
         Ok(guard)
     }
 
@@ -284,11 +372,15 @@ impl Guard {
         }
         self.hear_server(&mut log);
         self.adopt_graph_threads(&mut log);
+        self.adopt_busy_threads(&mut log);
         if self.last_scan.elapsed() >= RESCAN {
             self.rescan_clients();
         }
         self.retry_left_out(&mut log);
         self.adapt(&mut log);
+        if self.last_layout.elapsed() >= RELAYOUT {
+            self.relayout(&mut log);
+        }
         self.write_record();
         Ok(log)
     }
@@ -312,7 +404,7 @@ impl Guard {
                         self.release(r, log);
                     }
                 }
-                self.reserve(pid, tid, log)
+                self.reserve(pid, tid, Kind::RealTime, None, log)
             }
             ThreadEvent::NotRealtime { tid, .. } | ThreadEvent::Exited { tid, .. } => {
                 self.left_out.remove(&tid);
@@ -338,28 +430,43 @@ impl Guard {
         }
     }
 
-    /// Gives a real-time thread a reservation of its own.
-    fn reserve(&mut self, pid: Pid, tid: Tid, log: &mut Vec<String>) {
+    /// Gives a thread a reservation of its own; `seed` is what it was
+    /// measured to use (a busy thread of an application's share).
+    fn reserve(
+        &mut self,
+        pid: Pid,
+        tid: Tid,
+        kind: Kind,
+        seed: Option<Bandwidth>,
+        log: &mut Vec<String>,
+    ) {
         if self.reserved.contains_key(&tid) || self.left_out.contains_key(&tid) {
             return;
         }
         let name = proc::thread_name(pid, tid);
         // A fixed share makes room for the newcomer first.
         self.reshare(self.reserved.len() + 1, log);
-        match self.open_reservation(pid, tid, &name) {
+        match self.open_reservation(pid, tid, &name, kind, seed) {
             Ok(r) => {
                 log.push(format!(
-                    "reserved {} thread {tid} ({name}) in cell {:?}: {}",
+                    "reserved {} thread {tid} ({name}, {}) in cell {:?} ({}): {}",
                     proc::process_name(pid),
+                    kind.label(),
                     r.cell,
+                    where_(r.core),
                     r.set
                 ));
                 self.reserved.insert(tid, r);
                 // A client joining is new work for the server's own threads,
                 // which run the graph (§3.4.5); the other clients' work does
                 // not change, and the new thread holds its initial budget.
-                let server = self.server.pid;
-                self.bump(|r| r.pid == server && r.tid != tid, Adaptive::on_join);
+                if kind == Kind::RealTime {
+                    let server = self.server.pid;
+                    self.bump(
+                        |r| r.pid == server && r.tid != tid && r.kind != Kind::Share,
+                        Adaptive::on_join,
+                    );
+                }
             }
             Err(e) => {
                 self.reshare(self.reserved.len(), log);
@@ -370,6 +477,7 @@ impl Guard {
                     tid,
                     LeftOut {
                         pid,
+                        kind,
                         why: e.to_string(),
                         at: Instant::now(),
                     },
@@ -378,34 +486,37 @@ impl Guard {
         }
     }
 
-    fn open_reservation(&mut self, pid: Pid, tid: Tid, name: &str) -> Result<Reserved, GuardError> {
-        let controller = self.controller()?;
+    fn open_reservation(
+        &mut self,
+        pid: Pid,
+        tid: Tid,
+        name: &str,
+        kind: Kind,
+        seed: Option<Bandwidth>,
+    ) -> Result<Reserved, GuardError> {
+        let mut controller = match kind {
+            Kind::Share => share_controller(&self.settings.budgeting)?,
+            _ => self.controller()?,
+        };
+        if let Some(used) = seed {
+            let cycle = self.cycle_ns(kind);
+            controller.observe(used.runtime_in(cycle), 1);
+        }
         let cell = format!("{}-{tid}", cell_prefix(&proc::process_name(pid)));
         let period = controller.reservation_period_ns();
         // Admitted at the least the controller could ever want (1 % of the
         // period), then raised to what is wanted: a busy machine degrades
         // the budget instead of refusing the thread.
         let min = controller.bounds().0.min(MIN_OPENING_NS.max(period / 100));
-        let mut request = CellRequest::event_triggered(&cell, min, period);
-        match self.settings.core {
-            Some(core) => request = request.on_cores(vec![core]),
-            None => request.placement = Placement::Global,
-        }
-        request.reclaim = self.settings.reclaim;
-        // The guard budgets from the thread's cycles; the RAP service, which
-        // sees only its mean use, must leave the cell to it.
-        request.owner_adapts = true;
-        self.session.create_cell(request, true)?;
-        let attached = self.session.attach(&cell, pid, Some(tid));
-        if let Err(e) = attached {
-            let _ = self.session.destroy_cell(&cell);
-            return Err(e);
-        }
+        let core = self.core_for_new(kind);
+        self.open_cell(&cell, pid, tid, Budget::new(min, period), core)?;
         let mut r = Reserved {
             pid,
             tid,
             name: name.to_string(),
+            kind,
             cell,
+            core,
             controller,
             set: Budget::new(min, period),
             degraded: false,
@@ -414,9 +525,89 @@ impl Guard {
             at: Instant::now(),
             used_ns: 0,
         };
-        let wanted = r.controller.wanted();
-        apply(&mut self.session, &mut r, wanted)?;
+        let target = self.with_floor(&r, r.controller.wanted(), 1);
+        apply(&mut self.session, &mut r, target)?;
         Ok(r)
+    }
+
+    /// Creates thread `tid`'s cell at `budget` on `core` (None: global
+    /// EDF), bound to the guard, and puts the thread in it.
+    fn open_cell(
+        &mut self,
+        cell: &str,
+        pid: Pid,
+        tid: Tid,
+        budget: Budget,
+        core: Option<usize>,
+    ) -> Result<(), GuardError> {
+        let mut request = CellRequest::event_triggered(cell, budget.runtime_ns, budget.period_ns);
+        match core {
+            Some(core) => request = request.on_cores(vec![core]),
+            None => request.placement = Placement::Global,
+        }
+        request.reclaim = self.settings.reclaim;
+        // The guard budgets from the thread's cycles; the RAP service, which
+        // sees only its mean use, must leave the cell to it.
+        request.owner_adapts = true;
+        self.session.create_cell(request, true)?;
+        let attached = self.session.attach(cell, pid, Some(tid));
+        if let Err(e) = attached {
+            let _ = self.session.destroy_cell(cell);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The length of one cycle of a thread of `kind`: the audio period, or
+    /// for a shared thread that does not cycle, its reservation period.
+    fn cycle_ns(&self, kind: Kind) -> u64 {
+        match kind {
+            Kind::Share => share::PERIOD_NS,
+            _ => self.period_ns,
+        }
+    }
+
+    /// Where a new reservation goes: the core asked for, or the current
+    /// layout's (a several-core layout's first, the graph's; the next
+    /// layout moves it if it belongs elsewhere).
+    fn core_for_new(&self, kind: Kind) -> Option<usize> {
+        match (self.settings.cores, &self.layout) {
+            (Cores::Core(core), _) => Some(core),
+            (Cores::Global, _) => None,
+            (Cores::Auto { preferred }, None) => Some(preferred),
+            (Cores::Auto { .. }, Some(layout)) => match &layout.spread {
+                Spread::One { core } => Some(*core),
+                Spread::Several { cores } if kind.is_graph() => cores.first().copied(),
+                Spread::Several { cores } => cores.last().copied(),
+                Spread::Global => None,
+            },
+        }
+    }
+
+    /// `wanted`, raised to the application's floor for a shared thread:
+    /// its part of `--app-share` among its process's shared threads
+    /// (`extra` not yet counted among them).
+    fn with_floor(&self, r: &Reserved, wanted: Budget, extra: usize) -> Budget {
+        let floor = self.floor_ns(r, extra);
+        Budget::new(wanted.runtime_ns.max(floor), wanted.period_ns)
+    }
+
+    /// A thread's least budget: its controller's minimum, or for a shared
+    /// thread its part of the application's floor if more.
+    fn floor_ns(&self, r: &Reserved, extra: usize) -> u64 {
+        let min = r.controller.bounds().0;
+        let (Kind::Share, Some(share)) = (r.kind, self.settings.app_share) else {
+            return min;
+        };
+        let threads = self
+            .reserved
+            .values()
+            .filter(|o| o.pid == r.pid && o.kind == Kind::Share)
+            .count()
+            + extra;
+        let part = share_wanted(Bandwidth::ZERO, share.floor, threads, 0);
+        part.runtime_in(r.controller.reservation_period_ns())
+            .max(min)
     }
 
     /// A new thread's controller (with a fixed share, one of
@@ -486,7 +677,35 @@ impl Guard {
                 proc::thread_name(pid, tid),
                 proc::process_name(pid)
             ));
-            self.reserve(pid, tid, log);
+            self.reserve(pid, tid, Kind::Graph, None, log);
+        }
+    }
+
+    /// Reserves, in their application's share, the threads at a normal
+    /// policy that were busy over the last window; what the others used is
+    /// kept for the layout (the cores left shared must hold it).
+    fn adopt_busy_threads(&mut self, log: &mut Vec<String>) {
+        if self.settings.app_share.is_none() {
+            return;
+        }
+        let candidates = self.unreserved_normal_threads();
+        let Some(sampled) = self.busy.sample(&candidates) else {
+            return;
+        };
+        self.unreserved_used = sampled
+            .iter()
+            .filter(|s| !s.is_busy())
+            .map(|s| s.used)
+            .sum();
+        for s in sampled.into_iter().filter(Sampled::is_busy) {
+            log.push(format!(
+                "thread {} ({}) of {} is busy at a normal policy ({} of a CPU): reserving it in its application's share",
+                s.tid,
+                proc::thread_name(s.pid, s.tid),
+                proc::process_name(s.pid),
+                s.used
+            ));
+            self.reserve(s.pid, s.tid, Kind::Share, Some(s.used), log);
         }
     }
 
@@ -510,16 +729,21 @@ impl Guard {
     /// Tries again the threads refused a while ago: capacity may have been
     /// freed since (budgets shrink as the predictors learn).
     fn retry_left_out(&mut self, log: &mut Vec<String>) {
-        let due: Vec<(Tid, Pid)> = self
+        let due: Vec<(Tid, Pid, Kind)> = self
             .left_out
             .iter()
             .filter(|(_, l)| l.at.elapsed() >= RETRY_LEFT_OUT)
-            .map(|(&tid, l)| (tid, l.pid))
+            .map(|(&tid, l)| (tid, l.pid, l.kind))
             .collect();
-        for (tid, pid) in due {
+        for (tid, pid, kind) in due {
             self.left_out.remove(&tid);
-            if matches!(sched::get_policy(tid), Ok(p) if crate::watch::is_program_real_time(&p)) {
-                self.reserve(pid, tid, log);
+            let Ok(policy) = sched::get_policy(tid) else {
+                continue;
+            };
+            // Still what it was: real-time by its program's choice, or at a
+            // normal policy (a shared or graph thread).
+            if crate::watch::is_program_real_time(&policy) == (kind == Kind::RealTime) {
+                self.reserve(pid, tid, kind, None, log);
             }
         }
     }
@@ -562,7 +786,7 @@ impl Guard {
                 period as f64 / 1000.0
             ));
             self.period_ns = period;
-            for r in self.reserved.values_mut() {
+            for r in self.reserved.values_mut().filter(|r| r.kind != Kind::Share) {
                 let _ = r.controller.set_audio_period(period);
             }
         }
@@ -599,19 +823,41 @@ impl Guard {
     /// budgets they want — squeezed alike when together they want more than
     /// the guard's core holds — shrinking ones first, so that admission sees
     /// the room the growing ones need.
+    /// All of an interval's changes go to the broker as one admission
+    /// decision (`resize-cells`): one request and one save however many
+    /// threads are guarded.
     fn adapt(&mut self, log: &mut Vec<String>) {
         self.observe();
         let targets = self.targets();
-        let mut order: Vec<&mut Reserved> = self.reserved.values_mut().collect();
-        order.sort_by_key(|r| targets[&r.tid].runtime_ns > r.set.runtime_ns);
-        for r in order {
-            if let Err(e) = apply(&mut self.session, r, targets[&r.tid]) {
-                log.push(format!(
+        let mut asks: Vec<(Tid, Budget)> = self
+            .reserved
+            .values()
+            .filter_map(|r| Some((r.tid, r.controller.update_to(targets[&r.tid])?)))
+            .collect();
+        if asks.is_empty() {
+            return;
+        }
+        asks.sort_by_key(|(tid, ask)| ask.runtime_ns > self.reserved[tid].set.runtime_ns);
+        let changes = asks
+            .iter()
+            .map(|(tid, ask)| (self.reserved[tid].cell.as_str(), *ask));
+        let reply = match self.session.resize_cells(changes, true) {
+            Ok(reply) => reply,
+            Err(e) => return log.push(format!("budgets not changed: {e}")),
+        };
+        for ((tid, _), result) in asks.iter().zip(reply.results) {
+            let Some(r) = self.reserved.get_mut(tid) else {
+                continue;
+            };
+            match result {
+                Ok(granted) => record_grant(r, granted),
+                Err(e) => log.push(format!(
                     "thread {} ({}): budget not changed: {e}",
                     r.tid, r.name
-                ));
+                )),
             }
         }
+        self.room_seen = Some((reply.cores, reply.global_free));
     }
 
     /// Gives each controller the CPU time its thread used since the last
@@ -619,14 +865,23 @@ impl Guard {
     /// the thread woke fewer times (each cycle ends in a wait) — a thread
     /// held short of its need runs fewer cycles, and per period it would
     /// seem to need less and less, its budget following it down.
+    /// A shared thread that does not cycle is sampled once a
+    /// [`share::WINDOW`], per reservation period.
     fn observe(&mut self) {
-        let audio_period = self.period_ns;
         for r in self.reserved.values_mut() {
             let now = Instant::now();
+            let since = now.duration_since(r.at);
+            if r.kind == Kind::Share && since < share::WINDOW {
+                continue;
+            }
             let Ok(cpu) = proc::thread_cpu_ns(r.pid, r.tid) else {
                 continue;
             };
-            let elapsed = now.duration_since(r.at).as_nanos() as u64 / audio_period;
+            let cycle = match r.kind {
+                Kind::Share => share::PERIOD_NS,
+                _ => self.period_ns,
+            };
+            let elapsed = since.as_nanos() as u64 / cycle;
             if elapsed == 0 {
                 continue;
             }
@@ -637,7 +892,11 @@ impl Guard {
                 Err(_) => elapsed,
             };
             let used = cpu.saturating_sub(r.cpu_ns);
-            r.controller.observe(used, elapsed.min(woken.max(1)));
+            let cycles = match r.kind {
+                Kind::Share => elapsed,
+                _ => elapsed.min(woken.max(1)),
+            };
+            r.controller.observe(used, cycles);
             r.used_ns = used.div_ceil(elapsed) * r.controller.fragments();
             r.cpu_ns = cpu;
             r.at = now;
@@ -646,18 +905,14 @@ impl Guard {
 
     /// What each thread's budget should be: what its controller wants,
     /// compressed to the room on the guard's core.
-    fn targets(&mut self) -> BTreeMap<Tid, Budget> {
-        let wanted: Vec<Budget> = self
-            .reserved
-            .values()
-            .map(|r| r.controller.wanted())
-            .collect();
+    fn targets(&self) -> BTreeMap<Tid, Budget> {
+        let wanted: Vec<Budget> = self.wanted().into_values().collect();
         let targets = match self.room() {
             Some(room) => {
                 let floors: Vec<u64> = self
                     .reserved
                     .values()
-                    .map(|r| r.controller.bounds().0)
+                    .map(|r| self.floor_ns(r, 0))
                     .collect();
                 compress(&wanted, &floors, room)
             }
@@ -666,15 +921,175 @@ impl Guard {
         self.reserved.keys().copied().zip(targets).collect()
     }
 
-    /// The bandwidth the guard's reservations may share: what its core has
-    /// free plus what they hold, less [`NEWCOMER_ROOM`]. None under global
-    /// EDF (admission alone decides there) or when the broker cannot say.
-    fn room(&mut self) -> Option<Bandwidth> {
-        let core = self.settings.core?;
-        let status = self.session.status().ok()?;
-        let usage = status.cores.iter().find(|c| c.core == core)?;
+    /// What each thread wants: its controller's budget, a shared thread's
+    /// raised to its part of the application's floor.
+    fn wanted(&self) -> BTreeMap<Tid, Budget> {
+        self.reserved
+            .values()
+            .map(|r| (r.tid, self.with_floor(r, r.controller.wanted(), 0)))
+            .collect()
+    }
+
+    /// The one core every reservation shares now, if there is one.
+    fn single_core(&self) -> Option<usize> {
+        match (self.settings.cores, &self.layout) {
+            (Cores::Core(core), _) | (Cores::Auto { preferred: core }, None) => Some(core),
+            (Cores::Auto { .. }, Some(layout)) => match layout.spread {
+                Spread::One { core } => Some(core),
+                _ => None,
+            },
+            (Cores::Global, _) => None,
+        }
+    }
+
+    /// The bandwidth the guard's reservations may share: what their one
+    /// core has free plus what they hold, less [`NEWCOMER_ROOM`], as the
+    /// broker last told it. None when they are not on one core (admission
+    /// alone decides) or the broker has not said.
+    fn room(&self) -> Option<Bandwidth> {
+        let core = self.single_core()?;
+        let (cores, _) = self.room_seen.as_ref()?;
+        let usage = cores.iter().find(|c| c.core == core)?;
         let held: Bandwidth = self.reserved.values().map(|r| r.set.bandwidth()).sum();
         Some((usage.free() + held).saturating_sub(Bandwidth::from_fraction(NEWCOMER_ROOM)))
+    }
+
+    /// Decides again where the reservations go (with `Cores::Auto`), from
+    /// what each thread wants and used and what the cores have room for;
+    /// a different layout found twice in a row is moved to.
+    fn relayout(&mut self, log: &mut Vec<String>) {
+        self.last_layout = Instant::now();
+        if let Ok(status) = self.session.status() {
+            let global = global_free(&status);
+            self.room_seen = Some((status.cores, global));
+        }
+        let Cores::Auto { preferred } = self.settings.cores else {
+            return;
+        };
+        if self.reserved.is_empty() {
+            return;
+        }
+        let Some(room) = self.room_for_layout(preferred) else {
+            return;
+        };
+        let wanted = self.wanted();
+        let wants: Vec<Want> = self
+            .reserved
+            .values()
+            .map(|r| Want {
+                thread: r.tid,
+                graph: r.kind.is_graph(),
+                wanted: wanted[&r.tid].bandwidth(),
+                used: Bandwidth::of(r.used_ns, r.set.period_ns),
+            })
+            .collect();
+        let layout = place(&wants, &room);
+        let current: Vec<Option<usize>> = self.reserved.values().map(|r| r.core).collect();
+        if current == layout.cores {
+            self.pending = None;
+            self.layout = Some(layout);
+            return;
+        }
+        let same_as_pending = self
+            .pending
+            .as_ref()
+            .is_some_and(|p| p.cores == layout.cores);
+        if !same_as_pending {
+            self.pending = Some(layout);
+            return;
+        }
+        self.pending = None;
+        log.push(format!("placement: {}", share::describe(&layout)));
+        let moves: Vec<(Tid, Option<usize>)> = self
+            .reserved
+            .keys()
+            .copied()
+            .zip(layout.cores.iter().copied())
+            .collect();
+        self.layout = Some(layout);
+        for (tid, core) in moves {
+            self.move_reservation(tid, core, log);
+        }
+    }
+
+    /// What the machine offers a layout: each core's free bandwidth plus
+    /// what the guard holds there, the shared cores' room for global
+    /// reservations plus what the guard holds globally.
+    fn room_for_layout(&self, preferred: usize) -> Option<Room> {
+        let (cores, global_free) = self.room_seen.as_ref()?;
+        let held_on = |core: Option<usize>| -> Bandwidth {
+            self.reserved
+                .values()
+                .filter(|r| r.core == core)
+                .map(|r| r.set.bandwidth())
+                .sum()
+        };
+        let newcomer = Bandwidth::from_fraction(NEWCOMER_ROOM);
+        let cores = cores
+            .iter()
+            .filter(|c| !matches!(c.mode, CoreMode::Dedicated(_)))
+            .map(|c| CoreRoom {
+                core: c.core,
+                room: (c.free() + held_on(Some(c.core))).saturating_sub(newcomer),
+            })
+            .collect();
+        Some(Room {
+            cores,
+            global: (*global_free + held_on(None)).saturating_sub(newcomer),
+            preferred,
+            unreserved_used: self.unreserved_used,
+        })
+    }
+
+    /// Moves a thread's reservation to `core` (None: global EDF): a new
+    /// cell there at its current budget, its controller kept. Between the
+    /// two the thread runs as its program set it.
+    fn move_reservation(&mut self, tid: Tid, core: Option<usize>, log: &mut Vec<String>) {
+        let Some(mut r) = self.reserved.remove(&tid) else {
+            return;
+        };
+        if r.core == core {
+            self.reserved.insert(tid, r);
+            return;
+        }
+        if let Err(e) = self.session.destroy_cell(&r.cell) {
+            log.push(format!("thread {tid} ({}): not moved: {e}", r.name));
+            self.reserved.insert(tid, r);
+            return;
+        }
+        // Opened at the least, then raised: a full core degrades the budget
+        // instead of refusing the move.
+        let opening = Budget::new(r.controller.bounds().0, r.set.period_ns);
+        match self.open_cell(&r.cell.clone(), r.pid, tid, opening, core) {
+            Ok(()) => {
+                r.core = core;
+                r.set = opening;
+                let target = self.with_floor(&r, r.controller.wanted(), 0);
+                if let Err(e) = apply(&mut self.session, &mut r, target) {
+                    log.push(format!(
+                        "thread {tid} ({}): budget not set after the move: {e}",
+                        r.name
+                    ));
+                }
+                self.reserved.insert(tid, r);
+            }
+            Err(e) => {
+                log.push(format!(
+                    "thread {tid} ({}) could not move to {}: {e}; tried again later",
+                    r.name,
+                    where_(core)
+                ));
+                self.left_out.insert(
+                    tid,
+                    LeftOut {
+                        pid: r.pid,
+                        kind: r.kind,
+                        why: e.to_string(),
+                        at: Instant::now(),
+                    },
+                );
+            }
+        }
     }
 
     fn write_record(&mut self) {
@@ -703,12 +1118,14 @@ impl Guard {
 
     pub fn status(&self) -> Status {
         let threads: Vec<ThreadStatus> = self.reserved.values().map(thread_status).collect();
-        let cpus = |f: fn(&ThreadStatus) -> u64| {
+        let cpus_of = |shares_only: bool, f: fn(&ThreadStatus) -> u64| -> f64 {
             threads
                 .iter()
+                .filter(|t| !shares_only || t.kind == Kind::Share)
                 .map(|t| f(t) as f64 / t.period_ns as f64)
-                .sum()
+                .fold(0.0, |a, b| a + b)
         };
+        let cpus = |f| cpus_of(false, f);
         Status {
             server: self.server.describe(),
             elapsed_s: self.started.elapsed().as_secs_f64(),
@@ -717,6 +1134,11 @@ impl Guard {
             rate: self.heard.rate,
             reserved_cpus: cpus(|t| t.set_ns),
             used_cpus: cpus(|t| t.used_ns),
+            share_reserved_cpus: cpus_of(true, |t| t.set_ns),
+            share_used_cpus: cpus_of(true, |t| t.used_ns),
+            unreserved_used_cpus: self.unreserved_used.as_fraction(),
+            layout: self.layout.clone(),
+            placement: self.placement(),
             left_out: self
                 .left_out
                 .iter()
@@ -731,6 +1153,18 @@ impl Guard {
                 .map(|r| r.controller.report().degradations)
                 .sum(),
             threads,
+        }
+    }
+
+    /// Where the reservations are, and why, in words.
+    fn placement(&self) -> String {
+        match (self.settings.cores, &self.layout) {
+            (Cores::Core(core), _) => format!("cpu{core} (as asked)"),
+            (Cores::Global, _) => "global EDF (as asked)".to_string(),
+            (Cores::Auto { preferred }, None) => {
+                format!("cpu{preferred} until the threads are measured")
+            }
+            (Cores::Auto { .. }, Some(layout)) => share::describe(layout),
         }
     }
 
@@ -760,19 +1194,65 @@ fn share_of(pct: u32, threads: usize) -> u32 {
     (pct / threads.max(1) as u32).max(1)
 }
 
+/// A shared thread's controller, from the guard's adaptive settings (the
+/// defaults under a fixed share: a busy thread's use is never fixed).
+fn share_controller(budgeting: &Budgeting) -> Result<Adaptive, GuardError> {
+    let base = match budgeting {
+        Budgeting::Adaptive(c) => *c,
+        Budgeting::Fixed { .. } => AdaptiveConfig::default(),
+    };
+    share::controller(base).map_err(|e| fail(format!("budget settings: {e}"), e.fix.clone()))
+}
+
+/// Bandwidth the shared cores still have for global reservations.
+fn global_free(status: &StatusReport) -> Bandwidth {
+    let shared = status
+        .cores
+        .iter()
+        .filter(|c| c.mode == CoreMode::Shared)
+        .count();
+    status
+        .capacity_per_core
+        .times(shared as u64)
+        .saturating_sub(status.global_reserved)
+}
+
 /// Asks admission for `target`, when it differs from what is set, and
-/// records what was granted: degraded when it is less than the controller
-/// wants (a squeezed target, or admission's largest that fit).
+/// records what was granted.
 fn apply(session: &mut Session, r: &mut Reserved, target: Budget) -> Result<(), GuardError> {
     let Some(ask) = r.controller.update_to(target) else {
         return Ok(());
     };
     let reply = session.resize_cell(&r.cell, ask, true)?;
+    record_grant(r, reply);
+    Ok(())
+}
+
+/// Records what admission granted: degraded when it is less than the
+/// controller wants (a squeezed target, or admission's largest that fit).
+fn record_grant(r: &mut Reserved, reply: ResizeReply) {
     let short = reply.budget.runtime_ns < r.controller.wanted().runtime_ns;
     r.controller.granted(reply.budget, reply.degraded || short);
     r.set = reply.budget;
     r.degraded = reply.degraded;
-    Ok(())
+}
+
+/// Where a reservation is, in words.
+fn where_(core: Option<usize>) -> String {
+    match core {
+        Some(core) => format!("cpu{core}"),
+        None => "global EDF".to_string(),
+    }
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::RealTime => "real-time",
+            Kind::Graph => "runs the graph",
+            Kind::Share => "application share",
+        }
+    }
 }
 
 fn thread_status(r: &Reserved) -> ThreadStatus {
@@ -781,7 +1261,9 @@ fn thread_status(r: &Reserved) -> ThreadStatus {
         pid: r.pid,
         tid: r.tid,
         thread: r.name.clone(),
+        kind: r.kind,
         cell: r.cell.clone(),
+        core: r.core,
         period_ns: r.set.period_ns,
         fragments: p.fragments,
         used_ns: r.used_ns,

@@ -14,6 +14,8 @@ pub mod guard;
 pub mod lockstep;
 pub mod monitor;
 pub mod server;
+pub mod share;
+pub mod share_cells;
 pub mod supervise;
 pub mod watch;
 

@@ -1,14 +1,15 @@
 //! The guard against the real audio servers (root): Debian's jackd2 with
 //! its dummy driver, and PipeWire where its daemon starts on this machine.
 //! A client joins and gets a reservation of its own, leaves and its
-//! bandwidth returns; the server is killed and everything is released.
+//! bandwidth returns; a client's busy worker thread at SCHED_OTHER gets its
+//! application's share; the server is killed and everything is released.
 //! Every server and client is started here and ended by its PID, even when
 //! the test fails.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_guard::guard::{Guard, Settings};
+use tessera_guard::guard::{Guard, Kind, Settings};
 use tessera_guard::server::Server;
 use tessera_sys::sched::{self, Policy};
 use tessera_testkit::privileged;
@@ -101,28 +102,37 @@ fn fifo_threads(pid: i32) -> Vec<i32> {
         .collect()
 }
 
+/// One name for every run: a jackd that is killed keeps its entry in
+/// JACK's server registry (8 entries), and only a server of the same name
+/// reclaims it.
+const JACK_NAME: &str = "tessera-guard-test";
+
+/// Starts jackd (dummy driver, 256 frames at 48 kHz) and waits until its
+/// real-time thread runs; its /dev/shm files go when the last value drops.
+fn start_jackd() -> (Started, Server, JackFiles) {
+    let files = JackFiles(JACK_NAME.to_string());
+    let jackd = Started::spawn(
+        Command::new("jackd")
+            .args([
+                "-n", JACK_NAME, "-R", "-P", "70", "-d", "dummy", "-r", "48000", "-p", "256",
+            ])
+            .env("JACK_NO_AUDIO_RESERVATION", "1"),
+    );
+    let server = wait_for(|| {
+        Server::jack(JACK_NAME, Some(jackd.pid()))
+            .ok()
+            .filter(|_| !fifo_threads(jackd.pid()).is_empty())
+    });
+    (jackd, server, files)
+}
+
 #[test]
 fn jackd_and_its_clients_get_reservations_of_their_own() {
     let Some(m) = privileged("guard-jackd") else {
         return;
     };
-    // One name for every run: a jackd that is killed keeps its entry in
-    // JACK's server registry (8 entries), and only a server of the same
-    // name reclaims it.
-    let name = "tessera-guard-test".to_string();
-    let _files = JackFiles(name.clone());
-    let mut jackd = Started::spawn(
-        Command::new("jackd")
-            .args([
-                "-n", &name, "-R", "-P", "70", "-d", "dummy", "-r", "48000", "-p", "256",
-            ])
-            .env("JACK_NO_AUDIO_RESERVATION", "1"),
-    );
-    let server = wait_for(|| {
-        Server::jack(&name, Some(jackd.pid()))
-            .ok()
-            .filter(|_| !fifo_threads(jackd.pid()).is_empty())
-    });
+    let (mut jackd, server, _files) = start_jackd();
+    let name = JACK_NAME;
     let mut guard = Guard::start(m.session(), server, Settings::default()).expect("guard starts");
     let jack_pid = jackd.pid();
     step_until(&mut guard, "jackd's real-time thread is reserved", |g| {
@@ -137,7 +147,7 @@ fn jackd_and_its_clients_get_reservations_of_their_own() {
     client_joins_and_leaves(
         &mut guard,
         &m,
-        Command::new("jack_simple_client").env("JACK_DEFAULT_SERVER", &name),
+        Command::new("jack_simple_client").env("JACK_DEFAULT_SERVER", name),
     );
 
     jackd.kill();
@@ -145,6 +155,96 @@ fn jackd_and_its_clients_get_reservations_of_their_own() {
         g.status().threads.iter().all(|t| t.pid != jack_pid)
     });
     assert!(!guard.server_alive());
+    guard.stop();
+    assert!(
+        m.session().list().unwrap().is_empty(),
+        "no cell left behind"
+    );
+}
+
+/// Runs in a child process: a JACK client of the server named by
+/// `TESSERA_TEST_WORKER_SERVER` whose process callback does nothing, beside
+/// a worker thread of its own at SCHED_OTHER working 15 % of every 10 ms
+/// (a network or disk thread), until killed. (Invoked by the test below.)
+#[test]
+fn jack_client_with_a_worker_helper() {
+    let Ok(server) = std::env::var("TESSERA_TEST_WORKER_SERVER") else {
+        return;
+    };
+    std::env::set_var("JACK_DEFAULT_SERVER", server);
+    let (client, _) =
+        jack::Client::new("tessera-worker-test", jack::ClientOptions::NO_START_SERVER).unwrap();
+    let handler =
+        jack::contrib::ClosureProcessHandler::new(|_: &jack::Client, _: &jack::ProcessScope| {
+            jack::Control::Continue
+        });
+    let _active = client.activate_async((), handler).unwrap();
+    std::thread::Builder::new()
+        .name("worker".into())
+        .spawn(|| loop {
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_micros(1500) {
+                std::hint::spin_loop();
+            }
+            std::thread::sleep(Duration::from_micros(8500));
+        })
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// A JACK client whose worker thread is busy at SCHED_OTHER: its process
+/// thread gets a reservation as a real-time thread, the worker one in the
+/// application's share; both go when the client does.
+#[test]
+fn a_clients_busy_worker_thread_gets_its_application_share() {
+    let Some(m) = privileged("guard-jackd-worker") else {
+        return;
+    };
+    let (mut jackd, server, _files) = start_jackd();
+    let name = JACK_NAME;
+    let mut guard = Guard::start(m.session(), server, Settings::default()).expect("guard starts");
+    let mut client = Started::spawn(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["jack_client_with_a_worker_helper", "--exact", "--nocapture"])
+            .env("TESSERA_TEST_WORKER_SERVER", name),
+    );
+    let pid = client.pid();
+    let kinds_of = |g: &Guard| -> Vec<Kind> {
+        g.status()
+            .threads
+            .iter()
+            .filter(|t| t.pid == pid)
+            .map(|t| t.kind)
+            .collect()
+    };
+    step_until(&mut guard, "the client's worker is in its share", |g| {
+        kinds_of(g).contains(&Kind::Share) && kinds_of(g).contains(&Kind::RealTime)
+    });
+    let status = guard.status();
+    let worker = status
+        .threads
+        .iter()
+        .find(|t| t.pid == pid && t.kind == Kind::Share)
+        .unwrap();
+    assert!(
+        is_deadline(worker.tid),
+        "the worker reads back SCHED_DEADLINE"
+    );
+    assert!(
+        status.share_reserved_cpus >= 0.02,
+        "at least the floor: {status:?}"
+    );
+    assert!(!status.placement.is_empty());
+
+    client.kill();
+    step_until(&mut guard, "the client's reservations are released", |g| {
+        kinds_of(g).is_empty()
+    });
+    let jack_pid = jackd.pid();
+    jackd.kill();
+    step_until(&mut guard, "jackd's reservations are released", |g| {
+        g.status().threads.iter().all(|t| t.pid != jack_pid)
+    });
     guard.stop();
     assert!(
         m.session().list().unwrap().is_empty(),

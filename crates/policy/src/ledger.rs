@@ -541,15 +541,20 @@ impl Ledger {
         })
     }
 
+    /// Bandwidth the shared cores still have for global reservations.
+    pub fn global_free(&self) -> Bandwidth {
+        let shared = self.shared_cores().len() as u64;
+        let cap = self.machine.capacity.times(shared);
+        cap.saturating_sub(self.global_reserved())
+    }
+
     fn admit_global(
         &self,
         req: &CellRequest,
         budget: Budget,
     ) -> Result<Grant, (String, Option<String>)> {
         let n = req.cores.count() as u64;
-        let shared = self.shared_cores().len() as u64;
-        let cap = self.machine.capacity.times(shared);
-        let free = cap.saturating_sub(self.global_reserved());
+        let free = self.global_free();
         let need = budget.bandwidth().times(n);
         if budget.bandwidth() > self.machine.capacity || need > free {
             let per = Bandwidth(free.0 / n.max(1)).min(self.machine.capacity);

@@ -5,6 +5,9 @@
 //!
 //! - [`adaptive`]: the feedback controller of adaptive budgets (AQuoSA's
 //!   predictor, increment, fragments and bumps), per reserved thread.
+//! - [`application`]: an application's share for its threads that are not
+//!   real-time, and where a guard's reservations go (one core, several,
+//!   global EDF), decided from measurements.
 //! - [`bandwidth`]: fixed-point CPU bandwidth, the kernel's own arithmetic.
 //! - [`cell`]: what a cell asks for (policy, cores, budget) and its validation.
 //! - [`edf`]: uniprocessor EDF schedulability by processor demand.
@@ -18,6 +21,7 @@
 //!   terms offered (reservation, gate, service times), the request gate.
 
 pub mod adaptive;
+pub mod application;
 pub mod bandwidth;
 pub mod cell;
 pub mod edf;

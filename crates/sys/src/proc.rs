@@ -133,6 +133,11 @@ impl ThreadUsage {
         }
     }
 
+    /// How long ago the last reading was taken.
+    pub fn age(&self) -> std::time::Duration {
+        self.at.elapsed()
+    }
+
     /// What the thread did since the last reading; Err when it is gone.
     pub fn advance(&mut self, pid: Pid, tid: Tid) -> Result<UsageDelta> {
         let now = std::time::Instant::now();

@@ -6,12 +6,15 @@
 //! on stdout, the policy it reads back for itself once it was moved (or
 //! after `--report-after-ms`). With `--retakes N` those threads then set
 //! SCHED_FIFO again N times, as a program that re-sets its policy does,
-//! reporting each time. It exits when stdin closes or after `--seconds`,
-//! with `--exit-code`.
+//! reporting each time. With `--busy PCT` the threads that stay at a normal
+//! policy work PCT % of every 10 ms (a network or disk thread of an audio
+//! program) instead of sleeping. It exits when stdin closes or after
+//! `--seconds`, with `--exit-code`, each thread saying the CPU time it got.
 //!
 //! Lines: `probe pid=P`, `thread index=I tid=T name=N`, `fifo index=I
 //! tid=T ok|error=E`, `policy index=I tid=T name=N rt=true|false
-//! policy=POLICY` (again after each `retake index=I tid=T`), `exit`.
+//! policy=POLICY` (again after each `retake index=I tid=T`), `cpu index=I
+//! tid=T ms=M` (its CPU time over its life), `exit`.
 //!
 //! It changes only its own threads' scheduling, through tessera-sys.
 
@@ -30,10 +33,11 @@ struct Options {
     seconds: f64,
     exit_code: i32,
     retakes: usize,
+    busy_pct: f64,
 }
 
 const USAGE: &str = "usage: tessera-thread-probe [--threads N] [--fifo K] [--priority P] \
-[--delay-ms D] [--report-after-ms R] [--retakes N] [--seconds S] [--exit-code C]\n\
+[--delay-ms D] [--report-after-ms R] [--retakes N] [--busy PCT] [--seconds S] [--exit-code C]\n\
 e.g. tessera cell exec synth -- tessera-thread-probe --threads 3 --fifo 1";
 
 fn parse() -> Result<Options, String> {
@@ -46,6 +50,7 @@ fn parse() -> Result<Options, String> {
         seconds: 30.0,
         exit_code: 0,
         retakes: 0,
+        busy_pct: 0.0,
     };
     let args: Vec<String> = std::env::args().skip(1).collect();
     for pair in args.chunks(2) {
@@ -63,6 +68,7 @@ fn parse() -> Result<Options, String> {
             "--seconds" => o.seconds = number(value)?,
             "--exit-code" => o.exit_code = number(value)? as i32,
             "--retakes" => o.retakes = number(value)? as usize,
+            "--busy" => o.busy_pct = number(value)?.clamp(0.0, 100.0),
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -98,8 +104,37 @@ fn thread_body(index: usize, fifo: bool, o: &Options, start: Instant, stop: &Ato
             report(index, tid, &name, set, o, stop);
         }
     }
+    match set {
+        None if o.busy_pct > 0.0 => work(o.busy_pct, stop),
+        _ => {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+    let pid = tessera_sys::proc::current_pid();
+    let cpu_ns = tessera_sys::proc::thread_cpu_ns(pid, tid).unwrap_or(0);
+    println!("cpu index={index} tid={tid} ms={}", cpu_ns / 1_000_000);
+}
+
+/// Works `pct` % of every 10 ms period, by the wall clock, until stopped:
+/// a thread held off the CPU simply does less.
+fn work(pct: f64, stop: &AtomicBool) {
+    const PERIOD: Duration = Duration::from_millis(10);
+    let busy = PERIOD.mul_f64(pct / 100.0);
+    let mut next = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(20));
+        let until = next + busy;
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        next += PERIOD;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        } else {
+            next = now;
+        }
     }
 }
 

@@ -1,0 +1,235 @@
+//! The application share: a guarded application's threads that are not
+//! real-time — a network program's send and receive threads, a plug-in
+//! host's disk streamer, a synth's voice loader — guaranteed CPU of their
+//! own beside the real-time threads' reservations, so that guarding an
+//! application never leaves part of its audio path to fight the load.
+//!
+//! **Mechanism: a reservation per busy thread.** Each such thread that used
+//! at least [`BUSY`] of a CPU over a [`WINDOW`] gets an event-triggered
+//! SCHED_DEADLINE reservation of its own, adapted like the real-time ones:
+//! from its CPU time per audio period when it runs in step with the graph
+//! (found by [`crate::lockstep`]), else per second, in reservations of
+//! [`PERIOD_NS`]. It is never below its part of the application's floor
+//! (`--app-share`). Why this and not the alternatives:
+//! - a cpu cgroup's weight shares only what SCHED_FIFO leaves: the load an
+//!   audio program meets (other real-time programs, a FIFO hog at the
+//!   server's priority) takes the CPU before any weight counts;
+//! - a SCHED_DEADLINE-backed share for a group of threads does not exist
+//!   on a stock kernel (mainline has one reservation per thread, and the
+//!   fair server is one per CPU for all normal threads), and a real-time
+//!   cgroup (RT_GROUP_SCHED) is off in Debian's kernels;
+//! - per-thread reservations are admitted by the broker like every other,
+//!   measured per thread, and given back when the guard stops.
+//!
+//! What it costs: one reservation (and one admission entry) per busy
+//! thread; the thread's budget is enforced at the kernel's tick, so a
+//! burst beyond it waits for the next period unless spare bandwidth is
+//! reclaimed (the default); and while it is SCHED_DEADLINE the thread
+//! cannot narrow its own affinity (the kernel refuses a mask narrower than its root domain) — it may fork, the
+//! reservation carrying RESET_ON_FORK. Idle threads (main loops, timers
+//! that barely run) stay as their program set them.
+//!
+//! It owns only the judgement of which threads are busy, from /proc; it
+//! must never change a thread.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tessera_policy::application::Layout;
+use tessera_policy::application::{Spread, Why};
+use tessera_policy::{Adaptive, AdaptiveConfig, Bandwidth, RequestError};
+use tessera_sys::proc::{Pid, ThreadUsage};
+use tessera_sys::sched::Tid;
+
+/// How long a thread's use is measured before it is judged.
+pub const WINDOW: Duration = Duration::from_secs(1);
+/// The least use, of a CPU, that makes a thread busy: 5 ms a second.
+pub const BUSY: f64 = 0.005;
+/// The reservation period of a shared thread that does not cycle with the
+/// graph: short enough that a thread woken by a packet runs within it,
+/// long enough for the kernel's tick to enforce its budget.
+pub const PERIOD_NS: u64 = 10_000_000;
+
+/// A shared thread's controller, from the guard's settings: per
+/// [`PERIOD_NS`], at least 1 % of it, opening at the least and following
+/// its first measurement at once (it was measured busy before it was
+/// reserved).
+pub fn controller(base: AdaptiveConfig) -> Result<Adaptive, RequestError> {
+    let config = AdaptiveConfig {
+        initial_budget_pct: 0,
+        hold_samples: 1,
+        min_budget_pct: 1,
+        ..base
+    };
+    Adaptive::new(config, PERIOD_NS)
+}
+
+/// An application's share, as asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppShare {
+    /// The least its busy threads that are not real-time hold together.
+    pub floor: Bandwidth,
+}
+
+impl Default for AppShare {
+    fn default() -> AppShare {
+        AppShare {
+            floor: Bandwidth::from_fraction(0.02),
+        }
+    }
+}
+
+/// What a thread used over the window that closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sampled {
+    pub pid: Pid,
+    pub tid: Tid,
+    pub used: Bandwidth,
+}
+
+impl Sampled {
+    pub fn is_busy(&self) -> bool {
+        self.used >= Bandwidth::from_fraction(BUSY)
+    }
+}
+
+/// Measures candidate threads window after window.
+#[derive(Default)]
+pub struct Busy {
+    opened: Option<Instant>,
+    readings: BTreeMap<Tid, (Pid, ThreadUsage)>,
+}
+
+impl Busy {
+    /// Given the candidates now, returns what each used over the window
+    /// that just closed (None while it is open) and opens the next. A
+    /// candidate first seen during a window is measured over the next.
+    pub fn sample(&mut self, candidates: &[(Pid, Tid)]) -> Option<Vec<Sampled>> {
+        let now = Instant::now();
+        if self
+            .opened
+            .is_some_and(|at| now.duration_since(at) < WINDOW)
+        {
+            return None;
+        }
+        let mut before = std::mem::take(&mut self.readings);
+        let mut sampled = Vec::new();
+        for &(pid, tid) in candidates {
+            let Some((_, mut usage)) = before.remove(&tid) else {
+                self.readings
+                    .insert(tid, (pid, ThreadUsage::start(pid, tid)));
+                continue;
+            };
+            let Ok(delta) = usage.advance(pid, tid) else {
+                continue;
+            };
+            sampled.push(Sampled {
+                pid,
+                tid,
+                used: Bandwidth::of(delta.cpu_ns, delta.elapsed_ns.max(1)),
+            });
+            self.readings.insert(tid, (pid, usage));
+        }
+        let first = self.opened.replace(now).is_none();
+        (!first).then_some(sampled)
+    }
+}
+
+/// A layout in a few words, with the figures it was chosen from: the
+/// guard's live line.
+pub fn describe(layout: &Layout) -> String {
+    let spread = match &layout.spread {
+        Spread::One { core } => format!("one core (cpu{core})"),
+        Spread::Several { cores } => format!(
+            "{} cores ({})",
+            cores.len(),
+            cores
+                .iter()
+                .map(|c| format!("cpu{c}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        ),
+        Spread::Global => "global EDF".to_string(),
+    };
+    let why = match &layout.why {
+        Why::FitsOneCore { wanted, room } => format!("wants {wanted} CPU, the core has {room}"),
+        Why::NeedsSeveral {
+            wanted,
+            largest_room,
+        } => format!("wants {wanted} CPU, no core has more than {largest_room}"),
+        Why::Global {
+            wanted,
+            largest_room,
+            shared_left,
+        } => format!(
+            "wants {wanted} CPU; the roomiest core has {largest_room}, and partitioning would leave the rest less than its {shared_left} shared"
+        ),
+        Why::Short {
+            wanted,
+            global,
+            short,
+        } => {
+            let named: Vec<String> = short
+                .iter()
+                .map(|s| {
+                    format!(
+                        "thread {} used {} and would get {}",
+                        s.thread, s.used, s.fits
+                    )
+                })
+                .collect();
+            format!(
+                "SHORT: wants {wanted} CPU, {global} fits: {}; free CPU or guard fewer programs",
+                named.join("; ")
+            )
+        }
+    };
+    format!("{spread}: {why}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_is_judged_only_after_a_whole_window() {
+        let me = tessera_sys::proc::current_pid();
+        let tid = tessera_sys::proc::current_tid();
+        let mut busy = Busy::default();
+        assert!(busy.sample(&[(me, tid)]).is_none());
+        assert!(busy.sample(&[(me, tid)]).is_none());
+        let spin_until = Instant::now() + WINDOW + Duration::from_millis(50);
+        while Instant::now() < spin_until {
+            std::hint::spin_loop();
+        }
+        let sampled = busy.sample(&[(me, tid)]).expect("the window closed");
+        assert_eq!(sampled.len(), 1);
+        assert!(
+            sampled[0].is_busy(),
+            "a spinning thread is busy: {:?}",
+            sampled[0]
+        );
+    }
+
+    #[test]
+    fn a_short_layout_names_the_threads() {
+        let layout = tessera_policy::application::place(
+            &[tessera_policy::application::Want {
+                thread: 42,
+                graph: false,
+                wanted: Bandwidth::ONE,
+                used: Bandwidth::from_fraction(0.9),
+            }],
+            &tessera_policy::application::Room {
+                cores: vec![],
+                global: Bandwidth::from_fraction(0.5),
+                preferred: 0,
+                unreserved_used: Bandwidth::ZERO,
+            },
+        );
+        let text = describe(&layout);
+        assert!(
+            text.contains("SHORT") && text.contains("thread 42"),
+            "{text}"
+        );
+    }
+}
