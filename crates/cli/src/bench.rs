@@ -45,7 +45,7 @@ pub enum BenchCommand {
         \"guarded\" adds `tessera guard` (its defaults) as a child. A bisection over the sizes\n\
         (3 trials per configuration for the 7 defaults) assumes holding is monotonic in the\n\
         buffer size. jackd fails on its xruns; PipeWire, which tells JACK clients of none, on\n\
-        skipped periods and late cycles. At the default 60 s the run takes about 15 minutes.\n\
+        skipped periods and late cycles. At the default 60 s the run takes about 13 minutes.\n\
         Everything started is stopped by its PID, also on Ctrl-C. Needs root, jackd2, pipewire,\n\
         pipewire-bin, pipewire-jack, rt-app, stress-ng and tessera-jack-peer (built beside tessera).")]
     Lowest(LowestArgs),
