@@ -8,7 +8,8 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 use tessera_broker::BrokerError;
 use tessera_channel::{bench as channel_bench, ChannelError};
-use tessera_experiments::{guard_scale, peer, rtkit_grants};
+use tessera_experiments::scenario::ServerKind;
+use tessera_experiments::{guard_scale, lowest, peer, rtkit_grants};
 use tessera_measure::Summary;
 
 #[derive(Subcommand)]
@@ -42,6 +43,21 @@ pub enum BenchCommand {
         tessera); starts a daemon of its own. Goal: the guard and the daemon together at\n\
         most 1 % of a core, and every client reserved within one control interval (100 ms).")]
     GuardScale(GuardScaleArgs),
+    /// The lowest buffer that holds: for jackd2 and PipeWire with 10 load clients under two FIFO rt-app tasks and stress-ng, the smallest buffer (16–1024 frames at 48 kHz) with no xrun in a 60 s trial, plain FIFO against `tessera guard`.
+    #[command(after_help = "Examples:\n  \
+        sudo flock /tmp/tessera-machine.lock tessera bench lowest\n  \
+        sudo tessera bench lowest --servers jackd --seconds 20 --out results/lowest-jack\n  \
+        sudo tessera bench lowest --frames 128,256,512 --seconds 10 --json\n\n\
+        Each trial runs the server (jackd -R -P 70 on its dummy driver, or a private headless\n\
+        PipeWire), tessera-jack-peer with 10 chained clients of 5 % plus a monitor, two rt-app\n\
+        tasks of 3 ms every 10 ms at the server's SCHED_FIFO priority and stress-ng --cpu 2;\n\
+        \"guarded\" adds `tessera guard` (its defaults) as a child. A bisection over the sizes\n\
+        (3 trials per configuration for the 7 defaults) assumes holding is monotonic in the\n\
+        buffer size. jackd fails on its xruns; PipeWire, which tells JACK clients of none, on\n\
+        skipped periods and late cycles. At the default 60 s the run takes about 13 minutes.\n\
+        Everything started is stopped by its PID, also on Ctrl-C. Needs root, jackd2, pipewire,\n\
+        pipewire-bin, pipewire-jack, rt-app, stress-ng and tessera-jack-peer (built beside tessera).")]
+    Lowest(LowestArgs),
 }
 
 #[derive(Args)]
@@ -64,6 +80,35 @@ pub struct GuardScaleArgs {
     /// Each client's work, fraction of the period.
     #[arg(long, default_value_t = 0.005)]
     pub load: f64,
+    /// Print the results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct LowestArgs {
+    /// Measured seconds per trial.
+    #[arg(long, default_value_t = 60.0)]
+    pub seconds: f64,
+    /// Seconds of each trial before the measurement (clients joining, the guard's first reservations).
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// Servers to measure, comma-separated: jackd, pipewire.
+    #[arg(long, value_delimiter = ',', default_value = "jackd,pipewire")]
+    pub servers: Vec<String>,
+    /// Buffer sizes to search, comma-separated powers of two (16–4096), at 48 kHz.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "16,32,64,128,256,512,1024"
+    )]
+    pub frames: Vec<u32>,
+    /// jackd's SCHED_FIFO priority (-P), and the rt-app tasks' beside it (PipeWire sets its own, 88).
+    #[arg(long, default_value_t = 70)]
+    pub priority: u32,
+    /// Report directory (default results/lowest-<time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// Print the results as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -123,6 +168,7 @@ pub fn run(command: BenchCommand) -> Result<ExitCode, BrokerError> {
         BenchCommand::Channel(args) => bench_channel(args),
         BenchCommand::Rtkit(args) => bench_rtkit(args),
         BenchCommand::GuardScale(args) => bench_guard_scale(args),
+        BenchCommand::Lowest(args) => bench_lowest(args),
     }
 }
 
@@ -238,7 +284,6 @@ fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, BrokerError> {
 }
 
 fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, BrokerError> {
-    use tessera_experiments::scenario::ServerKind;
     let failed = |e: String| BrokerError::new("experiment", e, "");
     let servers = match args.server.as_str() {
         "jackd" => vec![ServerKind::Jack],
@@ -287,4 +332,80 @@ fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, BrokerError> {
     }
     println!("goal: total at most 1 % of a core with every client in; every client reserved within {} ms", results.interval_ms);
     Ok(ExitCode::SUCCESS)
+}
+fn server_kind(name: &str) -> Result<ServerKind, BrokerError> {
+    match name.trim() {
+        "jackd" => Ok(ServerKind::Jack),
+        "pipewire" => Ok(ServerKind::PipeWire),
+        other => Err(crate::args::invalid(
+            format!("--servers: unknown server {other:?}"),
+            "give jackd, pipewire or both (comma-separated)",
+        )),
+    }
+}
+
+fn bench_lowest(args: LowestArgs) -> Result<ExitCode, BrokerError> {
+    let mut options = lowest::Options::new(args.out.unwrap_or_else(lowest::default_out_dir));
+    options.servers = args
+        .servers
+        .iter()
+        .map(|s| server_kind(s))
+        .collect::<Result<_, _>>()?;
+    options.frames = args.frames;
+    options.seconds = args.seconds;
+    options.warmup = args.warmup;
+    options.jack_priority = args.priority;
+    options
+        .check()
+        .map_err(|e| crate::args::invalid(e, "see tessera bench lowest --help"))?;
+    // Ctrl-C and SIGTERM end the trial under way; its processes are
+    // stopped by their PIDs and what was measured is written.
+    tessera_sys::process::catch_termination()
+        .map_err(|e| BrokerError::new("internal", e.to_string(), ""))?;
+    let stop = std::cell::Cell::new(false);
+    let interrupted = || {
+        if tessera_sys::process::take_termination().is_some() {
+            stop.set(true);
+        }
+        stop.get()
+    };
+    eprintln!(
+        "tessera bench lowest: {} × plain and guarded, {} buffer sizes, {:.0} s per trial, results in {}",
+        args.servers.join(", "),
+        options.frames.len(),
+        options.seconds,
+        options.out_dir.display()
+    );
+    let outcome = lowest::run(&options, lowest_progress(), &interrupted)
+        .map_err(|e| BrokerError::new("experiment", e, ""))?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&outcome.results).unwrap_or_default()
+        );
+    } else {
+        println!("\n{}", lowest::summary_table(&outcome.results));
+        println!("report: {}", outcome.report.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The run's progress: redrawn in place on a terminal; in a log, a line
+/// when a trial starts, every 10 s, and when it ends.
+fn lowest_progress() -> impl FnMut(&lowest::Progress) {
+    let mut shown = crate::experiment::ProgressLine::new();
+    move |p: &lowest::Progress| {
+        let line = format!(
+            "  trial {} (of at most {}): {} {} at {} frames ({:.2} ms) — {:.0}/{:.0} s",
+            p.trial,
+            p.max_trials,
+            p.server,
+            p.config.name(),
+            p.frames,
+            lowest::latency_ms(p.frames),
+            p.elapsed.min(p.total).as_secs_f64(),
+            p.total.as_secs_f64()
+        );
+        shown.show(p.trial, p.elapsed, p.total, &line);
+    }
 }

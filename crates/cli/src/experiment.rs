@@ -8,6 +8,7 @@ use clap::{Args, Subcommand};
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 use tessera_broker::BrokerError;
 use tessera_experiments::runner::{self, Progress};
 use tessera_experiments::scenario::{default_out_dir, parse_duration, Scenario};
@@ -136,10 +137,8 @@ pub struct LoadCommon {
 /// The run's progress: one line redrawn in place on a terminal; in a log,
 /// a plain line when a configuration starts, every 10 s, and at its end.
 fn progress_line() -> impl FnMut(&Progress) {
-    let terminal = std::io::stderr().is_terminal();
-    let mut last: Option<(usize, u64)> = None;
+    let mut shown = ProgressLine::new();
     move |p: &Progress| {
-        let done = p.elapsed >= p.total;
         let line = format!(
             "  [{}/{}] {} — {:.0}/{:.0} s",
             p.index,
@@ -148,9 +147,33 @@ fn progress_line() -> impl FnMut(&Progress) {
             p.elapsed.min(p.total).as_secs_f64(),
             p.total.as_secs_f64()
         );
-        let step = (p.index, p.elapsed.as_secs() / 10);
-        show_progress(terminal, &line, done, last != Some(step) || done);
-        last = Some(step);
+        shown.show(p.index, p.elapsed, p.total, &line);
+    }
+}
+
+/// The progress line of a run made of steps (configurations, trials):
+/// redrawn in place on a terminal; in a log, printed when a step starts,
+/// every 10 s of it, and at its end.
+pub struct ProgressLine {
+    terminal: bool,
+    /// The step and its 10 s slice last printed.
+    last: Option<(usize, u64)>,
+}
+
+impl ProgressLine {
+    pub fn new() -> ProgressLine {
+        ProgressLine {
+            terminal: std::io::stderr().is_terminal(),
+            last: None,
+        }
+    }
+
+    /// Shows `line`, about `step`, `elapsed` into its `total`.
+    pub fn show(&mut self, step: usize, elapsed: Duration, total: Duration, line: &str) {
+        let done = elapsed >= total;
+        let slice = (step, elapsed.as_secs() / 10);
+        show_progress(self.terminal, line, done, self.last != Some(slice) || done);
+        self.last = Some(slice);
     }
 }
 

@@ -21,7 +21,7 @@ mod ground_truth;
 pub mod network_app;
 
 pub use budgets::{BUDGET, THREAD_PREDICTED, THREAD_SET, THREAD_USED};
-pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, PERIOD};
+pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, OTHER_PERIOD, PERIOD};
 
 use crate::peer_record::PeerRecord;
 use crate::scenario::{
@@ -180,6 +180,14 @@ impl AudioServerRun {
         })?;
         self.t0 = Some(t0);
         Ok(())
+    }
+
+    /// Stops the clients now (SIGTERM by their PID) instead of waiting for
+    /// the end of their timeline: the run was interrupted.
+    pub fn cut_short(&mut self) {
+        if let Some(peer) = self.peer.as_mut() {
+            peer.stop();
+        }
     }
 
     /// Waits for the clients to end, stops the guard and the server, and

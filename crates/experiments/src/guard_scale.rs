@@ -174,6 +174,7 @@ fn subject(kind: ServerKind, options: &Options) -> AudioServerSubject {
                 stop: None,
             })
             .collect(),
+        network: None,
     }
 }
 

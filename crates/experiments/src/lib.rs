@@ -11,6 +11,7 @@ pub mod audio_server;
 pub mod cells;
 pub mod guard_scale;
 pub mod isolation;
+pub mod lowest;
 mod media;
 pub mod music;
 pub mod net_service;

@@ -92,7 +92,7 @@ pub fn run(
         let result = if !privileged && config.needs_privilege() {
             not_run(config, "needs CAP_SYS_NICE (root) for SCHED_FIFO and cells; tessera runs in best-effort mode here".into())
         } else {
-            match run_configuration(scenario, config, &mut report) {
+            match run_configuration(scenario, config, &mut report, &|| false) {
                 Ok(r) => r,
                 // A configuration that cannot run is reported; the others
                 // still compare under the same conditions.
@@ -243,6 +243,14 @@ impl Live {
         Ok(())
     }
 
+    /// Ends a subject that would otherwise wait for its run's natural end
+    /// (an audio server's clients) before [`Live::finish`].
+    fn cut_short(&mut self) {
+        if let Some(SubjectRun::AudioServer(a)) = &mut self.subject {
+            a.cut_short();
+        }
+    }
+
     /// Stops and joins everything, whatever state it is in.
     fn finish(self) -> Finished {
         self.periodic.iter().for_each(|(_, t)| t.stop());
@@ -283,10 +291,15 @@ impl Live {
     }
 }
 
-fn run_configuration(
+/// Runs one configuration of `scenario` by itself — a benchmark's trial —
+/// and returns its result without writing anything. Everything it started
+/// is stopped before it returns; once `interrupted` says so (checked with
+/// the progress), the run is cut short and refused as interrupted.
+pub fn run_configuration(
     scenario: &Scenario,
     config: &Configuration,
     progress: &mut dyn FnMut(Duration),
+    interrupted: &dyn Fn() -> bool,
 ) -> Result<ConfigurationResult, String> {
     let mut session = Session::connect().map_err(|e| e.to_string())?;
     let mut cells = Cells::default();
@@ -302,7 +315,7 @@ fn run_configuration(
     let steal = tessera_measure::machine::StealWatch::start();
     let mut live = Live::default();
     let outcome = start_all(scenario, config, &mut live)
-        .and_then(|t0| drive(scenario, &mut live, t0, progress));
+        .and_then(|t0| drive(scenario, &mut live, t0, progress, interrupted));
     let mut finished = live.finish();
     finished.notes.extend(steal.note());
     finished.notes.extend(cells.destroy());
@@ -623,12 +636,14 @@ fn attach_to_cell(sched: &Sched) -> external::ProcessSetup {
     })
 }
 
-/// Waits out the run: applies graph edits when due, refreshes progress.
+/// Waits out the run: applies graph edits when due, refreshes progress;
+/// cuts the subject short when `interrupted`.
 fn drive(
     scenario: &Scenario,
     live: &mut Live,
     t0: u64,
     progress: &mut dyn FnMut(Duration),
+    interrupted: &dyn Fn() -> bool,
 ) -> Result<u64, String> {
     let end = t0 + scenario.total().as_nanos() as u64;
     let tick = PROGRESS_EVERY.as_nanos() as u64;
@@ -642,6 +657,10 @@ fn drive(
         progress(Duration::from_nanos(elapsed));
         if now >= end {
             return Ok(t0);
+        }
+        if interrupted() {
+            live.cut_short();
+            return Err("interrupted".into());
         }
         let next_edit = match &live.subject {
             Some(SubjectRun::Graph(g)) => g.pending.first().map_or(u64::MAX, |(at, _)| t0 + at),

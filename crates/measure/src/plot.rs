@@ -9,6 +9,10 @@
 //! ([`crate::stats`] does) and never draw a legend over data: legends get a
 //! strip of their own below the chart.
 
+mod counts;
+
+pub use counts::{CountLine, CountPanel};
+
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
@@ -226,6 +230,28 @@ pub fn series_names<'a>(panels: &[SeriesPanel<'a>]) -> Vec<&'a str> {
     )
 }
 
+/// Counts against a size that doubles (xruns against the buffer size):
+/// one panel per label on shared axes, one line per name; x logarithmic in
+/// base 2 with a tick at every size drawn, y logarithmic in base 10 with a
+/// count of zero on the bottom edge, labelled 0. Writes `<stem>.png` and
+/// `<stem>.svg`.
+pub fn counts_by_size(
+    stem: &Path,
+    title: &str,
+    (x_label, y_label): (&str, &str),
+    panels: &[CountPanel],
+) -> Result<PlotFiles, PlotError> {
+    render(
+        stem,
+        &counts::CountFigure {
+            title,
+            x_label,
+            y_label,
+            panels,
+        },
+    )
+}
+
 /// One panel of [`time_series`]: the series of one configuration.
 #[derive(Clone, Debug)]
 pub struct SeriesPanel<'a> {
@@ -410,6 +436,22 @@ fn caption_size(caption: &str) -> u32 {
         96..=115 => 14,
         _ => 12,
     }
+}
+
+/// A chart builder for one panel of a stacked figure: its caption above,
+/// room for the axes' labels.
+fn panel_chart<'a, 'b, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, Shift>,
+    caption: &str,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(caption, text(17))
+        .margin(8)
+        .margin_right(30)
+        .x_label_area_size(48)
+        .y_label_area_size(90);
+    builder
 }
 
 /// Tick labels without floating-point noise (1000, not 1000.0000000001).
@@ -934,12 +976,7 @@ impl SeriesFigure<'_> {
         panel: &SeriesPanel,
         ranges: &(Range<f64>, Range<f64>),
     ) -> DrawResult<DB> {
-        let mut chart = ChartBuilder::on(area)
-            .caption(panel.label, text(17))
-            .margin(8)
-            .margin_right(30)
-            .x_label_area_size(48)
-            .y_label_area_size(90)
+        let mut chart = panel_chart(area, panel.label)
             .build_cartesian_2d(ranges.0.clone(), ranges.1.clone())?;
         chart
             .configure_mesh()
@@ -1143,6 +1180,32 @@ mod tests {
         ];
         assert_sane(
             &time_series(&dir.join("series"), "Driver timing", "time (µs)", &panels).unwrap(),
+        );
+        let line = |name, points: &[(f64, f64)]| CountLine {
+            name,
+            points: points.to_vec(),
+        };
+        let panels = [
+            CountPanel {
+                label: "jackd: plain 512, guarded 128",
+                lines: vec![
+                    line("plain", &[(128.0, 5200.0), (512.0, 0.0), (256.0, 3.0)]),
+                    line("guarded", &[(128.0, 0.0), (64.0, 12.0)]),
+                ],
+            },
+            CountPanel {
+                label: "pipewire: none held",
+                lines: vec![line("plain", &[(1024.0, 1.0)])],
+            },
+        ];
+        assert_sane(
+            &counts_by_size(
+                &dir.join("counts"),
+                "xruns against the buffer",
+                ("buffer (frames)", "xruns"),
+                &panels,
+            )
+            .unwrap(),
         );
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -12,7 +12,7 @@ use crate::threads::{Window, POLL};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
@@ -218,8 +218,16 @@ pub struct RtAppTask {
     pub policy: RtAppPolicy,
 }
 
-/// rt-app's JSON description of `tasks` running for `seconds`.
-pub fn rt_app_config(tasks: &[RtAppTask], seconds: u64, log_dir: &Path) -> String {
+/// rt-app's JSON description of `tasks` running for `seconds`, its `run`
+/// events at `ns_per_loop` (see [`rt_app_calibration`]), its per-task logs
+/// in `log_dir`. Written for Debian's rt-app 1.0: `ftrace` is a boolean
+/// there, and it writes a log per task whatever `log_size` says.
+pub fn rt_app_config(
+    tasks: &[RtAppTask],
+    seconds: u64,
+    ns_per_loop: u64,
+    log_dir: &Path,
+) -> String {
     let tasks: serde_json::Map<String, serde_json::Value> = tasks
         .iter()
         .map(|t| {
@@ -240,11 +248,21 @@ pub fn rt_app_config(tasks: &[RtAppTask], seconds: u64, log_dir: &Path) -> Strin
             (t.name.clone(), task)
         })
         .collect();
+    rt_app_use_case(tasks.into(), seconds, ns_per_loop.into(), log_dir)
+}
+
+/// The `global` part rt-app 1.0 accepts around `tasks`.
+fn rt_app_use_case(
+    tasks: serde_json::Value,
+    seconds: u64,
+    calibration: serde_json::Value,
+    log_dir: &Path,
+) -> String {
     serde_json::json!({
         "tasks": tasks,
         "global": {
             "duration": seconds,
-            "calibration": "CPU0",
+            "calibration": calibration,
             "default_policy": "SCHED_OTHER",
             "lock_pages": false,
             // A boolean in Debian 12's rt-app 1.0, which refuses the
@@ -257,7 +275,52 @@ pub fn rt_app_config(tasks: &[RtAppTask], seconds: u64, log_dir: &Path) -> Strin
     .to_string()
 }
 
-/// An rt-app generator for `tasks`: writes its JSON into `dir`.
+/// rt-app's ns per loop of its `run` event on this machine, measured by
+/// rt-app itself once per process. Its calibration takes seconds (14 s on
+/// the project's 2-vCPU VM): left to every run, the tasks would start that
+/// late into the run's window.
+pub fn rt_app_calibration(dir: &Path) -> Result<u64, String> {
+    static MEASURED: OnceLock<Result<u64, String>> = OnceLock::new();
+    MEASURED
+        .get_or_init(|| measure_rt_app_calibration(dir))
+        .clone()
+}
+
+/// A use case of one job that sleeps 1 ms: rt-app calibrates on CPU0
+/// first and says what it found.
+fn measure_rt_app_calibration(dir: &Path) -> Result<u64, String> {
+    let path = dir.join(format!(
+        "tessera-rt-app-{}-calibration.json",
+        std::process::id()
+    ));
+    let task = serde_json::json!({ "calibrate": { "instance": 1, "loop": 1, "sleep": 1000 } });
+    std::fs::write(&path, rt_app_use_case(task, 1, "CPU0".into(), dir))
+        .map_err(|e| format!("write {}: {e}", path.display()))?;
+    let output = Command::new("rt-app")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output();
+    let _ = std::fs::remove_file(&path);
+    let output = output.map_err(|e| format!("run rt-app to calibrate it: {e}"))?;
+    let text = String::from_utf8_lossy(&output.stderr) + String::from_utf8_lossy(&output.stdout);
+    parse_calibration(&text).ok_or_else(|| {
+        format!(
+            "rt-app's calibration said no ns per loop ({}): {}",
+            output.status,
+            text.lines().take(4).collect::<Vec<_>>().join(" | ")
+        )
+    })
+}
+
+/// The ns per loop in rt-app's "pLoad = 8ns : calib_cpu 0".
+fn parse_calibration(text: &str) -> Option<u64> {
+    let after = text.split_once("pLoad = ")?.1;
+    let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok().filter(|ns| *ns > 0)
+}
+
+/// An rt-app generator for `tasks`: writes its JSON into `dir`, rt-app
+/// calibrated first (once per process).
 pub fn rt_app(
     name: &str,
     tasks: &[RtAppTask],
@@ -265,8 +328,9 @@ pub fn rt_app(
     dir: &Path,
 ) -> Result<ExternalSpec, String> {
     let seconds = window.run_for.map_or(3600, |d| d.as_secs().max(1));
+    let ns_per_loop = rt_app_calibration(dir)?;
     let path: PathBuf = dir.join(format!("tessera-rt-app-{}-{name}.json", std::process::id()));
-    std::fs::write(&path, rt_app_config(tasks, seconds, dir))
+    std::fs::write(&path, rt_app_config(tasks, seconds, ns_per_loop, dir))
         .map_err(|e| format!("write {}: {e}", path.display()))?;
     Ok(ExternalSpec {
         name: name.into(),
@@ -386,12 +450,26 @@ mod tests {
             policy: RtAppPolicy::Fifo(10),
         }];
         let json: serde_json::Value =
-            serde_json::from_str(&rt_app_config(&tasks, 30, Path::new("/tmp"))).unwrap();
+            serde_json::from_str(&rt_app_config(&tasks, 30, 8, Path::new("/tmp"))).unwrap();
         let t1 = &json["tasks"]["t1"];
         assert_eq!(t1["run"], 3000);
         assert_eq!(t1["timer"]["period"], 10000);
         assert_eq!(t1["policy"], "SCHED_FIFO");
         assert_eq!(t1["priority"], 10);
         assert_eq!(json["global"]["duration"], 30);
+        assert_eq!(json["global"]["calibration"], 8);
+        assert_eq!(
+            json["global"]["ftrace"], false,
+            "rt-app 1.0 refuses a string"
+        );
+    }
+
+    #[test]
+    fn rt_apps_calibration_is_read_from_what_it_prints() {
+        let printed = "[rt-app] <notice> Calibrate ns per loop\n\
+                       [rt-app] <notice> pLoad = 8ns : calib_cpu 0\n";
+        assert_eq!(parse_calibration(printed), Some(8));
+        assert_eq!(parse_calibration("[rt-app] <crit> Invalid type"), None);
+        assert_eq!(parse_calibration("pLoad = 0ns"), None);
     }
 }

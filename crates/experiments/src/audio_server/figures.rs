@@ -19,6 +19,9 @@ use tessera_measure::{Metric, RunResults, Series, Summary};
 pub const END_TO_END: &str = "cycle end-to-end";
 pub const CLIENT_END: &str = "client end";
 pub const PERIOD: &str = "period";
+/// How the note that the server ran another buffer size than the
+/// scenario's begins.
+pub const OTHER_PERIOD: &str = "the server gave its clients";
 /// Series keep the worst value of every bin this long (s): a 90 s run
 /// would otherwise plot 67 500 points per client.
 const BIN_S: f64 = 0.01;
@@ -210,7 +213,7 @@ pub(super) fn measure(
     let mut notes = Vec::new();
     if record.period != (subject.frames, subject.rate) {
         notes.push(format!(
-            "the server gave its clients {} frames at {} Hz, not the scenario's {} at {}",
+            "{OTHER_PERIOD} {} frames at {} Hz, not the scenario's {} at {}",
             record.period.0, record.period.1, subject.frames, subject.rate
         ));
     }
