@@ -795,8 +795,11 @@ impl Guard {
     /// Tells the broker's monitor of the graph's overruns: each of the
     /// server's reserved threads' cells counts them (an xrun is the whole
     /// graph's).
+    /// Only the server's cells: one request per server thread, not one per
+    /// client thread, however large the session.
     fn report_xruns(&mut self, overruns: u64, log: &mut Vec<String>) {
-        for r in self.reserved.values() {
+        let server = self.server.pid;
+        for r in self.reserved.values().filter(|r| r.pid == server) {
             if let Err(e) = self.session.report(&r.cell, 0, overruns) {
                 log.push(format!("xruns not reported for cell {:?}: {e}", r.cell));
             }
