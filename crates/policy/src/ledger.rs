@@ -190,12 +190,12 @@ impl Ledger {
     /// runtime that would.
     pub fn resize(&mut self, name: &str, budget: Budget) -> Result<Grant, Refusal> {
         let grant = self.resized(name, budget)?;
-        match self.with_grant(&grant) {
-            Ok(trial) => {
-                *self = trial;
+        match self.resize_violation(&grant) {
+            None => {
+                self.grants.insert(name.to_string(), grant.clone());
                 Ok(grant)
             }
-            Err(reason) => {
+            Some(reason) => {
                 let fit = match self.largest_resize(&grant) {
                     Some(runtime) => would_fit(runtime, &budget),
                     None => "nothing would fit now".into(),
@@ -216,12 +216,9 @@ impl Ledger {
         budget: Budget,
     ) -> Result<(Grant, bool), Refusal> {
         let grant = self.resized(name, budget)?;
-        let reason = match self.with_grant(&grant) {
-            Ok(trial) => {
-                *self = trial;
-                return Ok((grant, false));
-            }
-            Err(reason) => reason,
+        let Some(reason) = self.resize_violation(&grant) else {
+            self.grants.insert(name.to_string(), grant.clone());
+            return Ok((grant, false));
         };
         let Some(runtime) = self.largest_resize(&grant) else {
             return Err(refuse_resize(
@@ -232,10 +229,10 @@ impl Ledger {
         };
         let smaller = budget.with_runtime(runtime, is_window(&grant));
         let grant = self.resized(name, smaller)?;
-        let trial = self
-            .with_grant(&grant)
-            .map_err(|reason| refuse_resize(name, reason, None))?;
-        *self = trial;
+        if let Some(reason) = self.resize_violation(&grant) {
+            return Err(refuse_resize(name, reason, None));
+        }
+        self.grants.insert(name.to_string(), grant.clone());
         Ok((grant, true))
     }
 
@@ -268,7 +265,62 @@ impl Ledger {
         Ok(grant)
     }
 
-    /// This ledger with `grant` in place of its cell's, if no invariant breaks.
+    /// Which invariant `grant` — its cell's reservations with a new budget
+    /// on the same cores — would break, checking only what a resize can
+    /// change: the sums and the demand of its partitioned cores and the
+    /// global sum. The same answer as [`Ledger::violation`] on the ledger
+    /// with `grant` in place (the property tests compare them) without a
+    /// copy of every grant: a guard resizes dozens of cells an interval.
+    fn resize_violation(&self, grant: &Grant) -> Option<String> {
+        let name = &grant.request.name;
+        let others = || {
+            self.grants
+                .iter()
+                .filter(move |(n, _)| *n != name)
+                .flat_map(|(_, g)| &g.reservations)
+        };
+        let mut cores: Vec<usize> = grant.reservations.iter().filter_map(|r| r.core).collect();
+        cores.dedup();
+        for core in cores {
+            let budgets: Vec<Budget> = others()
+                .chain(&grant.reservations)
+                .filter(|r| r.core == Some(core))
+                .map(|r| r.budget)
+                .collect();
+            let reserved: Bandwidth = budgets.iter().map(Budget::bandwidth).sum();
+            if let Some(v) = core_violation(core, reserved, &budgets, self.machine.capacity) {
+                return Some(v);
+            }
+        }
+        let global: Vec<&Reservation> = grant
+            .reservations
+            .iter()
+            .filter(|r| r.core.is_none())
+            .collect();
+        if global.is_empty() {
+            return None;
+        }
+        if let Some(r) = global
+            .iter()
+            .find(|r| r.budget.bandwidth() > self.machine.capacity)
+        {
+            return Some(global_too_big(r.budget.bandwidth(), self.machine.capacity));
+        }
+        let total: Bandwidth = others()
+            .chain(global.iter().copied())
+            .filter(|r| r.core.is_none())
+            .map(|r| r.budget.bandwidth())
+            .sum();
+        let cap = self
+            .machine
+            .capacity
+            .times(self.shared_cores().len() as u64);
+        (total > cap).then(|| global_over(total, cap))
+    }
+
+    /// This ledger with `grant` in place of its cell's, if no invariant
+    /// breaks: the reference [`Ledger::resize_violation`] is checked against.
+    #[cfg(test)]
     fn with_grant(&self, grant: &Grant) -> Result<Ledger, String> {
         let mut trial = self.clone();
         trial
@@ -293,7 +345,7 @@ impl Ledger {
             for r in &mut g.reservations {
                 r.budget = b;
             }
-            self.with_grant(&g).is_ok()
+            self.resize_violation(&g).is_none()
         };
         let (mut lo, mut hi) = (MIN_RUNTIME_NS, budget.runtime_ns);
         if hi < lo || !fits(lo) {
@@ -400,23 +452,9 @@ impl Ledger {
     pub fn violation(&self) -> Option<String> {
         let cores = self.cores();
         for c in &cores {
-            if c.reserved > c.capacity {
-                return Some(format!(
-                    "core {} would carry {} against a capacity of {}",
-                    c.core, c.reserved, c.capacity
-                ));
-            }
-            if let Err(Overload::Demand {
-                interval_ns,
-                demand_ns,
-            }) = edf::feasible(&self.budgets_on(c.core), c.capacity)
-            {
-                return Some(format!(
-                    "core {} would owe {} of runtime within {} of a release: a deadline would be missed",
-                    c.core,
-                    fmt_us(demand_ns),
-                    fmt_us(interval_ns)
-                ));
+            let budgets = self.budgets_on(c.core);
+            if let Some(v) = core_violation(c.core, c.reserved, &budgets, c.capacity) {
+                return Some(v);
             }
             if matches!(c.mode, CoreMode::Dedicated(_)) && c.cells.len() > 1 {
                 return Some(format!(
@@ -440,21 +478,11 @@ impl Ledger {
             .flat_map(|g| &g.reservations)
             .find(|r| r.core.is_none() && r.budget.bandwidth() > self.machine.capacity)
         {
-            return Some(format!(
-                "a global reservation of {} would exceed one core's capacity {}",
-                r.budget.bandwidth(),
-                self.machine.capacity
-            ));
+            return Some(global_too_big(r.budget.bandwidth(), self.machine.capacity));
         }
         let global = self.global_reserved();
         let global_cap = self.machine.capacity.times(shared as u64);
-        if global > global_cap {
-            return Some(format!(
-                "global reservations {} would exceed the shared cores' capacity {}",
-                global, global_cap
-            ));
-        }
-        None
+        (global > global_cap).then(|| global_over(global, global_cap))
     }
 
     /// Shared cores that may leave the shared domain, highest first (CPU 0
@@ -708,6 +736,39 @@ fn is_window(grant: &Grant) -> bool {
     grant.request.policy == CellPolicy::TimeTriggered
 }
 
+/// What breaks on a partitioned core carrying `reserved` in `budgets`.
+fn core_violation(
+    core: usize,
+    reserved: Bandwidth,
+    budgets: &[Budget],
+    capacity: Bandwidth,
+) -> Option<String> {
+    if reserved > capacity {
+        return Some(format!(
+            "core {core} would carry {reserved} against a capacity of {capacity}"
+        ));
+    }
+    match edf::feasible(budgets, capacity) {
+        Err(Overload::Demand {
+            interval_ns,
+            demand_ns,
+        }) => Some(format!(
+            "core {core} would owe {} of runtime within {} of a release: a deadline would be missed",
+            fmt_us(demand_ns),
+            fmt_us(interval_ns)
+        )),
+        _ => None,
+    }
+}
+
+fn global_too_big(bandwidth: Bandwidth, capacity: Bandwidth) -> String {
+    format!("a global reservation of {bandwidth} would exceed one core's capacity {capacity}")
+}
+
+fn global_over(total: Bandwidth, capacity: Bandwidth) -> String {
+    format!("global reservations {total} would exceed the shared cores' capacity {capacity}")
+}
+
 fn refuse_resize(name: &str, reason: String, would_fit: Option<String>) -> Refusal {
     Refusal {
         cell: name.to_string(),
@@ -743,5 +804,77 @@ fn list_or_none(cores: &[usize]) -> String {
         "none".into()
     } else {
         format!("{cores:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cell::CoreRequest;
+    use proptest::prelude::*;
+
+    fn machine() -> Machine {
+        Machine {
+            limits: Limits {
+                cores: vec![0, 1, 2],
+                min_period_ns: 100_000,
+                max_period_ns: 4_194_304_000,
+            },
+            capacity: Bandwidth::from_fraction(0.9),
+            system_cores: 1,
+        }
+    }
+
+    /// A cell: its share of the period (permille), partitioned or global,
+    /// a window (deadline = runtime) or not, and one of three periods.
+    fn arb_cell() -> impl Strategy<Value = (u64, bool, bool, usize)> {
+        (1u64..700, any::<bool>(), any::<bool>(), 0usize..3)
+    }
+
+    fn request(
+        i: usize,
+        (permille, global, window, period): (u64, bool, bool, usize),
+    ) -> CellRequest {
+        let period = [1_000_000, 1_333_000, 10_000_000][period];
+        let runtime = (period * permille / 1000).max(MIN_RUNTIME_NS);
+        let mut r = if window && !global {
+            CellRequest::time_triggered(format!("c{i}"), runtime, period)
+        } else {
+            CellRequest::event_triggered(format!("c{i}"), runtime, period)
+        };
+        if global {
+            r.placement = Placement::Global;
+        } else {
+            r.cores = CoreRequest::Count(1);
+        }
+        r
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        #[test]
+        fn a_resize_is_judged_as_the_whole_ledger_would_judge_it(
+            cells in proptest::collection::vec(arb_cell(), 1..12),
+            resizes in proptest::collection::vec((0usize..12, 1u64..950), 1..8),
+        ) {
+            let mut ledger = Ledger::new(machine());
+            for (i, c) in cells.iter().enumerate() {
+                let _ = ledger.insert(&request(i, *c));
+            }
+            let names: Vec<String> = ledger.grants.keys().cloned().collect();
+            prop_assume!(!names.is_empty());
+            for (pick, permille) in resizes {
+                let name = &names[pick % names.len()];
+                let old = ledger.grants[name].request.budget.unwrap();
+                let runtime = (old.period_ns * permille / 1000).max(MIN_RUNTIME_NS);
+                let budget = old.with_runtime(runtime, old.deadline_ns == old.runtime_ns);
+                let Ok(grant) = ledger.resized(name, budget) else { continue };
+                let whole = ledger.with_grant(&grant).err();
+                prop_assert_eq!(ledger.resize_violation(&grant), whole);
+                let _ = ledger.resize_or_degrade(name, budget);
+                prop_assert_eq!(ledger.violation(), None);
+            }
+        }
     }
 }
