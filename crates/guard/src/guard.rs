@@ -256,8 +256,12 @@ const NEWCOMER_ROOM: f64 = 0.02;
 /// The smallest budget a reservation opens with.
 const MIN_OPENING_NS: u64 = 2_000;
 
-/// How often the server's clients are listed again without being told.
+/// How often the server's clients are listed again without being told:
+/// listing them reads every process's maps (JACK2) or runs `pw-dump`
+/// (PipeWire), so where the guard's own client hears clients register the
+/// list is read when one does, and this only as a safety net.
 const RESCAN: Duration = Duration::from_secs(2);
+const RESCAN_HEARD: Duration = Duration::from_secs(10);
 
 /// How long a refused thread waits before it is tried again: long enough
 /// for the others' initial budgets to give way to measured ones.
@@ -373,7 +377,11 @@ impl Guard {
         self.hear_server(&mut log);
         self.adopt_graph_threads(&mut log);
         self.adopt_busy_threads(&mut log);
-        if self.last_scan.elapsed() >= RESCAN {
+        let rescan = match self.monitor {
+            Some(_) => RESCAN_HEARD,
+            None => RESCAN,
+        };
+        if self.last_scan.elapsed() >= rescan {
             self.rescan_clients();
         }
         self.retry_left_out(&mut log);

@@ -293,7 +293,7 @@ impl Watch {
     }
 
     /// The mechanism and its delay, for display: "process-events connector
-    /// (immediate), policies polled every 10 ms".
+    /// (immediate), policies polled every 10 ms (after 1 s, every 100 ms)".
     pub fn mechanism(&self) -> String {
         let policies = format!(
             "policies polled every {} ms (after {} s, every {} ms)",
@@ -774,13 +774,13 @@ mod tests {
         .unwrap();
         assert_eq!(
             polling.mechanism(),
-            "/proc polling every 50 ms, policies polled every 10 ms"
+            "/proc polling every 50 ms, policies polled every 10 ms (after 1 s, every 100 ms)"
         );
         let w = Watch::new().unwrap();
         match w.source() {
             Source::Connector => assert_eq!(
                 w.mechanism(),
-                "process-events connector (immediate), policies polled every 10 ms"
+                "process-events connector (immediate), policies polled every 10 ms (after 1 s, every 100 ms)"
             ),
             Source::Polling { reason } => assert!(reason.contains("CAP_NET_ADMIN"), "{reason}"),
         }
