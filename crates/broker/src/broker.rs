@@ -19,6 +19,7 @@ use crate::state::{CellState, Member, Owner, ProcessId, Reported, State};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::{Duration, Instant};
 use tessera_policy::rap::{self, CellView, RapConfig};
 use tessera_policy::{Bandwidth, Budget, CellPolicy, CellRequest, Ledger, Placement, Refusal};
 use tessera_sys::cgroup::Hierarchy;
@@ -99,6 +100,10 @@ pub struct Broker {
     monitor: Monitor,
     /// Adaptation rounds since each cell's last change or miss.
     calm: BTreeMap<String, u32>,
+    /// Budget changes not yet saved, since when (see [`Broker::defer_budget_saves`]).
+    unsaved_since: Option<Instant>,
+    /// How long budget changes may wait to be saved; None: saved at once.
+    budget_save_delay: Option<Duration>,
 }
 
 fn enforcement(mode: &Mode) -> Enforcement {
@@ -150,6 +155,8 @@ impl Broker {
             enf,
             monitor,
             calm: BTreeMap::new(),
+            unsaved_since: None,
+            budget_save_delay: None,
         };
         let notes = match loaded {
             Some(old) => broker.recover(old),
@@ -163,7 +170,36 @@ impl Broker {
         &self.facts.mode
     }
 
-    fn persist(&self) -> Outcome<()> {
+    /// Lets budget changes (`resize-cells`) wait up to `delay` to be saved,
+    /// [`Broker::save_if_due`] saving them: a daemon serving a guard of 64
+    /// threads would otherwise write its whole state ten times a second.
+    /// A crash loses at most `delay` of budget changes; recovery re-admits
+    /// the cells at the budgets saved, and their owners adapt them again.
+    pub fn defer_budget_saves(&mut self, delay: Duration) {
+        self.budget_save_delay = Some(delay);
+    }
+
+    /// Saves budget changes that waited long enough.
+    pub fn save_if_due(&mut self) -> Outcome<()> {
+        match (self.unsaved_since, self.budget_save_delay) {
+            (Some(since), Some(delay)) if since.elapsed() >= delay => self.persist(),
+            _ => Ok(()),
+        }
+    }
+
+    /// Saves a budget change now, or marks it for [`Broker::save_if_due`].
+    fn persist_budgets(&mut self) -> Outcome<()> {
+        match self.budget_save_delay {
+            Some(_) => {
+                self.unsaved_since.get_or_insert_with(Instant::now);
+                Ok(())
+            }
+            None => self.persist(),
+        }
+    }
+
+    fn persist(&mut self) -> Outcome<()> {
+        self.unsaved_since = None;
         self.state.save(&self.paths.state()).map_err(|e| {
             BrokerError::new(
                 "state",
@@ -468,7 +504,7 @@ impl Broker {
             .map(|c| self.resize_unsaved(&c.name, c.budget, degrade, uid))
             .collect();
         if results.iter().any(Result::is_ok) {
-            self.persist()?;
+            self.persist_budgets()?;
         }
         Ok(ResizeCellsReply {
             results,

@@ -22,6 +22,9 @@ use tessera_sys::ipc::{peer_credentials, PeerCredentials};
 
 /// How often the reaper looks for exited clients.
 pub const REAP_INTERVAL: Duration = Duration::from_millis(200);
+/// How long a batch of budget changes may wait to be saved (the reaper
+/// saves it): at most this much of them is lost if the daemon dies.
+pub const BUDGET_SAVE_DELAY: Duration = Duration::from_secs(1);
 
 /// Runs one request against the broker on behalf of `peer`.
 pub fn handle(
@@ -244,7 +247,8 @@ pub fn run(
 ) -> Result<(), BrokerError> {
     let lock = crate::session::hold_lock(&paths, Duration::from_secs(10))?;
     let label = format!("daemon (pid {})", tessera_sys::proc::current_pid());
-    let (broker, notes) = Broker::open(paths.clone(), config.clone(), label)?;
+    let (mut broker, notes) = Broker::open(paths.clone(), config.clone(), label)?;
+    broker.defer_budget_saves(BUDGET_SAVE_DELAY);
     let listener = bind_socket(&paths, &config)?;
     let broker = Arc::new(Mutex::new(broker));
     on_ready(&broker, &notes)?;
@@ -253,7 +257,12 @@ pub fn run(
         .name("tessera-reaper".into())
         .spawn(move || loop {
             std::thread::sleep(REAP_INTERVAL);
-            let notes = reaper.lock().unwrap_or_else(|p| p.into_inner()).reap();
+            let mut broker = reaper.lock().unwrap_or_else(|p| p.into_inner());
+            let mut notes = broker.reap();
+            if let Err(e) = broker.save_if_due() {
+                notes.push(format!("budgets not saved: {e}"));
+            }
+            drop(broker);
             for n in notes {
                 eprintln!("tessera daemon: {n}");
             }
