@@ -56,10 +56,6 @@ impl ShareCells {
         }
     }
 
-    pub fn holds(&self, tid: Tid) -> bool {
-        self.cells.contains_key(&tid)
-    }
-
     /// Once a window, what the candidates used; the busy ones are returned
     /// for the caller to take out of wherever they are and [`Self::open`].
     pub fn busy(&mut self, candidates: &[(Pid, Tid)]) -> Vec<Sampled> {
@@ -177,11 +173,6 @@ impl ShareCells {
             self.release(session, tid);
         }
         tids
-    }
-
-    /// The budget of each share now, for a caller's status.
-    pub fn budgets(&self) -> Vec<(Tid, Budget)> {
-        self.cells.iter().map(|(&t, c)| (t, c.set)).collect()
     }
 }
 
