@@ -25,6 +25,8 @@
 //! real-time caller: only the `*_wait` calls sleep, and always with a
 //! timeout.
 
+#![forbid(unsafe_code)]
+
 pub mod bench;
 mod endpoint;
 mod error;

@@ -16,6 +16,9 @@
 //!   here a counter under a mutex) is woken for every message.
 
 #![cfg(loom)]
+// The model's slots are loom's UnsafeCell, read and written only by the
+// side that owns the slot at that point of the protocol.
+#![allow(unsafe_code)]
 
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
