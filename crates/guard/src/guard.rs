@@ -27,7 +27,7 @@
 use crate::lockstep::Lockstep;
 use crate::monitor::{Monitor, Snapshot};
 use crate::server::{Server, ServerKind};
-use crate::share::{self, AppShare, Busy, Sampled};
+use crate::share::{self, AppShare, Busy, MachineBusy, Sampled};
 use crate::watch::{ThreadEvent, Watch};
 use crate::{fail, GuardError};
 use serde::Serialize;
@@ -41,7 +41,7 @@ use tessera_policy::{
     compress, Adaptive, AdaptiveConfig, Bandwidth, Budget, CellRequest, CoreMode, CoreUsage,
     Placement,
 };
-use tessera_sys::proc::{self, Pid};
+use tessera_sys::proc::{self, Pid, ThreadUsage};
 use tessera_sys::sched::{self, Policy, Tid};
 
 /// How budgets are chosen.
@@ -144,10 +144,9 @@ struct Reserved {
     controller: Adaptive,
     set: Budget,
     degraded: bool,
-    cpu_ns: u64,
-    /// Its voluntary context switches at `at`.
-    switches: u64,
-    at: Instant,
+    /// Its CPU time and voluntary switches as last read (its /proc files
+    /// kept open).
+    usage: ThreadUsage,
     /// CPU time per reservation period over the last interval.
     used_ns: u64,
 }
@@ -205,6 +204,10 @@ pub struct Status {
     pub share_used_cpus: f64,
     /// What the guarded processes' unreserved threads used, in CPUs.
     pub unreserved_used_cpus: f64,
+    /// What ran outside the reservations — those threads and the rest of
+    /// the machine — over the last relayout interval, in CPUs: what a
+    /// partition of cores must leave room for.
+    pub others_used_cpus: f64,
     /// Where the reservations are, and why (None until first decided, or
     /// when the user chose the cores).
     pub layout: Option<Layout>,
@@ -237,10 +240,17 @@ pub struct Guard {
     busy: Busy,
     /// What the unreserved threads used over the last window.
     unreserved_used: Bandwidth,
+    /// Measures the whole machine's busy time between relayouts.
+    machine: MachineBusy,
+    /// What ran outside the reservations over the last relayout interval.
+    others_used: Bandwidth,
     /// Where new reservations go, and the layout they follow.
     layout: Option<Layout>,
     /// A different layout found last window: moved to when found twice.
     pending: Option<Layout>,
+    /// Whether the guard's own loop was reserved (tried once; a refusal
+    /// is tried again like any thread left out).
+    own_loop_tried: bool,
     /// The cores as the broker last told them.
     room_seen: Option<(Vec<CoreUsage>, Bandwidth)>,
     last_layout: Instant,
@@ -327,8 +337,11 @@ impl Guard {
             lockstep,
             busy: Busy::default(),
             unreserved_used: Bandwidth::ZERO,
+            machine: MachineBusy::default(),
+            others_used: Bandwidth::ZERO,
             layout: None,
             pending: None,
+            own_loop_tried: false,
             room_seen: None,
             last_layout: Instant::now(),
             last_scan: Instant::now(),
@@ -336,6 +349,7 @@ impl Guard {
             record: None,
         };
         guard.rescan_clients();
+        guard.machine.sample();
         if let Ok(status) = guard.session.status() {
             let global = global_free(&status);
             guard.room_seen = Some((status.cores, global));
@@ -365,6 +379,10 @@ impl Guard {
     /// Returns what happened, one line each.
     pub fn step(&mut self) -> Result<Vec<String>, GuardError> {
         let mut log = Vec::new();
+        if !self.own_loop_tried {
+            self.own_loop_tried = true;
+            self.reserve_own_loop(&mut log);
+        }
         let deadline = Instant::now() + self.settings.interval;
         while let Some(left) = deadline.checked_duration_since(Instant::now()) {
             for event in self.watch.poll(left)? {
@@ -391,6 +409,19 @@ impl Guard {
         }
         self.write_record();
         Ok(log)
+    }
+
+    /// Reserves the thread that runs the guard's loop (this one) like an
+    /// application share: the controller must not wait behind the load it
+    /// controls. Under a SCHED_FIFO hog and CPU hogs on the cores left
+    /// shared, an unreserved loop went seconds without running, and every
+    /// thread that turned real-time meanwhile stayed unreserved.
+    fn reserve_own_loop(&mut self, log: &mut Vec<String>) {
+        let me = proc::current_pid();
+        let tid = proc::current_tid();
+        let seed = Bandwidth::from_fraction(share::BUSY);
+        log.push(format!("reserving the guard's own loop (thread {tid})"));
+        self.reserve(me, tid, Kind::Share, Some(seed), log);
     }
 
     /// Whether the guarded server still runs.
@@ -528,9 +559,7 @@ impl Guard {
             controller,
             set: Budget::new(min, period),
             degraded: false,
-            cpu_ns: proc::thread_cpu_ns(pid, tid).unwrap_or(0),
-            switches: proc::thread_voluntary_switches(pid, tid).unwrap_or(0),
-            at: Instant::now(),
+            usage: ThreadUsage::kept_open(pid, tid),
             used_ns: 0,
         };
         let target = self.with_floor(&r, r.controller.wanted(), 1);
@@ -604,8 +633,13 @@ impl Guard {
     /// thread its part of the application's floor if more.
     fn floor_ns(&self, r: &Reserved, extra: usize) -> u64 {
         let min = r.controller.bounds().0;
-        let (Kind::Share, Some(share)) = (r.kind, self.settings.app_share) else {
-            return min;
+        let own_loop = r.pid == proc::current_pid();
+        let share = match (r.kind, self.settings.app_share) {
+            (Kind::Share, Some(share)) => share,
+            // The guard's own loop holds the default floor even when the
+            // user asked for real-time threads only.
+            (Kind::Share, None) if own_loop => AppShare::default(),
+            _ => return min,
         };
         let threads = self
             .reserved
@@ -880,37 +914,27 @@ impl Guard {
     /// [`share::WINDOW`], per reservation period.
     fn observe(&mut self) {
         for r in self.reserved.values_mut() {
-            let now = Instant::now();
-            let since = now.duration_since(r.at);
+            let since = r.usage.age();
             if r.kind == Kind::Share && since < share::WINDOW {
                 continue;
             }
-            let Ok(cpu) = proc::thread_cpu_ns(r.pid, r.tid) else {
-                continue;
-            };
             let cycle = match r.kind {
                 Kind::Share => share::PERIOD_NS,
                 _ => self.period_ns,
             };
-            let elapsed = since.as_nanos() as u64 / cycle;
-            if elapsed == 0 {
+            if (since.as_nanos() as u64) < cycle {
                 continue;
             }
-            let woken = match proc::thread_voluntary_switches(r.pid, r.tid) {
-                Ok(switches) => {
-                    switches.saturating_sub(std::mem::replace(&mut r.switches, switches))
-                }
-                Err(_) => elapsed,
+            let Ok(delta) = r.usage.advance() else {
+                continue;
             };
-            let used = cpu.saturating_sub(r.cpu_ns);
+            let elapsed = (delta.elapsed_ns / cycle).max(1);
             let cycles = match r.kind {
                 Kind::Share => elapsed,
-                _ => elapsed.min(woken.max(1)),
+                _ => elapsed.min(delta.woken.max(1)),
             };
-            r.controller.observe(used, cycles);
-            r.used_ns = used.div_ceil(elapsed) * r.controller.fragments();
-            r.cpu_ns = cpu;
-            r.at = now;
+            r.controller.observe(delta.cpu_ns, cycles);
+            r.used_ns = delta.cpu_ns.div_ceil(elapsed) * r.controller.fragments();
         }
     }
 
@@ -980,6 +1004,7 @@ impl Guard {
         if self.reserved.is_empty() {
             return;
         }
+        self.measure_others();
         let Some(room) = self.room_for_layout(preferred) else {
             return;
         };
@@ -1005,7 +1030,10 @@ impl Guard {
             .pending
             .as_ref()
             .is_some_and(|p| p.cores == layout.cores);
-        if !same_as_pending {
+        // A measured layout replaces the first placement (made before
+        // anything was measured) at once; one measured layout another only
+        // when found twice in a row.
+        if !same_as_pending && self.layout.is_some() {
             self.pending = Some(layout);
             return;
         }
@@ -1021,6 +1049,21 @@ impl Guard {
         for (tid, core) in moves {
             self.move_reservation(tid, core, log);
         }
+    }
+
+    /// What ran outside the reservations since the last relayout: the
+    /// machine's busy time less what the reserved threads used, never
+    /// less than what the guarded processes' unreserved threads used.
+    fn measure_others(&mut self) {
+        let Some(busy) = self.machine.sample() else {
+            return;
+        };
+        let reserved: Bandwidth = self
+            .reserved
+            .values()
+            .map(|r| Bandwidth::of(r.used_ns, r.set.period_ns))
+            .sum();
+        self.others_used = busy.saturating_sub(reserved).max(self.unreserved_used);
     }
 
     /// What the machine offers a layout: each core's free bandwidth plus
@@ -1048,7 +1091,7 @@ impl Guard {
             cores,
             global: (*global_free + held_on(None)).saturating_sub(newcomer),
             preferred,
-            unreserved_used: self.unreserved_used,
+            others_used: self.others_used,
         })
     }
 
@@ -1148,6 +1191,7 @@ impl Guard {
             share_reserved_cpus: cpus_of(true, |t| t.set_ns),
             share_used_cpus: cpus_of(true, |t| t.used_ns),
             unreserved_used_cpus: self.unreserved_used.as_fraction(),
+            others_used_cpus: self.others_used.as_fraction(),
             layout: self.layout.clone(),
             placement: self.placement(),
             left_out: self

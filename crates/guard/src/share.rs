@@ -119,7 +119,7 @@ impl Busy {
                     .insert(tid, (pid, ThreadUsage::start(pid, tid)));
                 continue;
             };
-            let Ok(delta) = usage.advance(pid, tid) else {
+            let Ok(delta) = usage.advance() else {
                 continue;
             };
             sampled.push(Sampled {
@@ -131,6 +131,26 @@ impl Busy {
         }
         let first = self.opened.replace(now).is_none();
         (!first).then_some(sampled)
+    }
+}
+
+/// What the whole machine keeps busy, measured between two relayouts:
+/// with what the reservations used taken out, what a layout must leave
+/// room for on the cores it keeps shared.
+#[derive(Debug, Default)]
+pub struct MachineBusy {
+    last: Option<(u64, Instant)>,
+}
+
+impl MachineBusy {
+    /// CPUs busy since the last call (None on the first, or when
+    /// /proc/stat cannot be read).
+    pub fn sample(&mut self) -> Option<Bandwidth> {
+        let busy = tessera_sys::proc::cpus_busy_ns().ok()?;
+        let now = Instant::now();
+        let (before, then) = self.last.replace((busy, now))?;
+        let wall = now.duration_since(then).as_nanos() as u64;
+        (wall > 0).then(|| Bandwidth::of(busy.saturating_sub(before), wall))
     }
 }
 
@@ -159,9 +179,10 @@ pub fn describe(layout: &Layout) -> String {
         Why::Global {
             wanted,
             largest_room,
-            shared_left,
+            others,
+            shared,
         } => format!(
-            "wants {wanted} CPU; the roomiest core has {largest_room}, and partitioning would leave the rest less than its {shared_left} shared"
+            "wants {wanted} CPU; the roomiest core has {largest_room}, and the rest of the machine uses {others} of {shared} CPU: a partition would squeeze it"
         ),
         Why::Short {
             wanted,
@@ -177,10 +198,14 @@ pub fn describe(layout: &Layout) -> String {
                     )
                 })
                 .collect();
-            format!(
-                "SHORT: wants {wanted} CPU, {global} fits: {}; free CPU or guard fewer programs",
-                named.join("; ")
-            )
+            if named.is_empty() {
+                format!("wants {wanted} CPU, {global} fits: budgets squeezed alike, no thread below what it used")
+            } else {
+                format!(
+                    "SHORT: wants {wanted} CPU, {global} fits: {}; free CPU or guard fewer programs",
+                    named.join("; ")
+                )
+            }
         }
     };
     format!("{spread}: {why}")
@@ -211,6 +236,18 @@ mod tests {
     }
 
     #[test]
+    fn a_spinning_thread_keeps_the_machine_busy() {
+        let mut machine = MachineBusy::default();
+        assert!(machine.sample().is_none());
+        let spin_until = Instant::now() + Duration::from_millis(100);
+        while Instant::now() < spin_until {
+            std::hint::spin_loop();
+        }
+        let busy = machine.sample().expect("a second sample");
+        assert!(busy >= Bandwidth::from_fraction(0.5), "{busy}");
+    }
+
+    #[test]
     fn a_short_layout_names_the_threads() {
         let layout = tessera_policy::application::place(
             &[tessera_policy::application::Want {
@@ -223,7 +260,7 @@ mod tests {
                 cores: vec![],
                 global: Bandwidth::from_fraction(0.5),
                 preferred: 0,
-                unreserved_used: Bandwidth::ZERO,
+                others_used: Bandwidth::ZERO,
             },
         );
         let text = describe(&layout);

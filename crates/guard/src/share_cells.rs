@@ -94,7 +94,7 @@ impl ShareCells {
                 pid,
                 cell: cell.clone(),
                 controller,
-                usage: ThreadUsage::start(pid, tid),
+                usage: ThreadUsage::kept_open(pid, tid),
                 set: opening,
             },
         );
@@ -115,7 +115,7 @@ impl ShareCells {
             if c.usage.age() < share::WINDOW {
                 continue;
             }
-            if let Ok(delta) = c.usage.advance(c.pid, tid) {
+            if let Ok(delta) = c.usage.advance() {
                 let periods = delta.elapsed_ns / share::PERIOD_NS;
                 c.controller.observe(delta.cpu_ns, periods.max(1));
                 due.push(tid);

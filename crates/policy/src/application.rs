@@ -9,9 +9,10 @@
 //!   part of the application's floor ([`share_wanted`]);
 //! - a layout never puts more on a core than the core has room for, nor
 //!   more under global EDF than the shared cores hold ([`place`]);
-//! - a layout never takes the last shared core: the application's threads
-//!   that stay unreserved, and the rest of the machine, keep at least one
-//!   core and at least what those threads used unguarded;
+//! - a layout never takes the last shared core, nor partitions cores when
+//!   the cores left shared would be more than [`SHARED_HEADROOM_PCT`] %
+//!   busy with what runs outside the reservations (the application's
+//!   unreserved threads and the rest of the machine, as measured);
 //! - when the reservations cannot all have what they want, the layout names
 //!   every thread that would get less than it used unguarded, with what it
 //!   wants and what would fit, instead of choosing silently.
@@ -54,9 +55,13 @@ pub struct Room {
     /// The core tried first for a one-core layout (the last: CPU 0 keeps
     /// the system's housekeeping).
     pub preferred: usize,
-    /// What the application's threads that stay unreserved used unguarded:
+    /// What runs outside the guard's reservations — the application's
+    /// threads that stay unreserved and the rest of the machine — as
+    /// measured: the cores left shared must hold it with
+    /// [`SHARED_HEADROOM_PCT`] to spare (a saturated core hides how much more
+    /// its tasks would take).
     /// the cores left shared must still hold it.
-    pub unreserved_used: Bandwidth,
+    pub others_used: Bandwidth,
 }
 
 /// Where the reservations go.
@@ -94,12 +99,14 @@ pub enum Why {
         wanted: Bandwidth,
         largest_room: Bandwidth,
     },
-    /// Partitioned cores would leave the unreserved threads less than
-    /// they used, or no partition holds it: global EDF holds it.
+    /// Partitioned cores would leave what runs outside the reservations
+    /// (`others`) too little, or no partition holds it: global EDF holds
+    /// it on the `shared` cores.
     Global {
         wanted: Bandwidth,
         largest_room: Bandwidth,
-        shared_left: Bandwidth,
+        others: Bandwidth,
+        shared: Bandwidth,
     },
     /// Not even global EDF holds what is wanted: these threads are short.
     Short {
@@ -141,7 +148,7 @@ pub fn place(wants: &[Want], room: &Room) -> Layout {
     let wanted: Bandwidth = wants.iter().map(|w| w.wanted).sum();
     let largest_room = room.cores.iter().map(|c| c.room).max().unwrap_or_default();
     let cores = room.cores.len();
-    if shared_after(cores, 1) >= room.unreserved_used.max(Bandwidth(1)) {
+    if leaves_enough(cores, 1, room) {
         if let Some(core) = one_core(wanted, room) {
             return Layout {
                 spread: Spread::One { core: core.core },
@@ -154,7 +161,7 @@ pub fn place(wants: &[Want], room: &Room) -> Layout {
         }
     }
     for k in 2..cores {
-        if shared_after(cores, k) < room.unreserved_used.max(Bandwidth(1)) {
+        if !leaves_enough(cores, k, room) {
             break;
         }
         if let Some((used, assigned)) = several(wants, room, k) {
@@ -172,7 +179,8 @@ pub fn place(wants: &[Want], room: &Room) -> Layout {
         Why::Global {
             wanted,
             largest_room,
-            shared_left: shared_after(cores, 0),
+            others: room.others_used,
+            shared: shared_after(cores, 0),
         }
     } else {
         Why::Short {
@@ -186,6 +194,22 @@ pub fn place(wants: &[Want], room: &Room) -> Layout {
         cores: vec![None; wants.len()],
         why,
     }
+}
+
+/// The most of the cores left shared that what runs outside the
+/// reservations may use when a layout partitions cores: beyond it, taking
+/// whole cores from the machine would squeeze everything else (on two
+/// cores under load, one exclusive core leaves the other saturated, and the
+/// application's own unreserved threads and the guard wait behind it).
+pub const SHARED_HEADROOM_PCT: u64 = 75;
+
+/// Whether partitioning `taken` of `cores` leaves the shared ones enough
+/// for what runs outside the reservations: at least one core, used at
+/// most [`SHARED_HEADROOM_PCT`] %.
+fn leaves_enough(cores: usize, taken: usize, room: &Room) -> bool {
+    let left = shared_after(cores, taken);
+    let usable = Bandwidth((left.0 as u128 * SHARED_HEADROOM_PCT as u128 / 100) as u64);
+    left > Bandwidth::ZERO && usable >= room.others_used
 }
 
 /// Whole cores left shared when `taken` are partitioned.
@@ -293,7 +317,7 @@ mod tests {
             ],
             global: pct(room * 2.0),
             preferred: 1,
-            unreserved_used: pct(5.0),
+            others_used: pct(5.0),
         }
     }
 
@@ -308,6 +332,25 @@ mod tests {
         assert_eq!(layout.spread, Spread::One { core: 1 });
         assert_eq!(layout.cores, vec![Some(1); 3]);
         assert!(matches!(layout.why, Why::FitsOneCore { .. }));
+    }
+
+    #[test]
+    fn a_busy_machine_keeps_its_cores_shared() {
+        // The graph fits one core, but the rest of the machine keeps more
+        // than the one core a partition would leave it busy.
+        let wants = [want(1, true, 40.0, 30.0)];
+        let mut room = two_cores(88.0);
+        room.others_used = pct(140.0);
+        let layout = place(&wants, &room);
+        assert_eq!(layout.spread, Spread::Global);
+        assert!(
+            matches!(layout.why, Why::Global { others, .. } if others == pct(140.0)),
+            "{:?}",
+            layout.why
+        );
+        // At the headroom's edge, the partition is still taken.
+        room.others_used = pct(75.0);
+        assert_eq!(place(&wants, &room).spread, Spread::One { core: 1 });
     }
 
     #[test]
@@ -403,7 +446,7 @@ mod tests {
                 preferred: cores.len() - 1,
                 cores,
                 global,
-                unreserved_used: Bandwidth(unreserved * Bandwidth::ONE.0 / 1000),
+                others_used: Bandwidth(unreserved * Bandwidth::ONE.0 / 1000),
             }
         })
     }
@@ -435,7 +478,9 @@ mod tests {
             };
             if taken > 0 {
                 prop_assert!(taken < room.cores.len());
-                prop_assert!(shared_after(room.cores.len(), taken) >= room.unreserved_used);
+                prop_assert!(leaves_enough(room.cores.len(), taken, &room));
+                let left = shared_after(room.cores.len(), taken);
+                prop_assert!(left.0 as u128 * SHARED_HEADROOM_PCT as u128 / 100 >= room.others_used.0 as u128);
             }
         }
 

@@ -344,7 +344,7 @@ impl Grants {
             cell,
             set: opened,
             controller,
-            usage: ThreadUsage::start(target.pid, target.tid),
+            usage: ThreadUsage::kept_open(target.pid, target.tid),
         };
         if opened != wanted {
             self.apply(&mut r, target.uid)?;
@@ -415,7 +415,7 @@ impl Grants {
         else {
             return Ok(());
         };
-        let outcome = observe(&mut r, &target).and_then(|()| self.apply(&mut r, target.uid));
+        let outcome = observe(&mut r).and_then(|()| self.apply(&mut r, target.uid));
         self.threads.insert(
             tid,
             Grant {
@@ -507,7 +507,7 @@ impl Grants {
             let r = Reservation {
                 cell: cell.name.clone(),
                 controller,
-                usage: ThreadUsage::start(pid, tid),
+                usage: ThreadUsage::kept_open(pid, tid),
                 set: budget,
             };
             self.threads.insert(
@@ -523,11 +523,8 @@ impl Grants {
 
 /// Reads what the thread did, moves the reservation to the period its
 /// wake-ups show, and gives the controller the CPU time per cycle.
-fn observe(r: &mut Reservation, target: &Target) -> Result<(), BrokerError> {
-    let delta = r
-        .usage
-        .advance(target.pid, target.tid)
-        .map_err(BrokerError::from)?;
+fn observe(r: &mut Reservation) -> Result<(), BrokerError> {
+    let delta = r.usage.advance().map_err(BrokerError::from)?;
     if let Some(period) = learned_period(delta.elapsed_ns, delta.woken) {
         let current = r.controller.report().audio_period_ns;
         if (period as f64 - current as f64).abs() > PERIOD_CHANGE * current as f64 {

@@ -114,22 +114,134 @@ pub struct UsageDelta {
     pub woken: u64,
 }
 
+/// One thread's `schedstat` and `status`, kept open and read again from
+/// the start each time: a reading is one `pread` per file, not a path
+/// walk, an open and a close (which were most of the guard's own CPU with
+/// hundreds of threads read ten times a second). The files stay bound to
+/// the thread they were opened for: once it exits they fail to read, even
+/// when its id is reused.
+#[derive(Debug)]
+pub struct ThreadCounters {
+    schedstat: std::fs::File,
+    status: std::fs::File,
+    buf: Vec<u8>,
+}
+
+impl ThreadCounters {
+    /// Opens thread `tid` of `pid`'s files.
+    pub fn open(pid: Pid, tid: Tid) -> Result<ThreadCounters> {
+        let dir = PathBuf::from(format!("/proc/{pid}/task/{tid}"));
+        let open = |name: &str| {
+            let path = dir.join(name);
+            std::fs::File::open(&path).map_err(|e| {
+                Error::new(
+                    ErrorKind::Io,
+                    format!("open {}", path.display()),
+                    e.to_string(),
+                    "",
+                )
+            })
+        };
+        Ok(ThreadCounters {
+            schedstat: open("schedstat")?,
+            status: open("status")?,
+            buf: Vec::with_capacity(4096),
+        })
+    }
+
+    /// The thread's CPU time in ns (the first value of `schedstat`).
+    pub fn cpu_ns(&mut self) -> Result<u64> {
+        let text = reread(&self.schedstat, &mut self.buf, "schedstat")?;
+        text.split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| counter_error("schedstat", "the kernel needs CONFIG_SCHED_INFO"))
+    }
+
+    /// How often the thread gave up the CPU of its own accord.
+    pub fn voluntary_switches(&mut self) -> Result<u64> {
+        let text = reread(&self.status, &mut self.buf, "status")?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| counter_error("status", "a kernel of 2.6.23 or later reports it"))
+    }
+}
+
+/// The whole of an open /proc file, read again from its start into `buf`.
+fn reread<'a>(file: &std::fs::File, buf: &'a mut Vec<u8>, name: &str) -> Result<&'a str> {
+    use std::os::unix::fs::FileExt;
+    buf.resize(buf.capacity().max(4096), 0);
+    let mut len = 0;
+    loop {
+        let n = file
+            .read_at(&mut buf[len..], len as u64)
+            .map_err(|e| counter_error(name, &e.to_string()))?;
+        if n == 0 {
+            break;
+        }
+        len += n;
+        if len == buf.len() {
+            buf.resize(len * 2, 0);
+        }
+    }
+    if len == 0 {
+        return Err(counter_error(name, "the thread exited"));
+    }
+    std::str::from_utf8(&buf[..len]).map_err(|_| counter_error(name, "not text"))
+}
+
+fn counter_error(name: &str, what: &str) -> Error {
+    Error::new(ErrorKind::Io, format!("read a thread's {name}"), what, "")
+}
+
 /// A thread's CPU time and voluntary switches as last read, to take
-/// [`UsageDelta`]s from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// [`UsageDelta`]s from: by path, or through [`ThreadCounters`] kept open
+/// for a thread read many times a second.
+#[derive(Debug)]
 pub struct ThreadUsage {
+    pid: Pid,
+    tid: Tid,
     at: std::time::Instant,
     cpu_ns: u64,
     switches: u64,
+    counters: Option<ThreadCounters>,
 }
 
 impl ThreadUsage {
-    /// The first reading of thread `tid` of `pid` (zeros if it cannot be read).
+    /// The first reading of thread `tid` of `pid`, read by path each time
+    /// (zeros if it cannot be read).
     pub fn start(pid: Pid, tid: Tid) -> ThreadUsage {
-        ThreadUsage {
+        ThreadUsage::first(pid, tid, None)
+    }
+
+    /// The same with the thread's files kept open: for a thread read often.
+    pub fn kept_open(pid: Pid, tid: Tid) -> ThreadUsage {
+        ThreadUsage::first(pid, tid, ThreadCounters::open(pid, tid).ok())
+    }
+
+    fn first(pid: Pid, tid: Tid, counters: Option<ThreadCounters>) -> ThreadUsage {
+        let mut usage = ThreadUsage {
+            pid,
+            tid,
             at: std::time::Instant::now(),
-            cpu_ns: thread_cpu_ns(pid, tid).unwrap_or(0),
-            switches: thread_voluntary_switches(pid, tid).unwrap_or(0),
+            cpu_ns: 0,
+            switches: 0,
+            counters,
+        };
+        if let Ok((cpu_ns, switches)) = usage.read() {
+            (usage.cpu_ns, usage.switches) = (cpu_ns, switches);
+        }
+        usage
+    }
+
+    fn read(&mut self) -> Result<(u64, u64)> {
+        match self.counters.as_mut() {
+            Some(c) => Ok((c.cpu_ns()?, c.voluntary_switches()?)),
+            None => Ok((
+                thread_cpu_ns(self.pid, self.tid)?,
+                thread_voluntary_switches(self.pid, self.tid)?,
+            )),
         }
     }
 
@@ -139,20 +251,15 @@ impl ThreadUsage {
     }
 
     /// What the thread did since the last reading; Err when it is gone.
-    pub fn advance(&mut self, pid: Pid, tid: Tid) -> Result<UsageDelta> {
+    pub fn advance(&mut self) -> Result<UsageDelta> {
         let now = std::time::Instant::now();
-        let cpu = thread_cpu_ns(pid, tid)?;
-        let switches = thread_voluntary_switches(pid, tid)?;
+        let (cpu, switches) = self.read()?;
         let delta = UsageDelta {
             elapsed_ns: now.duration_since(self.at).as_nanos() as u64,
             cpu_ns: cpu.saturating_sub(self.cpu_ns),
             woken: switches.saturating_sub(self.switches),
         };
-        *self = ThreadUsage {
-            at: now,
-            cpu_ns: cpu,
-            switches,
-        };
+        (self.at, self.cpu_ns, self.switches) = (now, cpu, switches);
         Ok(delta)
     }
 }
@@ -421,6 +528,35 @@ pub fn cpu_steal_ns() -> Result<Vec<(usize, u64)>> {
     Ok(steal_from_stat(&stat, ns_per_tick()))
 }
 
+/// CPU time every CPU together spent running tasks since boot, in ns,
+/// from /proc/stat's `cpu` line: user, nice, system, irq and softirq (not
+/// idle, iowait, nor steal — the hypervisor's; guest time is already in
+/// user).
+pub fn cpus_busy_ns() -> Result<u64> {
+    let stat = read_text(Path::new("/proc/stat"))?;
+    busy_from_stat(&stat, ns_per_tick()).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Io,
+            "read /proc/stat".to_string(),
+            "no `cpu` line",
+            "",
+        )
+    })
+}
+
+/// The all-CPU line's busy columns, scaled to ns.
+fn busy_from_stat(stat: &str, ns_per_tick: u64) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal …
+    let busy = v.first()? + v.get(1)? + v.get(2)? + v.get(5)? + v.get(6)?;
+    Some(busy * ns_per_tick)
+}
+
 /// The `cpuN` lines' steal column (the 8th value), scaled to ns.
 fn steal_from_stat(stat: &str, ns_per_tick: u64) -> Vec<(usize, u64)> {
     stat.lines()
@@ -446,11 +582,24 @@ mod tests {
         );
         assert!(thread_start_time(pid, 0).is_err());
         let tid = current_tid();
-        let mut usage = ThreadUsage::start(pid, tid);
+        let mut usage = ThreadUsage::kept_open(pid, tid);
         let spin = std::time::Instant::now();
         while spin.elapsed() < std::time::Duration::from_millis(20) {}
-        let delta = usage.advance(pid, tid).unwrap();
+        let delta = usage.advance().unwrap();
         assert!(delta.cpu_ns > 0 && delta.elapsed_ns >= delta.cpu_ns / 2);
+        // Kept-open files read the same as a fresh read.
+        let mut counters = ThreadCounters::open(pid, tid).unwrap();
+        let kept = counters.cpu_ns().unwrap();
+        assert!(thread_cpu_ns(pid, tid).unwrap() >= kept);
+        assert!(counters.voluntary_switches().is_ok());
+    }
+
+    #[test]
+    fn busy_time_counts_tasks_and_interrupts_not_idle_nor_steal() {
+        let stat = "cpu  100 2 30 5000 7 4 6 900 0 0\ncpu0 50 1 15 2500 3 2 3 450 0 0\n";
+        assert_eq!(busy_from_stat(stat, 10), Some((100 + 2 + 30 + 4 + 6) * 10));
+        assert_eq!(busy_from_stat("cpu0 1 2 3 4 5 6 7 8\n", 10), None);
+        assert!(cpus_busy_ns().unwrap() > 0);
     }
 
     #[test]
