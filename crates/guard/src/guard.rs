@@ -26,6 +26,7 @@
 
 use crate::lockstep::Lockstep;
 use crate::monitor::{Monitor, Snapshot};
+use crate::record::{self, RecordRow};
 use crate::server::{Server, ServerKind};
 use crate::share::{self, AppShare, Busy, MachineBusy, Sampled};
 use crate::watch::{ThreadEvent, Watch};
@@ -129,6 +130,22 @@ impl Kind {
     /// The threads an audio cycle passes through, kept together.
     fn is_graph(self) -> bool {
         self != Kind::Share
+    }
+
+    /// Its name in the record and the status (as serialised).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::RealTime => "real-time",
+            Kind::Graph => "graph",
+            Kind::Share => "share",
+        }
+    }
+
+    /// The kind of a name written by [`Kind::name`].
+    pub fn from_name(name: &str) -> Option<Kind> {
+        [Kind::RealTime, Kind::Graph, Kind::Share]
+            .into_iter()
+            .find(|k| k.name() == name)
     }
 }
 
@@ -280,10 +297,6 @@ const RETRY_LEFT_OUT: Duration = Duration::from_millis(500);
 /// How often the layout is decided again.
 const RELAYOUT: Duration = Duration::from_secs(1);
 
-/// The header of `--record`'s CSV.
-pub const RECORD_HEADER: &str =
-    "t_s,pid,tid,thread,period_ns,used_ns,predicted_ns,set_ns,degraded,xruns";
-
 impl Guard {
     /// Starts guarding `server`: joins it as a JACK client (JACK2 and
     /// PipeWire), starts watching it and its clients. Threads are reserved
@@ -359,7 +372,7 @@ impl Guard {
 
     /// Writes one CSV row per reserved thread and interval to `out`.
     pub fn record_to(&mut self, mut out: Box<dyn Write + Send>) -> Result<(), GuardError> {
-        writeln!(out, "{RECORD_HEADER}")
+        writeln!(out, "{}", record::HEADER)
             .map_err(|e| fail(format!("write the record: {e}"), "check the path"))?;
         self.record = Some(out);
         Ok(())
@@ -1150,22 +1163,23 @@ impl Guard {
         let Some(out) = self.record.as_mut() else {
             return;
         };
-        let t = self.started.elapsed().as_secs_f64();
+        let t_s = self.started.elapsed().as_secs_f64();
         for r in self.reserved.values() {
             let p = r.controller.report();
-            let _ = writeln!(
-                out,
-                "{t:.3},{},{},{},{},{},{},{},{},{}",
-                r.pid,
-                r.tid,
-                r.name.replace(',', " "),
-                r.set.period_ns,
-                r.used_ns,
-                p.prediction_ns.map(|v| v * p.fragments).unwrap_or(0),
-                r.set.runtime_ns,
-                r.degraded as u8,
-                self.heard.xruns
-            );
+            let row = RecordRow {
+                t_s,
+                pid: r.pid,
+                tid: r.tid,
+                thread: r.name.replace(',', " "),
+                kind: r.kind,
+                period_ns: r.set.period_ns,
+                used_ns: r.used_ns,
+                predicted_ns: p.prediction_ns.map(|v| v * p.fragments).unwrap_or(0),
+                set_ns: r.set.runtime_ns,
+                degraded: r.degraded,
+                xruns: self.heard.xruns,
+            };
+            let _ = writeln!(out, "{}", row.line());
         }
         let _ = out.flush();
     }

@@ -11,6 +11,7 @@ pub mod follow;
 pub mod guard;
 pub mod lockstep;
 pub mod monitor;
+pub mod record;
 pub mod server;
 pub mod share;
 pub mod share_cells;

@@ -1,35 +1,30 @@
-//! The guard's record (`tessera guard --record FILE`: CSV with header
-//! `t_s,pid,tid,thread,period_ns,used_ns,predicted_ns,set_ns,degraded,xruns`,
-//! one row per reserved thread per control interval, budgets per
-//! reservation period) as metrics: budget set / predicted / used over time
-//! per thread (µs) and in total (% of a CPU), the thesis's Fig. 4.13–4.15,
-//! and the bandwidth reserved ÷ used over the measured part of the run.
+//! The guard's record (`tessera guard --record FILE`, its format defined
+//! by [`tessera_guard::record`]: one row per reserved thread per control
+//! interval, budgets per reservation period) as metrics: budget set /
+//! predicted / used over time per thread (µs) and in total (% of a CPU),
+//! the thesis's Fig. 4.13–4.15, and the bandwidth reserved ÷ used over the
+//! measured part of the run, of every reservation and of the application
+//! shares alone.
 //!
 //! It only reads and computes; it must never talk to the guard.
 
 use crate::peer_record::PeerRecord;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use tessera_guard::guard::Kind;
+use tessera_guard::record::RecordRow;
 use tessera_measure::{Metric, Series, Summary};
 
 pub const BUDGET: &str = "budget (all guarded threads)";
 pub const THREAD_SET: &str = "budget set per thread";
 pub const THREAD_PREDICTED: &str = "budget predicted per thread";
 pub const THREAD_USED: &str = "budget used per thread";
+/// The application shares' bandwidth reserved ÷ used (issue 21's goal:
+/// at most 1.5).
+pub const SHARES_RATIO: &str = "application shares: reserved ÷ used";
 
 /// One row of the record, its time moved onto the run's (s from t0).
-#[derive(Debug, Clone, PartialEq)]
-pub struct BudgetRow {
-    pub t_s: f64,
-    pub tid: i32,
-    pub thread: String,
-    pub period_ns: u64,
-    pub used_ns: u64,
-    pub predicted_ns: u64,
-    pub set_ns: u64,
-    pub degraded: bool,
-    pub xruns: u64,
-}
+pub type BudgetRow = RecordRow;
 
 /// Where the record's times come from: seconds since the guard started,
 /// CLOCK_MONOTONIC seconds, or Unix time — told apart by size.
@@ -61,37 +56,14 @@ pub(super) fn read(path: &Path, origin: &Origin) -> Result<Vec<BudgetRow>, Strin
 }
 
 fn parse(text: &str, origin: &Origin) -> Result<Vec<BudgetRow>, String> {
-    text.lines()
-        .skip_while(|l| !l.starts_with("t_s,"))
-        .skip(1)
-        .filter(|l| !l.trim().is_empty())
-        .map(|line| row(line, origin).ok_or(format!("a malformed row: {line:?}")))
-        .collect()
-}
-
-/// A row; the thread's name may hold commas (or quotes): it is whatever
-/// lies between the first three fields and the last six.
-fn row(line: &str, origin: &Origin) -> Option<BudgetRow> {
-    let fields: Vec<&str> = line.split(',').collect();
-    if fields.len() < 10 {
-        return None;
-    }
-    let tail = &fields[fields.len() - 6..];
-    let n = |s: &str| s.trim().parse::<u64>().ok();
-    Some(BudgetRow {
-        t_s: origin.run_time(fields[0].trim().parse().ok()?),
-        tid: fields[2].trim().parse().ok()?,
-        thread: fields[3..fields.len() - 6]
-            .join(",")
-            .trim_matches('"')
-            .to_string(),
-        period_ns: n(tail[0])?.max(1),
-        used_ns: n(tail[1])?,
-        predicted_ns: n(tail[2])?,
-        set_ns: n(tail[3])?,
-        degraded: !matches!(tail[4].trim(), "0" | "false" | ""),
-        xruns: n(tail[5])?,
-    })
+    let rows = RecordRow::parse_all(text)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| RecordRow {
+            t_s: origin.run_time(r.t_s),
+            ..r
+        })
+        .collect())
 }
 
 /// What to call each thread: the load client it runs (from the clients'
@@ -121,19 +93,12 @@ pub(super) fn metrics(
             vec!["the guard recorded no budgets".into()],
         );
     }
-    let share = |ns: fn(&BudgetRow) -> u64| -> f64 {
-        measured
-            .iter()
-            .map(|r| ns(r) as f64 / r.period_ns as f64)
-            .sum()
-    };
-    let used = share(|r| r.used_ns);
-    let ratio = (used > 0.0).then(|| share(|r| r.set_ns) / used);
+    let ratio = reserved_per_used(&measured, |_| true);
     let threads: BTreeMap<i32, &str> = measured
         .iter()
         .map(|r| (r.tid, r.thread.as_str()))
         .collect();
-    let notes = vec![format!(
+    let mut notes = vec![format!(
         "guard: {} threads reserved, {} of {} budget decisions degraded, {} xruns seen by the guard",
         threads.len(),
         measured.iter().filter(|r| r.degraded).count(),
@@ -142,13 +107,58 @@ pub(super) fn metrics(
     )];
     let names = thread_names(&measured, labels);
     let label = |r: &BudgetRow| names[&r.tid].clone();
-    let metrics = vec![
+    let mut metrics = vec![
         total(&measured),
         per_thread(THREAD_SET, &measured, &label, |r| r.set_ns),
         per_thread(THREAD_PREDICTED, &measured, &label, |r| r.predicted_ns),
         per_thread(THREAD_USED, &measured, &label, |r| r.used_ns),
     ];
+    if let Some((metric, note)) = shares(&measured) {
+        metrics.push(metric);
+        notes.push(note);
+    }
     (metrics, ratio, notes)
+}
+
+/// The application shares' bandwidth reserved ÷ used over `rows`, as a
+/// metric and a note; None when no share used anything.
+pub(super) fn shares(rows: &[&BudgetRow]) -> Option<(Metric, String)> {
+    let ratio = reserved_per_used(rows, |r| r.kind == Kind::Share)?;
+    let note = format!(
+        "application shares: reserved ÷ used {ratio:.2} ({} threads)",
+        threads_of_kind(rows, Kind::Share)
+    );
+    let metric = Metric {
+        name: SHARES_RATIO.into(),
+        unit: "×".into(),
+        deadline: None,
+        summary: Summary::from_samples(&[ratio], None),
+        histogram: None,
+        series: Vec::new(),
+    };
+    Some((metric, note))
+}
+
+/// Σ set ÷ Σ used, each per its period, of the rows `which` keeps; None
+/// when they used nothing.
+fn reserved_per_used(rows: &[&BudgetRow], which: fn(&BudgetRow) -> bool) -> Option<f64> {
+    let sum = |ns: fn(&BudgetRow) -> u64| -> f64 {
+        rows.iter()
+            .filter(|r| which(r))
+            .map(|r| ns(r) as f64 / r.period_ns as f64)
+            .sum()
+    };
+    let used = sum(|r| r.used_ns);
+    (used > 0.0).then(|| sum(|r| r.set_ns) / used)
+}
+
+fn threads_of_kind(rows: &[&BudgetRow], kind: Kind) -> usize {
+    let tids: std::collections::BTreeSet<i32> = rows
+        .iter()
+        .filter(|r| r.kind == kind)
+        .map(|r| r.tid)
+        .collect();
+    tids.len()
 }
 
 /// A name per thread, the same from one configuration to the next: the
@@ -235,10 +245,11 @@ fn per_thread(
 mod tests {
     use super::*;
 
-    const CSV: &str = "t_s,pid,tid,thread,period_ns,used_ns,predicted_ns,set_ns,degraded,xruns\n\
-        0.1,10,11,jackd,1333333,100000,120000,200000,0,0\n\
-        1.1,10,11,jackd,1333333,100000,120000,200000,0,0\n\
-        1.1,20,21,\"tessera,peer\",1333333,300000,320000,400000,1,2\n";
+    const CSV: &str =
+        "t_s,pid,tid,thread,kind,period_ns,used_ns,predicted_ns,set_ns,degraded,xruns\n\
+        0.1,10,11,jackd,real-time,1333333,100000,120000,200000,0,0\n\
+        1.1,10,11,jackd,real-time,1333333,100000,120000,200000,0,0\n\
+        1.1,20,21,\"tessera,peer\",share,1333333,300000,320000,400000,1,2\n";
 
     fn origin() -> Origin {
         Origin {
@@ -265,7 +276,9 @@ mod tests {
         let (metrics, ratio, notes) = metrics(&rows, &labels, 0.0);
         // Reserved 600 µs for 400 µs used, both per the same period.
         assert!((ratio.unwrap() - 1.5).abs() < 1e-9);
-        assert_eq!(metrics.len(), 4);
+        assert_eq!(metrics.len(), 5);
+        let shares = metrics.iter().find(|m| m.name == SHARES_RATIO).unwrap();
+        assert!((shares.summary.mean - 400.0 / 300.0).abs() < 1e-9);
         let total = &metrics[0];
         assert_eq!(total.series.len(), 3);
         assert_eq!(

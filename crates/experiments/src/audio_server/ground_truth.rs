@@ -144,8 +144,10 @@ mod tests {
     fn guard_row(t_s: f64, used_ns: u64, predicted_ns: u64, set_ns: u64) -> BudgetRow {
         BudgetRow {
             t_s,
+            pid: 10,
             tid: 11,
             thread: "load".into(),
+            kind: tessera_guard::guard::Kind::RealTime,
             period_ns: 1_333_333,
             used_ns,
             predicted_ns,

@@ -12,7 +12,7 @@
 //! result good or bad beyond saying whether the stated goal was met.
 
 use super::{NetworkAppData, HOSTS};
-use crate::audio_server::budgets::BudgetRow;
+use crate::audio_server::budgets::{self, BudgetRow, SHARES_RATIO};
 use crate::peer_record::{NetSnapshot, PeerRecord};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -72,6 +72,8 @@ pub struct NetworkFigures {
     pub hosts: Vec<(String, HostFigures)>,
     /// Both guards together, % of a CPU (None: no guard).
     pub reserved_pct: Option<f64>,
+    /// The application shares' bandwidth reserved ÷ used, both hosts.
+    pub shares_ratio: Option<f64>,
 }
 
 impl NetworkFigures {
@@ -108,6 +110,7 @@ impl NetworkFigures {
             sched,
             hosts,
             reserved_pct: result.metric(CPU_RESERVED).map(|m| m.summary.max),
+            shares_ratio: result.metric(SHARES_RATIO).map(|m| m.summary.max),
         })
     }
 
@@ -255,6 +258,20 @@ fn reserved_series(host: &str, rows: &[BudgetRow], window: &Window) -> Series {
     series
 }
 
+/// Both guards' record rows in the measured part of the run.
+fn measured_rows<'a>(data: &'a NetworkAppData, window: &Window) -> Vec<&'a BudgetRow> {
+    let (from_s, to_s) = window.seconds();
+    data.hosts
+        .iter()
+        .filter_map(|h| match &h.budgets {
+            Some(Ok(rows)) => Some(rows),
+            _ => None,
+        })
+        .flatten()
+        .filter(|r| (from_s..=to_s).contains(&r.t_s))
+        .collect()
+}
+
 /// Both guards' reservations: one series per host; the value is the sum
 /// of their means.
 fn reserved_metric(
@@ -311,6 +328,10 @@ pub(super) fn measure(data: &NetworkAppData, window: &Window) -> (Vec<Metric>, V
         ));
         metrics.push(reserved);
     }
+    if let Some((metric, note)) = budgets::shares(&measured_rows(data, window)) {
+        lines.push(note);
+        metrics.push(metric);
+    }
     notes.push(format!("network app: {}", lines.join("; ")));
     (metrics, notes)
 }
@@ -330,14 +351,16 @@ pub fn report_section(results: &RunResults) -> String {
     let mut text = format!(
         "\n## The network application: its own underruns, jackd's xruns\n\n\
          | configuration | scheduling | underruns {hosts} | late packets {hosts} \
-         | packets received {hosts} | jackd xruns {hosts} | CPU reserved (% of a CPU) |\n\
-         |---|---|--:|--:|--:|--:|--:|\n"
+         | packets received {hosts} | jackd xruns {hosts} | CPU reserved (% of a CPU) \
+         | shares reserved ÷ used |\n\
+         |---|---|--:|--:|--:|--:|--:|--:|\n"
     );
     for (name, f) in &rows {
         let reserved = f.reserved_pct.map_or("–".into(), |p| format!("{p:.1}"));
+        let shares = f.shares_ratio.map_or("–".into(), |r| format!("{r:.2}"));
         let _ = writeln!(
             text,
-            "| {name} | {} | {} | {} | {} | {} | {reserved} |",
+            "| {name} | {} | {} | {} | {} | {} | {reserved} | {shares} |",
             f.sched,
             f.per_host(|h| h.underruns),
             f.per_host(|h| h.late),
@@ -429,8 +452,10 @@ mod tests {
     fn row(t_s: f64, set_ns: u64) -> BudgetRow {
         BudgetRow {
             t_s,
+            pid: 10,
             tid: 1,
             thread: "x".into(),
+            kind: tessera_guard::guard::Kind::RealTime,
             period_ns: 1_000,
             used_ns: 0,
             predicted_ns: 0,
