@@ -754,13 +754,14 @@ impl Guard {
             .sum();
         for s in sampled.into_iter().filter(Sampled::is_busy) {
             log.push(format!(
-                "thread {} ({}) of {} is busy at a normal policy ({} of a CPU): reserving it in its application's share",
+                "thread {} ({}) of {} is busy at a normal policy (ran {} of a CPU, waited {} for one): reserving it in its application's share",
                 s.tid,
                 proc::thread_name(s.pid, s.tid),
                 proc::process_name(s.pid),
-                s.used
+                s.used,
+                s.waited
             ));
-            self.reserve(s.pid, s.tid, Kind::Share, Some(s.used), log);
+            self.reserve(s.pid, s.tid, Kind::Share, Some(s.demand()), log);
         }
     }
 

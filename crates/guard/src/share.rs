@@ -78,17 +78,25 @@ impl Default for AppShare {
     }
 }
 
-/// What a thread used over the window that closed.
+/// What a thread used over the window that closed, and how long it
+/// waited runnable for a CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sampled {
     pub pid: Pid,
     pub tid: Tid,
     pub used: Bandwidth,
+    pub waited: Bandwidth,
 }
 
 impl Sampled {
+    /// What it would have run: its CPU time and its time waiting for a
+    /// CPU — a thread starved by the load looks idle by its CPU time alone.
+    pub fn demand(&self) -> Bandwidth {
+        self.used + self.waited
+    }
+
     pub fn is_busy(&self) -> bool {
-        self.used >= Bandwidth::from_fraction(BUSY)
+        self.demand() >= Bandwidth::from_fraction(BUSY)
     }
 }
 
@@ -122,10 +130,12 @@ impl Busy {
             let Ok(delta) = usage.advance() else {
                 continue;
             };
+            let per_window = |ns: u64| Bandwidth::of(ns, delta.elapsed_ns.max(1));
             sampled.push(Sampled {
                 pid,
                 tid,
-                used: Bandwidth::of(delta.cpu_ns, delta.elapsed_ns.max(1)),
+                used: per_window(delta.cpu_ns),
+                waited: per_window(delta.waited_ns),
             });
             self.readings.insert(tid, (pid, usage));
         }
@@ -233,6 +243,23 @@ mod tests {
             "a spinning thread is busy: {:?}",
             sampled[0]
         );
+    }
+
+    #[test]
+    fn a_starved_thread_is_busy_by_the_time_it_waited() {
+        let starved = Sampled {
+            pid: 1,
+            tid: 2,
+            used: Bandwidth::from_fraction(0.001),
+            waited: Bandwidth::from_fraction(0.01),
+        };
+        assert!(starved.is_busy());
+        assert!(starved.demand() > starved.waited && starved.demand() > starved.used);
+        let idle = Sampled {
+            waited: Bandwidth::ZERO,
+            ..starved
+        };
+        assert!(!idle.is_busy());
     }
 
     #[test]
