@@ -761,7 +761,7 @@ impl Guard {
                 s.used,
                 s.waited
             ));
-            self.reserve(s.pid, s.tid, Kind::Share, Some(s.demand()), log);
+            self.reserve(s.pid, s.tid, Kind::Share, Some(s.used), log);
         }
     }
 

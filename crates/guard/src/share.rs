@@ -89,14 +89,15 @@ pub struct Sampled {
 }
 
 impl Sampled {
-    /// What it would have run: its CPU time and its time waiting for a
-    /// CPU — a thread starved by the load looks idle by its CPU time alone.
-    pub fn demand(&self) -> Bandwidth {
-        self.used + self.waited
-    }
-
+    /// Busy: it ran at least [`BUSY`] of a CPU, or it ran a fifth of that
+    /// and, with its time waiting runnable for a CPU, reaches it — a
+    /// thread starved by the load looks idle by its CPU time alone, while
+    /// a thread that barely runs (a main loop, a notification thread) may
+    /// wait more than it runs without needing a share.
     pub fn is_busy(&self) -> bool {
-        self.demand() >= Bandwidth::from_fraction(BUSY)
+        let busy = Bandwidth::from_fraction(BUSY);
+        self.used >= busy
+            || (self.used >= Bandwidth::from_fraction(BUSY / 5.0) && self.used + self.waited >= busy)
     }
 }
 
@@ -246,20 +247,24 @@ mod tests {
     }
 
     #[test]
-    fn a_starved_thread_is_busy_by_the_time_it_waited() {
+    fn a_starved_thread_is_busy_by_the_time_it_waited_an_idle_one_is_not() {
         let starved = Sampled {
             pid: 1,
             tid: 2,
-            used: Bandwidth::from_fraction(0.001),
+            used: Bandwidth::from_fraction(0.002),
             waited: Bandwidth::from_fraction(0.01),
         };
         assert!(starved.is_busy());
-        assert!(starved.demand() > starved.waited && starved.demand() > starved.used);
-        let idle = Sampled {
+        let unstarved = Sampled {
             waited: Bandwidth::ZERO,
             ..starved
         };
-        assert!(!idle.is_busy());
+        assert!(!unstarved.is_busy());
+        let barely_runs = Sampled {
+            used: Bandwidth::from_fraction(0.0002),
+            ..starved
+        };
+        assert!(!barely_runs.is_busy());
     }
 
     #[test]
