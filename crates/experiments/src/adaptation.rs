@@ -302,7 +302,7 @@ impl DemandRun {
     /// jackd with its clients and the guard, in this daemon's broker; left
     /// out with the reason if it cannot run.
     fn start_jack(&mut self, jack: &crate::scenario::JackLoad, total: Duration) {
-        if !tessera_workloads::external::installed("jackd") {
+        if !tessera_sys::process::installed("jackd") {
             self.notes.push(
                 "jack: left out: jackd is not installed (Debian: apt-get install jackd2)".into(),
             );

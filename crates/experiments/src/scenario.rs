@@ -1090,7 +1090,7 @@ impl Validator {
             "graph" => self.graph(s, &table, total),
             "music" => self.music(s),
             "audio-server" => {
-                audio_server::subject(s, &table, total, tessera_workloads::external::installed)
+                audio_server::subject(s, &table, total, tessera_sys::process::installed)
                     .map(Subject::AudioServer)
             }
             "netphone" => netphone::subject(s).map(Subject::Netphone),
@@ -1236,7 +1236,7 @@ impl Validator {
             Ok((period, work))
         };
         let external = |program: &str| -> Result<(), Refusal> {
-            if tessera_workloads::external::installed(program) {
+            if tessera_sys::process::installed(program) {
                 Ok(())
             } else {
                 refuse(
@@ -1455,7 +1455,7 @@ impl Validator {
                 if !matches!(scenario.subject, Subject::Probe { .. }) {
                     return refuse(span, "cyclictest can only stand in for the probe subject");
                 }
-                if !tessera_workloads::external::installed("cyclictest") {
+                if !tessera_sys::process::installed("cyclictest") {
                     return refuse(
                         span,
                         "cyclictest is not installed (Debian: apt-get install rt-tests)",

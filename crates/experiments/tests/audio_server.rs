@@ -69,7 +69,7 @@ fn refusal(from: &str, to: &str) -> (usize, String) {
 }
 
 fn installed(program: &str) -> bool {
-    tessera_workloads::external::installed(program)
+    tessera_sys::process::installed(program)
 }
 
 fn pipewire_installed() -> bool {

@@ -80,7 +80,7 @@ fn shipped(name: &str) -> Scenario {
 
 #[test]
 fn the_shipped_tables_parse_into_plain_and_tessera_at_each_rate() {
-    if !tessera_workloads::external::installed("gcc") {
+    if !tessera_sys::process::installed("gcc") {
         eprintln!("SKIPPED the shipped netphone scenarios: their build load needs gcc");
         return;
     }

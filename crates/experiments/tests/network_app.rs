@@ -27,7 +27,7 @@ fn shipped() -> String {
 }
 
 fn installed(program: &str) -> bool {
-    tessera_workloads::external::installed(program)
+    tessera_sys::process::installed(program)
 }
 
 /// Whether the programs the file needs are here (else the test says so).

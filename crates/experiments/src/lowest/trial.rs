@@ -233,9 +233,7 @@ mod tests {
     }
 
     fn installed(programs: &[&str]) -> bool {
-        programs
-            .iter()
-            .all(|p| tessera_workloads::external::installed(p))
+        programs.iter().all(|p| tessera_sys::process::installed(p))
     }
 
     #[test]

@@ -30,9 +30,9 @@ pub mod service;
 pub mod wire;
 
 pub use client::Flow;
-pub use serve::Discipline;
 pub use service::{NetConfig, NetError, NetService, Policy, ThreadHook};
 pub use tessera_channel::ChannelError;
+pub use tessera_policy::mclock::Discipline;
 pub use wire::{Class, FlowRequest, FlowStatus, Multicast, Received, RtpStats, Status, ToSend};
 
 /// A rate as `tc` and people write it: bits/s, or with kbit, mbit or gbit
