@@ -350,13 +350,6 @@ pub struct PipeWireServer {
     runtime_dir: PathBuf,
 }
 
-/// The packages of PipeWire's programs this module runs.
-pub const PIPEWIRE_PROGRAMS: [(&str, &str); 3] = [
-    ("pipewire", "pipewire"),
-    ("pw-metadata", "pipewire-bin"),
-    ("pw-jack", "pipewire-jack"),
-];
-
 impl PipeWireServer {
     /// `pipewire` with a private XDG_RUNTIME_DIR, its quantum and rate
     /// forced to the spec's and checked; ready for clients when this
