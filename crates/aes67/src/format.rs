@@ -8,6 +8,9 @@ use thiserror::Error;
 
 use crate::rtp;
 
+/// UDP and IPv4 headers around each datagram.
+const UDP_IP_BYTES: usize = 28;
+
 /// The linear PCM encodings AES67 requires (RFC 3551 L16, RFC 3190 L24).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Encoding {
@@ -136,6 +139,13 @@ impl StreamFormat {
     pub fn packet_time_ns(&self) -> u64 {
         let rate = u64::from(self.sample_rate);
         (u64::from(self.frames_per_packet) * 1_000_000_000 + rate / 2) / rate
+    }
+
+    /// What a stream of this format takes on the wire, bits/s: every
+    /// packet with its UDP and IPv4 headers (the rate a flow reserves).
+    pub fn wire_bits_per_second(&self) -> u64 {
+        let bytes = (self.packet_bytes() + UDP_IP_BYTES) as u64;
+        bytes * 8 * 1_000_000_000 / self.packet_time_ns().max(1)
     }
 }
 

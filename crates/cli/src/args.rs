@@ -379,8 +379,7 @@ pub struct CreateArgs {
 /// A duration as people write them for audio ("400us", "1.333ms", "2s");
 /// `example` shows the flag in the fix.
 pub fn time(text: &str, example: &str) -> Result<std::time::Duration, BrokerError> {
-    tessera_experiments::scenario::parse_duration(text)
-        .map_err(|e| invalid(e, &format!("e.g. {example}")))
+    tessera_scenario::parse_duration(text).map_err(|e| invalid(e, &format!("e.g. {example}")))
 }
 
 /// A bad argument: what is wrong and an example of a good one.

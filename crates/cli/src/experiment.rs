@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tessera_broker::BrokerError;
 use tessera_experiments::runner::{self, Progress};
-use tessera_experiments::scenario::{default_out_dir, parse_duration, Scenario};
 use tessera_measure::RunResults;
+use tessera_scenario::{parse_duration, Scenario};
 use tessera_workloads::external::{self, ExternalLoad};
 use tessera_workloads::{ep, hog, io, stream, Window};
 
@@ -278,7 +278,7 @@ fn run_scenario(
     out: Option<PathBuf>,
     json: bool,
 ) -> Result<ExitCode, BrokerError> {
-    let out_dir = out.unwrap_or_else(|| default_out_dir(scenario));
+    let out_dir = out.unwrap_or_else(|| runner::default_out_dir(scenario));
     eprintln!(
         "tessera run: {} — {} configuration(s), {:.1} s each ({:.1} s warm-up)",
         scenario.name,

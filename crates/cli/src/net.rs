@@ -166,7 +166,7 @@ fn refused(e: impl std::fmt::Display) -> BrokerError {
 
 /// A rate flag: bits/s, or with kbit, mbit or gbit.
 fn parse_rate(text: &str) -> Result<u64, BrokerError> {
-    tessera_services::net::parse_rate(text).map_err(|e| invalid(e, "e.g. 240mbit, 1gbit"))
+    tessera_scenario::parse_rate(text).map_err(|e| invalid(e, "e.g. 240mbit, 1gbit"))
 }
 
 pub fn serve(args: ServeNetArgs) -> Result<ExitCode, BrokerError> {

@@ -8,8 +8,8 @@ use crate::experiment::LoadCommon;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tessera_broker::BrokerError;
-use tessera_experiments::scenario::parse_duration;
 use tessera_measure::Summary;
+use tessera_scenario::parse_duration;
 use tessera_workloads::video::{self, VideoSpec};
 use tessera_workloads::{LoadReport, Window};
 

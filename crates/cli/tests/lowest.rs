@@ -15,7 +15,7 @@ use std::process::Stdio;
 const MARKER_VAR: &str = "TESSERA_LOWEST_TEST_MARK";
 
 fn installed(program: &str) -> bool {
-    tessera_workloads::external::installed(program)
+    tessera_sys::process::installed(program)
 }
 
 /// Whether this machine can run the benchmark: its programs, and

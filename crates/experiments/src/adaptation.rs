@@ -5,7 +5,7 @@
 //!
 //! - `video`: a 30 fps player's periodic task run by tessera's runtime in
 //!   the cell, each job burning the share of a core the staircase and its
-//!   bursts ask at its release ([`crate::scenario::VideoDemand::share_at`]);
+//!   bursts ask at its release ([`tessera_scenario::VideoDemand::share_at`]);
 //! - `music`: the music application (seed 000 §3, [`crate::music`]) on
 //!   loopback, its synth's engine in this cell, its late cycles reported
 //!   to the daemon as the cell's xruns; its network service and the SLABS
@@ -39,10 +39,6 @@ pub use series::{cell_metric, report_section, MISSES, TOTAL};
 
 use crate::audio_server::{self, AudioServerData, AudioServerRun, GuardPlace};
 use crate::music::{self, MusicData, MusicRun, Threads};
-use crate::scenario::{
-    AudioClient, AudioServerSubject, ChangingDemand, Configuration, DemandSettings, GuardSettings,
-    MusicSubject, Scenario, ServerKind, ServerSched, Sizing, Subject,
-};
 use crate::servers;
 use daemon::PrivateDaemon;
 use series::{Group, Window};
@@ -56,6 +52,10 @@ use tessera_music::protocol;
 use tessera_policy::{Budget, CellRequest, Placement};
 use tessera_runtime::{
     BrokerReport, CellJoin, Guarantee, NoNotifications, Periodic, Runtime, RuntimeConfig,
+};
+use tessera_scenario::{
+    AudioClient, AudioServerSubject, ChangingDemand, Configuration, DemandSettings, GuardSettings,
+    MusicSubject, Scenario, ServerKind, ServerSched, Sizing, Subject,
 };
 use tessera_workloads::periodic::burn_cpu;
 
@@ -301,8 +301,8 @@ impl DemandRun {
 
     /// jackd with its clients and the guard, in this daemon's broker; left
     /// out with the reason if it cannot run.
-    fn start_jack(&mut self, jack: &crate::scenario::JackLoad, total: Duration) {
-        if !tessera_workloads::external::installed("jackd") {
+    fn start_jack(&mut self, jack: &tessera_scenario::JackLoad, total: Duration) {
+        if !tessera_sys::process::installed("jackd") {
             self.notes.push(
                 "jack: left out: jackd is not installed (Debian: apt-get install jackd2)".into(),
             );

@@ -34,13 +34,13 @@ use crate::music::role;
 use crate::net_service::{await_listening, spawn_service};
 use crate::netphone::latency_metric;
 use crate::runner::{note_cell, setup_for, within_cell};
-use crate::scenario::{
-    aes67_role, Aes67Subject, Configuration, Scenario, Sched, ServicePlan, Subject,
-};
 use crate::servers::{program_beside_us, unique, OwnedChild};
 use tessera_aes67::JitterCounters;
 use tessera_graph::ThreadSetup;
 use tessera_measure::{Metric, RunResults};
+use tessera_scenario::{
+    aes67_role, Aes67Subject, Configuration, Scenario, Sched, ServicePlan, Subject,
+};
 use tessera_services::aes67::{MediaClock, Playout, StreamCounts, StreamSpec, PAYLOAD_TYPE};
 use tessera_services::aes67::{AGE_BUCKETS, AGE_BUCKET_NS};
 use tessera_services::net::{Class, Discipline};

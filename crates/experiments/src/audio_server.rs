@@ -24,15 +24,15 @@ pub use budgets::{BUDGET, THREAD_PREDICTED, THREAD_SET, THREAD_USED};
 pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, OTHER_PERIOD, PERIOD};
 
 use crate::peer_record::PeerRecord;
-use crate::scenario::{
-    AudioServerSubject, Configuration, Scenario, ServerKind, ServerSched, Subject,
-};
 use crate::servers::{self, AudioServer, OwnedChild, ServerSpec};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tessera_measure::Metric;
+use tessera_scenario::{
+    AudioServerSubject, Configuration, Scenario, ServerKind, ServerSched, Subject,
+};
 use tessera_sys::clock::monotonic_ns;
 
 /// How long the clients may take to end after the run's end.
@@ -436,7 +436,7 @@ fn guard_available(tessera: &Path) -> Result<(), String> {
 /// timeline (its origin on stdin): a chain, a monitor, each client's load,
 /// start and stop.
 fn peer_args(subject: &AudioServerSubject, total: Duration) -> Vec<String> {
-    let list = |f: &dyn Fn(&crate::scenario::AudioClient) -> String| {
+    let list = |f: &dyn Fn(&tessera_scenario::AudioClient) -> String| {
         subject.clients.iter().map(f).collect::<Vec<_>>().join(",")
     };
     vec![

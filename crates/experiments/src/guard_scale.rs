@@ -15,7 +15,6 @@
 //! never judge the figures.
 
 use crate::audio_server::{AudioServerRun, GuardPlace};
-use crate::scenario::{AudioClient, AudioServerSubject, GuardSettings, ServerKind, ServerSched};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +23,7 @@ use std::time::{Duration, Instant};
 use tessera_broker::paths::Paths;
 use tessera_broker::Session;
 use tessera_measure::Summary;
+use tessera_scenario::{AudioClient, AudioServerSubject, GuardSettings, ServerKind, ServerSched};
 use tessera_sys::clock::monotonic_ns;
 use tessera_sys::proc::{self, Pid};
 use tessera_sys::sched::{self, Policy, Tid};

@@ -24,7 +24,6 @@ pub mod probe;
 pub mod render;
 pub mod rtkit_grants;
 pub mod runner;
-pub mod scenario;
 pub mod servers;
 pub mod soak;
 pub mod windows;

@@ -28,10 +28,10 @@ mod trial;
 pub use report::{summary_table, PLOT_STEM};
 pub use search::Bisection;
 
-use crate::scenario::ServerKind;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use tessera_scenario::ServerKind;
 
 /// The candidate buffer sizes of issue 21.
 pub const FRAMES: [u32; 7] = [16, 32, 64, 128, 256, 512, 1024];

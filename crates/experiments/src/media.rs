@@ -11,9 +11,9 @@
 //! [`Media::finish`], whatever failed.
 
 use crate::runner::{latency_histogram, load_window, setup_for, task_metric};
-use crate::scenario::{Configuration, LoadKind, Scenario};
 use std::time::Duration;
 use tessera_measure::{Metric, Series};
+use tessera_scenario::{Configuration, LoadKind, Scenario};
 use tessera_services::render::{Render, RenderConfig, RenderReport, RenderService};
 use tessera_workloads::video::{self, VideoLoad, VideoReport, VideoSpec};
 use tessera_workloads::LoadReport;

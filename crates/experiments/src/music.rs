@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use crate::net_service::{ServiceData, ServiceRun};
 use crate::runner::{cell_name, setup_for};
-use crate::scenario::{Configuration, MusicSubject, Scenario, Sched, Subject};
 use tessera_measure::{Metric, Series};
 use tessera_music::app::{App, AppConfig, AppReport, Roles, ThreadHook, Timings, DEADLINE};
 use tessera_music::emulator::{self, held_pads, EmulatorConfig, EmulatorReport};
@@ -27,6 +26,7 @@ use tessera_music::lan::{self, Lan, LanError, Shaping};
 use tessera_music::windows::WindowSummary;
 use tessera_music::{protocol, EMULATOR_METRIC, LATENESS_METRIC, RESPONSE_METRIC, SERVICE_METRIC};
 use tessera_runtime::CellJoin;
+use tessera_scenario::{Configuration, MusicSubject, Scenario, Sched, Subject};
 use tessera_synth::Gesture;
 
 /// The seed's §4.1 experiment as shipped (scenarios/seed-4.1.toml).
@@ -64,10 +64,6 @@ pub fn seed_scenario(seconds: f64, privileged: bool) -> Result<Scenario, String>
     Ok(scenario)
 }
 
-/// The roles a configuration may schedule one by one.
-pub const ROLES: [&str; 6] = [
-    "synth", "network", "console", "slabs", "service", "streamer",
-];
 /// Metric of the synth cell's communication thread's CPU time per cycle.
 pub const CYCLE_CPU_METRIC: &str = "synth cycle CPU time";
 /// FIFO priority of the emulator's answer thread when its sender is

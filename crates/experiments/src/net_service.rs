@@ -12,7 +12,6 @@
 //! the netphone too, which starts it inside the speaker's host. It must
 //! never judge a result, and never leave a process or a socket behind.
 
-use crate::scenario::{Sched, ServicePlan};
 use crate::servers::{program_beside_us, unique, OwnedChild};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
@@ -24,6 +23,7 @@ use std::time::{Duration, Instant};
 use tessera_measure::{LatencyHistogram, Metric};
 use tessera_music::app::{ServiceFlow, DEADLINE};
 use tessera_music::lan::{Lan, LanError};
+use tessera_scenario::{Sched, ServicePlan};
 use tessera_services::net::{client, Discipline, FlowStatus, Status};
 use tessera_workloads::streamer::{self, PeerReport, StreamReport};
 

@@ -27,12 +27,12 @@ use std::time::Duration;
 use crate::music::role;
 use crate::net_service::{await_listening, flow_note, spawn_service};
 use crate::runner::{latency_histogram, note_cell, setup_for, within_cell};
-use crate::scenario::{
+use crate::servers::{program_beside_us, unique, OwnedChild};
+use tessera_measure::{Metric, RunResults, Series, Summary};
+use tessera_scenario::{
     Configuration, NetphoneSettings, Scenario, Sched, ServicePlan, Subject,
     NETPHONE_ROLES as ROLES, NETPHONE_SERVICE_ROLE as SERVICE_ROLE,
 };
-use crate::servers::{program_beside_us, unique, OwnedChild};
-use tessera_measure::{Metric, RunResults, Series, Summary};
 use tessera_services::net::{Class, Discipline};
 use tessera_sys::clock::{monotonic_ns, realtime_ns};
 use tessera_workloads::netphone::{

@@ -71,8 +71,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::scenario::ServerKind;
 use crate::servers;
+use tessera_scenario::ServerKind;
 
 use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults};
 
@@ -169,7 +169,8 @@ impl Options {
             (self.peer.as_path(), "tessera-jack-peer"),
         ];
         programs.extend(
-            servers::PIPEWIRE_PROGRAMS
+            ServerKind::PipeWire
+                .programs()
                 .iter()
                 .map(|(program, package)| (Path::new(program), *package)),
         );

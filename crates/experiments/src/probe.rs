@@ -9,7 +9,6 @@
 //! the probe's report section. It must never run cyclictest concurrently
 //! with the probe (they would disturb each other) nor judge the numbers.
 
-use crate::scenario::{Scenario, ScenarioError};
 use std::fmt::Write as _;
 use std::fs::File;
 use std::path::Path;
@@ -20,6 +19,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tessera_measure::plot::{self, Labelled};
 use tessera_measure::{LatencyHistogram, RunResults};
+use tessera_scenario::{Scenario, ScenarioError};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 
 /// The probe's metric: how late each callback ran.
@@ -408,6 +408,19 @@ mod tests {
         let toml: toml::Table = toml::from_str(&text).unwrap();
         assert_eq!(toml["configuration"].as_array().unwrap().len(), 16);
         assert!(text.contains("period = \"5000us\""));
+    }
+
+    #[test]
+    fn the_probe_scenario_is_the_shipped_one() {
+        let shipped = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/probe.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            shipped,
+            scenario_text(Duration::from_millis(5), 10.0),
+            "regenerate with `tessera probe --print-scenario > scenarios/probe.toml`"
+        );
     }
 
     #[test]

@@ -33,13 +33,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::runner::{latency_histogram, setup_for};
-use crate::scenario::{
-    Configuration, PlayerGroup, RenderServer, RenderSettings, Scenario, Subject,
-};
 use crate::servers::{await_ready, log_tail, program_beside_us, spawn_after, unique, OwnedChild};
 use tessera_broker::Session;
 use tessera_measure::plot::{self, Labelled, RangeBar, RangeGroup, RangePanel};
 use tessera_measure::{Metric, RunResults, Series, Summary};
+use tessera_scenario::{
+    Configuration, PlayerGroup, RenderServer, RenderSettings, Scenario, Subject,
+};
 use tessera_services::render::client;
 use tessera_services::render::wire::{ClientStatus, ServerKind, Status};
 use tessera_sys::clock::monotonic_ns;

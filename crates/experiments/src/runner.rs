@@ -17,9 +17,6 @@ use crate::music;
 use crate::netphone;
 use crate::probe;
 use crate::render;
-use crate::scenario::{
-    Configuration, GraphNode, Interference, LoadKind, Scenario, Sched, Subject, Tool,
-};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +26,9 @@ use tessera_graph::{
     TimerDriver,
 };
 use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults, Series, Summary};
+use tessera_scenario::{
+    Configuration, GraphNode, Interference, LoadKind, Scenario, Sched, Subject, Tool,
+};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 use tessera_workloads::external::{self, ExternalLoad, RtAppPolicy, RtAppTask};
 use tessera_workloads::{
@@ -997,4 +997,15 @@ fn graph_metrics(profile: &Profile, measure_from: u64, t0: u64) -> (Vec<Metric>,
         series: budget,
     });
     (metrics, note)
+}
+
+/// Where a run's files go by default: results/<scenario file stem>-<unix time>.
+pub fn default_out_dir(scenario: &Scenario) -> PathBuf {
+    let stem = Path::new(&scenario.file)
+        .file_stem()
+        .map_or("scenario".into(), |s| s.to_string_lossy().into_owned());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    PathBuf::from(format!("results/{stem}-{now}"))
 }

@@ -58,7 +58,7 @@ pub fn program_beside_us(name: &str) -> PathBuf {
 
 /// Whether `program` can be run: a file at that path, or a name on the PATH.
 pub fn is_program(program: &Path) -> bool {
-    program.is_file() || tessera_workloads::external::installed(&program.to_string_lossy())
+    program.is_file() || tessera_sys::process::installed(&program.to_string_lossy())
 }
 
 /// Spawns `command` from a helper thread pinned to `core`, so that the
@@ -349,13 +349,6 @@ pub struct PipeWireServer {
     process: OwnedChild,
     runtime_dir: PathBuf,
 }
-
-/// The packages of PipeWire's programs this module runs.
-pub const PIPEWIRE_PROGRAMS: [(&str, &str); 3] = [
-    ("pipewire", "pipewire"),
-    ("pw-metadata", "pipewire-bin"),
-    ("pw-jack", "pipewire-jack"),
-];
 
 impl PipeWireServer {
     /// `pipewire` with a private XDG_RUNTIME_DIR, its quantum and rate

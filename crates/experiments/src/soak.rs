@@ -39,7 +39,7 @@ use crate::cells::Cells;
 use crate::media::Media;
 use crate::music::{self, MusicRun};
 use crate::runner::{cell_name, load_window, setup_for};
-use crate::scenario::{Configuration, LoadKind, Scenario};
+use tessera_scenario::{Configuration, LoadKind, Scenario};
 
 /// The goal: no process's RSS grows by more than this over the run.
 pub const RSS_GOAL_KIB: u64 = 1024;

@@ -1,5 +1,6 @@
 //! The changing-demand subject end to end, as root (about 8 s): a tiny
-//! scenario parses, its adaptive configuration runs with a daemon of its
+//! scenario (tessera-scenario's fixtures/changing-demand.toml, whose parsing
+//! is tested there) runs its adaptive configuration with a daemon of its
 //! own, the daemon grows the video cell's budget when its demand steps up,
 //! and the music application's synth cell is in the daemon's monitor with
 //! its budget and its use. Asserts on the monitor's series (budgets before
@@ -7,68 +8,12 @@
 
 use tessera_experiments::adaptation::{self, cell_metric, MUSIC, TOTAL};
 use tessera_experiments::runner;
-use tessera_experiments::scenario::{Scenario, Subject};
+use tessera_scenario::Scenario;
 
 /// 5 % of a core, then 30 % from 3 s on; budgets sized for the mean (about
 /// 20 %) and adapted every 250 ms, a pressed cell at least doubled. A light
 /// music application beside it (4 pads of 8 oscillators).
-const TINY: &str = r#"
-name = "tiny changing demand"
-duration = "6s"
-warmup = "500ms"
-
-[subject]
-kind = "changing-demand"
-margin = 0.15
-monitor_interval = "250ms"
-
-[subject.video]
-fps = 30
-steps = [0.05, 0.3]
-step = "3s"
-
-[subject.music]
-pads = "0-3"
-oscillators = 8
-
-[subject.adaptation]
-interval_ms = 250
-grow_pct = 100
-
-[[configuration]]
-name = "adaptive"
-subject = "adaptive:mean"
-"#;
-
-#[test]
-fn a_tiny_scenario_parses_and_refuses_what_it_cannot_run() {
-    let scenario = Scenario::parse(TINY, "tiny.toml").unwrap();
-    let Subject::ChangingDemand(d) = &scenario.subject else {
-        panic!("not a changing-demand subject");
-    };
-    assert_eq!(d.video.steps, vec![0.05, 0.3]);
-    let music = d.music.as_ref().expect("a music application");
-    assert_eq!(music.pads, vec![0, 1, 2, 3]);
-    assert_eq!(music.synth.oscillators_per_object, 8);
-    assert_eq!(music.pressure, 0.8, "the music subject's defaults");
-    assert!(scenario.configurations[0].needs_privilege());
-    let refused = |from: &str, to: &str, why: &str| {
-        let text = TINY.replace(from, to);
-        let e = Scenario::parse(&text, "tiny.toml").unwrap_err();
-        assert!(e.reason.contains(why), "{e}");
-    };
-    refused("adaptive:mean", "adaptive", "static:peak");
-    refused("step = \"3s\"", "step = \"4s\"", "lengthen `duration`");
-    refused("[0.05, 0.3]", "[0.05, 0.85]", "exceeds 0.9");
-    refused(
-        "interval_ms = 250",
-        "enabled = true",
-        "each configuration's",
-    );
-    refused("interval_ms = 250", "headroom_pct = 5", "headroom_pct");
-    refused("pads = \"0-3\"", "pads = \"0-40\"", "is not a list of pads");
-    refused("oscillators = 8", "period = \"2ms\"", "unknown field");
-}
+const TINY: &str = include_str!("../../scenario/tests/fixtures/changing-demand.toml");
 
 #[test]
 fn the_adaptive_configuration_grows_the_stepping_cell() {

@@ -8,7 +8,7 @@
 
 use tessera_experiments::aes67::METRIC;
 use tessera_experiments::runner;
-use tessera_experiments::scenario::Scenario;
+use tessera_scenario::Scenario;
 
 /// Two hosts in cells of their own: graph-a, net-a, graph-b, net-b.
 fn two_hosts() -> String {

@@ -1,131 +1,15 @@
-//! The music application as a scenario subject (seed 000 §4.1): roles,
-//! values by machine size and global cells parse, mistakes are refused with
-//! the line and the reason, the shipped scenario parses (and its demo
-//! variants), and a short run in cells, the SLABS across a veth pair,
-//! answers every package and reports Δt. Asserts behaviour, never speed.
+//! The music application as a scenario subject (seed 000 §4.1): the
+//! shipped scenario parses (and its demo variants), and a short run of
+//! tessera-scenario's fixtures/music.toml in cells, the SLABS across a veth
+//! pair, answers every package and reports Δt. Asserts behaviour, never
+//! speed.
 
-use tessera_experiments::music::{seed_scenario, ROLES};
+use tessera_experiments::music::seed_scenario;
 use tessera_experiments::runner;
-use tessera_experiments::scenario::{MusicSubject, Scenario, Subject};
 use tessera_music::{EMULATOR_METRIC, RESPONSE_METRIC};
-use tessera_policy::{CoreRequest, Placement};
+use tessera_scenario::Scenario;
 
-const MUSIC: &str = r#"name = "music"
-duration = "1500ms"
-warmup = "200ms"
-
-[subject]
-kind = "music"
-pads = "0-3"
-oscillators = 8
-workers = { 1 = 0 }
-
-[[cell]]
-name = "synth"
-policy = "event-triggered"
-runtime = "300us"
-period = "725.6us"
-reclaim = true
-count = { 1 = 1 }
-
-[[cell]]
-name = "network"
-policy = "event-triggered"
-runtime = "250us"
-period = "725.6us"
-reclaim = true
-
-[[cell]]
-name = "console"
-policy = "event-triggered"
-placement = "global"
-runtime = "500us"
-period = "10ms"
-
-[[configuration]]
-name = "cells"
-subject = { synth = "cell:synth", network = "cell:network", console = "cell:console" }
-
-[[configuration]]
-name = "plain"
-subject = "plain"
-"#;
-
-fn refusal(from: &str, to: &str) -> (usize, String) {
-    assert!(MUSIC.contains(from), "{from:?} not in MUSIC");
-    let e = Scenario::parse(&MUSIC.replacen(from, to, 1), "bad.toml").expect_err("refused");
-    (e.line, e.reason)
-}
-
-#[test]
-fn roles_sized_values_and_global_cells_parse() {
-    let s = Scenario::parse(MUSIC, "music.toml").unwrap();
-    let Subject::Music(MusicSubject {
-        pads,
-        workers,
-        synth,
-        pressure,
-        lan,
-        ..
-    }) = &s.subject
-    else {
-        panic!("a music subject")
-    };
-    assert_eq!((pads.as_slice(), *workers), (&[0, 1, 2, 3][..], 0));
-    assert!(!lan, "loopback unless asked");
-    assert_eq!((synth.oscillators_per_object, *pressure), (8, 0.8));
-    assert_eq!(
-        s.cell("synth").unwrap().request.cores,
-        CoreRequest::Count(1)
-    );
-    assert_eq!(
-        s.cell("console").unwrap().request.placement,
-        Placement::Global
-    );
-    let cells = &s.configurations[0];
-    assert_eq!(cells.roles.len(), 3);
-    assert_eq!(cells.cells(), ["console", "network", "synth"]);
-    assert!(cells.needs_privilege());
-    assert!(!s.configurations[1].needs_privilege());
-}
-
-#[test]
-fn mistakes_are_refused_with_line_and_reason() {
-    let (line, reason) = refusal("synth = \"cell:synth\"", "mixer = \"cell:synth\"");
-    assert_eq!(line, 35);
-    assert!(
-        reason.contains("unknown role \"mixer\"") && reason.contains(&ROLES.join(", ")),
-        "{reason}"
-    );
-    let (_, reason) = refusal("count = { 1 = 1 }", "count = { 64 = 1 }");
-    assert!(reason.contains("no entry for a machine of"), "{reason}");
-    let (_, reason) = refusal("count = { 1 = 1 }", "count = { two = 1 }");
-    assert!(reason.contains("not a core count"), "{reason}");
-    let (line, reason) = refusal("pads = \"0-3\"", "pads = \"0-40\"");
-    assert_eq!(line, 7);
-    assert!(reason.contains("pads"), "{reason}");
-    let (_, reason) = refusal("oscillators = 8", "pressure = 1.5");
-    assert!(reason.contains("pressure must be within 0–1"), "{reason}");
-    let (_, reason) = refusal("oscillators = 8", "work_factor = 1000.0");
-    assert!(reason.contains("the synthesizer: work_factor"), "{reason}");
-    let (_, reason) = refusal("placement = \"global\"", "placement = \"everywhere\"");
-    assert!(reason.contains("unknown placement"), "{reason}");
-    let (_, reason) = refusal("workers = { 1 = 0 }", "workers = 1");
-    assert!(reason.contains("reservation slots"), "{reason}");
-    let (line, reason) = refusal("oscillators = 8", "network = \"wifi\"");
-    assert_eq!(line, 8);
-    assert!(
-        reason.contains("network must be \"loopback\" or \"lan\""),
-        "{reason}"
-    );
-    let periodic = MUSIC.replacen(
-        "kind = \"music\"\npads = \"0-3\"\noscillators = 8\nworkers = { 1 = 0 }",
-        "kind = \"periodic\"\nperiod = \"5ms\"\nwork = \"1ms\"",
-        1,
-    );
-    let e = Scenario::parse(&periodic, "bad.toml").expect_err("roles need a music subject");
-    assert!(e.reason.contains("only a music subject has roles"), "{e}");
-}
+const MUSIC: &str = include_str!("../../scenario/tests/fixtures/music.toml");
 
 #[test]
 fn the_shipped_scenario_and_its_demo_variants_parse() {

@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::time::Duration;
 use tessera_experiments::runner;
-use tessera_experiments::scenario::Scenario;
 use tessera_measure::RunResults;
+use tessera_scenario::Scenario;
 
 #[test]
 fn a_two_configuration_scenario_produces_json_and_report() {

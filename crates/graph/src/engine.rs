@@ -34,9 +34,9 @@ use crate::notify::{
     self, Callbacks, ControlNotice, ControlNotifier, NoCallbacks, RtNotice, RtNotifier,
 };
 use crate::profiler::{BudgetProbe, CycleRecord, NodeRecord, NodeTiming, Profile, Profiler};
-use crate::stream::StreamConfig;
 use crate::switch::{self, GraphPublisher, GraphReceiver, PublishTimeout};
 use crate::xrun::XrunReport;
+use crate::StreamConfig;
 
 /// Which engine thread a [`ThreadSetup`] hook runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use crate::cell::CycleCell;
 use crate::node::{Node, NodeId, NodeName};
 use crate::port::{EventBuffer, PortDirection, PortId, PortKind, PortSpec};
 use crate::profiler::NodeTiming;
-use crate::stream::StreamConfig;
+use crate::StreamConfig;
 
 /// A node's processing state, shared between the graph description and the
 /// compiled graphs that run it. Only the thread running the node in a cycle

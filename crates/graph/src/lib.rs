@@ -44,7 +44,6 @@ mod notify;
 mod port;
 pub mod profiler;
 pub mod ring;
-mod stream;
 mod switch;
 mod xrun;
 
@@ -63,6 +62,8 @@ pub use port::{
     PortSpec, EVENT_BYTES,
 };
 pub use profiler::{Budget, BudgetProbe, CycleRecord, NodeRecord, Profile};
-pub use stream::{StreamConfig, StreamConfigError, MAX_FRAMES, MIN_FRAMES, SAMPLE_RATES};
 pub use switch::PublishTimeout;
+pub use tessera_policy::stream::{
+    StreamConfig, StreamConfigError, MAX_FRAMES, MIN_FRAMES, SAMPLE_RATES,
+};
 pub use xrun::{LateNode, XrunReport, MAX_LATE_NODES};

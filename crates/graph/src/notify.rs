@@ -19,8 +19,8 @@ use tessera_sys::futex;
 use crate::graph::GraphChange;
 use crate::node::NodeId;
 use crate::port::PortId;
-use crate::stream::StreamConfig;
 use crate::xrun::XrunReport;
+use crate::StreamConfig;
 
 /// Callbacks JACK clients know, except `process` (that is [`crate::Node`]).
 /// All run on the engine's notification thread, never on the real-time path,

@@ -124,7 +124,7 @@ impl GraphReceiver {
 mod tests {
     use super::*;
     use crate::graph::{Graph, Limits};
-    use crate::stream::StreamConfig;
+    use crate::StreamConfig;
 
     fn compiled(version: u64) -> Box<CompiledGraph> {
         let limits = Limits {

@@ -19,6 +19,8 @@
 //!   demand, shrunk when underused, contested capacity split by weight.
 //! - [`sla`]: the render service's SLAs: probe costs per request kind, the
 //!   terms offered (reservation, gate, service times), the request gate.
+//! - [`stream`]: an audio stream's buffer size and sample rate, whose period
+//!   is the period of the cell that runs its graph.
 
 pub mod adaptive;
 pub mod application;
@@ -29,6 +31,7 @@ pub mod ledger;
 pub mod mclock;
 pub mod rap;
 pub mod sla;
+pub mod stream;
 
 pub use adaptive::{
     compress, Adaptive, AdaptiveConfig, AdaptiveReport, PredictorConfig, PredictorKind,
@@ -37,6 +40,6 @@ pub use bandwidth::Bandwidth;
 pub use cell::{Budget, CellPolicy, CellRequest, CoreRequest, Placement, RequestError};
 pub use ledger::{CoreMode, CoreUsage, Grant, Ledger, Machine, Refusal, Reservation};
 pub use mclock::{
-    admit, Capacity, FlowClass, FlowError, FlowId, FlowRefusal, FlowSpec, FlowStats, MClock, Pacer,
-    Phase, Pick, Resource, SpecError,
+    admit, Capacity, Discipline, FlowClass, FlowError, FlowId, FlowRefusal, FlowSpec, FlowStats,
+    MClock, Pacer, Phase, Pick, Resource, SpecError,
 };

@@ -63,7 +63,8 @@ pub const CATCH_UP_NS: u64 = 20_000_000;
 
 const NS_PER_S: u128 = 1_000_000_000;
 
-/// Which of the service's threads serves a flow.
+/// Which of the service's threads serves a flow (seed 004 §3.4); the
+/// network service's wire and the scenario language name it too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FlowClass {
@@ -71,6 +72,33 @@ pub enum FlowClass {
     RealTime,
     /// Served when no real-time packet is eligible.
     Bulk,
+}
+
+impl FlowClass {
+    pub fn name(self) -> &'static str {
+        match self {
+            FlowClass::RealTime => "real-time",
+            FlowClass::Bulk => "bulk",
+        }
+    }
+}
+
+/// How a serving thread orders the heads it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discipline {
+    /// mClock tags per flow (reservation, weight, limit).
+    MClock,
+    /// The oldest head first, whatever its flow: a service without QoS.
+    Fifo,
+}
+
+impl Discipline {
+    pub fn name(self) -> &'static str {
+        match self {
+            Discipline::MClock => "mclock",
+            Discipline::Fifo => "fifo",
+        }
+    }
 }
 
 /// A flow's quality of service, in bits per second.

@@ -18,6 +18,13 @@ use std::process::Command;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
+/// Whether `program` is on the PATH: a fact read before starting it (and
+/// by the scenario language, before a run that needs it).
+pub fn installed(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
 /// Sends SIGTERM (`force`: SIGKILL) to every process of group `pgid`.
 pub fn signal_group(pgid: Pid, force: bool) -> Result<()> {
     if pgid <= 1 {

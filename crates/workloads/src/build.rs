@@ -75,8 +75,9 @@ fn c_source() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::external::{installed, ExternalLoad};
+    use crate::external::ExternalLoad;
     use std::time::Duration;
+    use tessera_sys::process::installed;
 
     #[test]
     fn compilers_run_until_the_window_ends() {

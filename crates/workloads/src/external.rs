@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 use tessera_sys::proc::Pid;
-use tessera_sys::process::signal_group;
+use tessera_sys::process::{installed, signal_group};
 
 /// How long a generator may take to exit after SIGTERM.
 pub const GRACE: Duration = Duration::from_secs(3);
@@ -55,12 +55,6 @@ impl ExternalReport {
         }
         text
     }
-}
-
-/// Whether `program` is on the PATH.
-pub fn installed(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }
 
 /// An external generator waiting for its window.

@@ -30,9 +30,9 @@ use tessera_services::render::{
 };
 use tessera_sys::clock::{monotonic_ns, sleep_monotonic};
 
-/// CIF, the frame size of seeds 000 and 003.
-pub const CIF_WIDTH: usize = 352;
-pub const CIF_HEIGHT: usize = 288;
+/// CIF, the frame size of seeds 000 and 003, and a YUV 4:2:0 frame's
+/// bytes: what a scenario's video plays, defined with its keys.
+pub use tessera_scenario::video::{frame_bytes, CIF_HEIGHT, CIF_WIDTH};
 /// Records kept for a player that runs until stopped: an hour of frames.
 const UNBOUNDED_RECORDS: Duration = Duration::from_secs(3600);
 
@@ -101,12 +101,6 @@ impl VideoSpec {
         }
         Ok(())
     }
-}
-
-/// Bytes of one YUV 4:2:0 (I420) frame: a full luma plane and two quarter
-/// chroma planes (152 064 for CIF).
-pub fn frame_bytes(width: usize, height: usize) -> usize {
-    width * height + 2 * (width / 2) * (height / 2)
 }
 
 /// Frame `index` of the test video: a moving luma texture with a bright

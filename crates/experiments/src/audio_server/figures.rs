@@ -12,9 +12,9 @@
 
 use super::super::peer_record::PeerRecord;
 use crate::runner::latency_histogram;
-use crate::scenario::AudioServerSubject;
 use std::fmt::Write as _;
 use tessera_measure::{Metric, RunResults, Series, Summary};
+use tessera_scenario::AudioServerSubject;
 
 pub const END_TO_END: &str = "cycle end-to-end";
 pub const CLIENT_END: &str = "client end";
@@ -387,7 +387,7 @@ fn comparison(rows: &[(&str, Headline, Option<f64>)]) -> String {
 mod tests {
     use super::*;
     use crate::peer_record::PeerRow;
-    use crate::scenario::{AudioClient, ServerKind};
+    use tessera_scenario::{AudioClient, ServerKind};
 
     fn row(client: usize, frames: u32, start_ns: u64, finished_ns: u64) -> PeerRow {
         PeerRow {

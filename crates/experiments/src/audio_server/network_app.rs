@@ -22,7 +22,6 @@ pub use figures::{report_section, HostFigures, NetworkFigures};
 
 use super::{budgets, server_spec, start_guard, GuardChild, Scratch};
 use crate::peer_record::PeerRecord;
-use crate::scenario::{AudioServerSubject, Configuration, NetworkApp, Scenario, ServerSched};
 use crate::servers::{self, AudioServer, JackServer, OwnedChild};
 use std::fs;
 use std::net::Ipv4Addr;
@@ -30,6 +29,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tessera_measure::Metric;
+use tessera_scenario::{AudioServerSubject, Configuration, NetworkApp, Scenario, ServerSched};
 use tessera_sys::clock::monotonic_ns;
 use tessera_workloads::lan::{End, HostId, Lan};
 

@@ -251,7 +251,7 @@ fn plot(results: &LowestResults, dir: &Path) -> Result<(), String> {
 mod tests {
     use super::super::{Options, Trial};
     use super::*;
-    use crate::scenario::ServerKind;
+    use tessera_scenario::ServerKind;
 
     fn trial(frames: u32, failures: u64) -> Trial {
         Trial {

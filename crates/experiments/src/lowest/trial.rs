@@ -11,11 +11,11 @@
 use super::{Config, Options, Trial, CLIENTS, CLIENT_LOAD, RATE};
 use crate::audio_server::{Headline, OTHER_PERIOD};
 use crate::runner;
-use crate::scenario::{Scenario, ServerKind};
 use crate::servers;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 use tessera_measure::ConfigurationResult;
+use tessera_scenario::{Scenario, ServerKind};
 
 /// PipeWire's module-rt gives its data thread and its JACK clients'
 /// threads SCHED_FIFO 88 (Debian 12's PipeWire 0.3.65 default `rt.prio`).
@@ -225,17 +225,15 @@ fn figures(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::{LoadKind, ServerSched, Subject};
     use std::path::PathBuf;
+    use tessera_scenario::{LoadKind, ServerSched, Subject};
 
     fn options() -> Options {
         Options::new(PathBuf::from("/nonexistent"))
     }
 
     fn installed(programs: &[&str]) -> bool {
-        programs
-            .iter()
-            .all(|p| tessera_workloads::external::installed(p))
+        programs.iter().all(|p| tessera_sys::process::installed(p))
     }
 
     #[test]

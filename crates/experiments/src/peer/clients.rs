@@ -20,8 +20,8 @@ use super::{
     run_to_end, tool, Figures, Options, PeerError, Topology, HISTOGRAM_MAX_NS, INSTALL_FIX,
 };
 use crate::peer_record::{PeerRecord, PeerRow};
-use crate::scenario::ServerKind;
 use crate::servers::{AudioServer, JackServer, PipeWireServer, ServerSpec};
+use tessera_scenario::ServerKind;
 
 /// The server's name in the table and the results.
 pub(super) fn label(kind: ServerKind) -> &'static str {

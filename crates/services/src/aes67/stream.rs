@@ -14,8 +14,6 @@ use tessera_aes67::{SessionDescription, StreamFormat};
 
 /// The dynamic RTP payload type AES67 devices customarily use.
 pub const PAYLOAD_TYPE: u8 = 96;
-/// UDP and IPv4 headers around each datagram, for the rate reserved.
-const UDP_IP_BYTES: usize = 28;
 /// The largest datagram a receiving flow takes: any sender's packet that
 /// fits an Ethernet frame (others may packetise differently from us).
 const LARGEST_DATAGRAM: usize = 1500;
@@ -63,8 +61,7 @@ pub struct StreamSpec {
 impl StreamSpec {
     /// What the stream takes on the wire, bits/s.
     pub fn bits_per_second(&self) -> u64 {
-        let bytes = (self.format.packet_bytes() + UDP_IP_BYTES) as u64;
-        bytes * 8 * 1_000_000_000 / self.format.packet_time_ns().max(1)
+        self.format.wire_bits_per_second()
     }
 
     /// The flow that receives the stream on `interface`: bound to its group

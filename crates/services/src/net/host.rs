@@ -9,11 +9,11 @@
 //! saying how: best-effort is labelled, with how to grant CAP_SYS_NICE.
 
 use super::discovery::DiscoveryConfig;
-use super::serve::Discipline;
 use super::service::{NetConfig, NetError, NetService, ThreadHook};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tessera_broker::{BrokerError, Mode, ServicePolicy, ServiceRegistration, Session};
+use tessera_policy::mclock::Discipline;
 use tessera_policy::{CellRequest, Placement};
 use tessera_runtime::CellJoin;
 

@@ -30,36 +30,7 @@ pub mod service;
 pub mod wire;
 
 pub use client::Flow;
-pub use serve::Discipline;
 pub use service::{NetConfig, NetError, NetService, Policy, ThreadHook};
 pub use tessera_channel::ChannelError;
+pub use tessera_policy::mclock::Discipline;
 pub use wire::{Class, FlowRequest, FlowStatus, Multicast, Received, RtpStats, Status, ToSend};
-
-/// A rate as `tc` and people write it: bits/s, or with kbit, mbit or gbit
-/// ("240mbit", "1gbit", "2.5gbit").
-pub fn parse_rate(text: &str) -> Result<u64, String> {
-    let lower = text.trim().to_ascii_lowercase();
-    let (number, scale) = [("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)]
-        .iter()
-        .find_map(|(unit, scale)| lower.strip_suffix(unit).map(|n| (n.trim(), *scale)))
-        .unwrap_or((lower.as_str(), 1.0));
-    match number.parse::<f64>() {
-        Ok(value) if value > 0.0 && (value * scale).is_finite() => Ok((value * scale) as u64),
-        _ => Err(format!(
-            "{text:?} is not a rate (write e.g. \"240mbit\", \"1gbit\" or bits/s)"
-        )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn rates_are_read_as_tc_writes_them() {
-        assert_eq!(super::parse_rate("1gbit"), Ok(1_000_000_000));
-        assert_eq!(super::parse_rate("240mbit"), Ok(240_000_000));
-        assert_eq!(super::parse_rate("2.5Gbit"), Ok(2_500_000_000));
-        assert_eq!(super::parse_rate("64000"), Ok(64_000));
-        assert!(super::parse_rate("1gbps").is_err());
-        assert!(super::parse_rate("-3mbit").is_err());
-    }
-}

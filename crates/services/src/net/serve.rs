@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_channel::{ChannelError, Consumer, Producer, Readiness as RingReadiness};
-use tessera_policy::mclock::{FlowClass, FlowError, FlowId, FlowSpec, MClock, Phase};
+use tessera_policy::mclock::{Discipline, FlowClass, FlowError, FlowId, FlowSpec, MClock, Phase};
 use tessera_sys::clock::monotonic_ns;
 use tessera_sys::event::{Epoll, EventFd, Readiness, TimerFd, Trigger};
 use tessera_sys::net::receive_stamped;
@@ -46,24 +46,6 @@ const DOORBELL: u64 = 0;
 const COMMANDS: u64 = 1;
 const TIMER: u64 = 2;
 const FIRST_SOCKET: u64 = 3;
-
-/// How a thread orders the heads it holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Discipline {
-    /// mClock tags per flow (reservation, weight, limit).
-    MClock,
-    /// The oldest head first, whatever its flow: a service without QoS.
-    Fifo,
-}
-
-impl Discipline {
-    pub fn name(self) -> &'static str {
-        match self {
-            Discipline::MClock => "mclock",
-            Discipline::Fifo => "fifo",
-        }
-    }
-}
 
 /// A flow as a serving thread holds it.
 pub struct ServedFlow {

@@ -15,7 +15,7 @@
 use super::counters::FlowCounters;
 use super::discovery::{Discovery, DiscoveryConfig};
 use super::pacing::SharedPacer;
-use super::serve::{Command, Discipline, ServedFlow, Server, ThreadLink, MAX_FLOWS};
+use super::serve::{Command, ServedFlow, Server, ThreadLink, MAX_FLOWS};
 use super::wire::{
     self, AnnounceReply, FlowRequest, FlowStatus, Grant, Multicast, Request, Status, StatusReply,
     StreamsReply, WireError, HEADER,
@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tessera_channel::{Channel, ChannelError};
-use tessera_policy::mclock::{self, Capacity, FlowClass, FlowSpec};
+use tessera_policy::mclock::{self, Capacity, Discipline, FlowClass, FlowSpec};
 use tessera_sys::event::{Epoll, EventFd, Trigger};
 use tessera_sys::ipc::{peer_credentials, PeerCredentials};
 use tessera_sys::marking;
@@ -612,10 +612,7 @@ fn flow_status(held: &Held, caller: &PeerCredentials) -> FlowStatus {
 
 fn flow_spec(request: &FlowRequest) -> Result<FlowSpec, String> {
     let spec = FlowSpec {
-        class: match request.class {
-            wire::Class::RealTime => FlowClass::RealTime,
-            wire::Class::Bulk => FlowClass::Bulk,
-        },
+        class: request.class,
         reservation_bps: request.reservation_bps,
         weight: request.weight,
         limit_bps: request.limit_bps,
@@ -693,8 +690,8 @@ fn flow_socket(request: &FlowRequest) -> Result<UdpSocket, String> {
     tessera_sys::net::enable_receive_timestamps(&socket).map_err(|e| failed(&e))?;
     tessera_sys::net::enable_drop_counts(&socket).map_err(|e| failed(&e))?;
     let (priority, tos) = match request.class {
-        wire::Class::RealTime => (marking::PRIORITY_REAL_TIME, marking::TOS_EXPEDITED),
-        wire::Class::Bulk => (0, 0),
+        FlowClass::RealTime => (marking::PRIORITY_REAL_TIME, marking::TOS_EXPEDITED),
+        FlowClass::Bulk => (0, 0),
     };
     marking::mark(&socket, priority, tos).map_err(|e| failed(&e))?;
     Ok(socket)

@@ -16,21 +16,8 @@ use tessera_aes67::HeardSession;
 
 /// A flow's class: real-time flows are received, handed over and sent by
 /// the service's real-time thread, before any bulk work (seed 004 §3.4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Class {
-    RealTime,
-    Bulk,
-}
-
-impl Class {
-    pub fn name(self) -> &'static str {
-        match self {
-            Class::RealTime => "real-time",
-            Class::Bulk => "bulk",
-        }
-    }
-}
+/// The policy's own type, so that the scheduler reads it as it came.
+pub use tessera_policy::mclock::FlowClass as Class;
 
 /// A client's request for a flow: where its datagrams arrive and go, and
 /// its QoS spec.

@@ -52,6 +52,7 @@ use mike::MikeLog;
 use network::PhoneLan;
 use speaker::{Arrival, SpeakerLog};
 pub use speaker::{Delivery, Inbox, ServiceInbox, SocketInbox};
+pub use tessera_scenario::netphone::Stream;
 use tessera_services::net::FlowStatus;
 use tessera_sys::clock::realtime_ns;
 
@@ -59,54 +60,7 @@ use tessera_sys::clock::realtime_ns;
 /// mike for the stamps of packets still queued.
 const GRACE: Duration = Duration::from_millis(500);
 /// Bytes of a packet's header: its sequence number and T1.
-const HEADER_BYTES: usize = 16;
-
-/// What mike sends: `packet_bytes` of UDP payload `hz` times a second.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stream {
-    pub packet_bytes: usize,
-    pub hz: u32,
-}
-
-impl Stream {
-    /// The seed's audio stream: 1500-byte packets at 100 Hz, 1.2 Mbit/s.
-    pub const AUDIO: Stream = Stream {
-        packet_bytes: 1500,
-        hz: 100,
-    };
-    /// The seed's video stream: 4 KB packets at 500 Hz, 16 Mbit/s.
-    pub const VIDEO: Stream = Stream {
-        packet_bytes: 4096,
-        hz: 500,
-    };
-    /// Smallest packet: the header.
-    pub const MIN_PACKET: usize = HEADER_BYTES;
-    /// Largest packet: a datagram that fits the link's MTU unfragmented.
-    pub const MAX_PACKET: usize = network::MTU as usize - 28;
-
-    pub fn period_ns(&self) -> u64 {
-        1_000_000_000 / u64::from(self.hz.max(1))
-    }
-
-    pub fn bits_per_second(&self) -> f64 {
-        (self.packet_bytes * 8) as f64 * f64::from(self.hz)
-    }
-
-    /// Packets sent in `duration`.
-    pub fn packets(&self, duration: Duration) -> u64 {
-        (duration.as_nanos() as u64).div_ceil(self.period_ns())
-    }
-
-    /// "1500 B at 100 Hz (1.2 Mbit/s)".
-    pub fn describe(&self) -> String {
-        format!(
-            "{} B at {} Hz ({:.1} Mbit/s)",
-            self.packet_bytes,
-            self.hz,
-            self.bits_per_second() / 1e6
-        )
-    }
-}
+const HEADER_BYTES: usize = Stream::HEADER_BYTES;
 
 /// One netphone run.
 #[derive(Debug, Clone, PartialEq)]
@@ -473,15 +427,6 @@ fn read_header(packet: &[u8]) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_seeds_streams_have_the_seeds_rates() {
-        assert_eq!(Stream::AUDIO.bits_per_second(), 1.2e6);
-        assert_eq!(Stream::VIDEO.bits_per_second(), 16_384_000.0);
-        assert_eq!(Stream::AUDIO.packets(Duration::from_secs(60)), 6000);
-        assert_eq!(Stream::VIDEO.packets(Duration::from_millis(1001)), 501);
-        assert_eq!(Stream::AUDIO.describe(), "1500 B at 100 Hz (1.2 Mbit/s)");
-    }
 
     #[test]
     fn a_header_round_trips_and_a_runt_has_none() {

@@ -26,7 +26,7 @@ use std::thread::JoinHandle;
 use crate::lan::{End, HostId, Lan, LanError, LinkId, Shaping};
 
 /// The links' MTU.
-pub const MTU: u32 = 9180;
+pub const MTU: u32 = super::Stream::LINK_MTU;
 /// The speaker's port (in its own host: nothing else listens there).
 pub const SPEAKER_PORT: u16 = 5004;
 /// The port the flood is sent to, at the speaker's host ("discard").

@@ -414,7 +414,7 @@ fn goal(rows: &[(&str, NetworkFigures)]) -> String {
 mod tests {
     use super::super::HostData;
     use super::*;
-    use crate::scenario::{GuardSettings, ServerSched};
+    use tessera_scenario::{GuardSettings, ServerSched};
 
     fn snapshot(at_ns: u64, underruns: u64, late: u64, received: u64) -> NetSnapshot {
         NetSnapshot {

@@ -328,7 +328,7 @@ pub(super) fn subject(
 
 fn video(raw: &Spanned<RawVideo>) -> Result<VideoDemand, Refusal> {
     let v = raw.get_ref();
-    let fps = super::frame_rate(&v.fps)?;
+    let fps = crate::video::frame_rate(&v.fps)?;
     let steps = v.steps.get_ref().clone();
     if steps.is_empty() || steps.iter().any(|s| !(*s > 0.0 && *s < MAX_SHARE)) {
         return refuse(

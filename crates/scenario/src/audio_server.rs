@@ -12,7 +12,7 @@
 //! refusal. Like the rest of `scenario`, it must never touch the machine
 //! beyond looking for the programs it needs.
 
-mod network_app;
+pub mod network_app;
 
 pub use network_app::NetworkApp;
 pub(super) use network_app::RawNetworkApp;
@@ -41,13 +41,20 @@ impl ServerKind {
     }
 
     /// The programs it needs, with the Debian package of each.
-    fn programs(self) -> &'static [(&'static str, &'static str)] {
+    pub fn programs(self) -> &'static [(&'static str, &'static str)] {
         match self {
             ServerKind::Jack => &[("jackd", "jackd2")],
-            ServerKind::PipeWire => &crate::servers::PIPEWIRE_PROGRAMS,
+            ServerKind::PipeWire => &PIPEWIRE_PROGRAMS,
         }
     }
 }
+
+/// The programs a PipeWire server needs, with their Debian packages.
+const PIPEWIRE_PROGRAMS: [(&str, &str); 3] = [
+    ("pipewire", "pipewire"),
+    ("pw-metadata", "pipewire-bin"),
+    ("pw-jack", "pipewire-jack"),
+];
 
 /// One JACK load client (the thesis's dnl): busy `load` of every period,
 /// from `start` to `stop` (from the start of the run), at the end of the

@@ -1,6 +1,10 @@
-//! [`StreamConfig`]: buffer size and sample rate, validated once so that every
-//! driver and the compiled graph can rely on them.
+//! [`StreamConfig`]: an audio stream's buffer size and sample rate, validated
+//! once so that every driver and the compiled graph can rely on them; its
+//! period is the period of the cell that runs the graph. Here, below the
+//! graph, so that the scenario language refuses what the engine would not
+//! run without depending on the engine. Pure: it must never do I/O.
 
+use std::fmt;
 use std::time::Duration;
 
 /// Smallest buffer size, in frames, the engine runs.
@@ -18,13 +22,28 @@ pub struct StreamConfig {
 }
 
 /// A buffer size or sample rate the engine does not run.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamConfigError {
-    #[error("buffer size {0} frames is out of range: use {MIN_FRAMES} to {MAX_FRAMES} frames")]
     Frames(u32),
-    #[error("sample rate {0} Hz is not supported: use 44100, 48000 or 96000 Hz")]
     SampleRate(u32),
 }
+
+impl fmt::Display for StreamConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StreamConfigError::Frames(frames) => write!(
+                f,
+                "buffer size {frames} frames is out of range: use {MIN_FRAMES} to {MAX_FRAMES} frames"
+            ),
+            StreamConfigError::SampleRate(rate) => write!(
+                f,
+                "sample rate {rate} Hz is not supported: use 44100, 48000 or 96000 Hz"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StreamConfigError {}
 
 impl StreamConfig {
     /// Validates `frames` (32..=4096) and `sample_rate` (44.1, 48 or 96 kHz).

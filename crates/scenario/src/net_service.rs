@@ -6,9 +6,10 @@
 //! Owns parsing and validation of the key; it must never start anything.
 
 use super::Refusal;
+use crate::parse_rate;
 use serde::Deserialize;
 use std::ops::Range;
-use tessera_services::net::{parse_rate, Class, Discipline};
+use tessera_policy::mclock::{Discipline, FlowClass};
 use toml::Spanned;
 
 /// The link's rate when the subject gives none: the seed's gigabit LAN.
@@ -32,7 +33,7 @@ pub struct ServicePlan {
     pub reservation_bps: u64,
     /// The music flow's class: real-time (the service's real-time thread,
     /// first) by default when it reserves, bulk otherwise.
-    pub class: Class,
+    pub class: FlowClass,
     pub streamer: bool,
     /// The link's rate: the LAN's shaping and the service's capacity.
     pub link_bps: u64,
@@ -72,9 +73,9 @@ pub(super) fn plan(
         Some(v) => parse_rate(v.get_ref()).map_err(|e| (v.span(), format!("reservation: {e}")))?,
     };
     let class = match r.class.as_ref().map(|c| (c.get_ref().as_str(), c.span())) {
-        None if reservation_bps > 0 => Class::RealTime,
-        None | Some(("bulk", _)) => Class::Bulk,
-        Some(("real-time", _)) if reservation_bps > 0 => Class::RealTime,
+        None if reservation_bps > 0 => FlowClass::RealTime,
+        None | Some(("bulk", _)) => FlowClass::Bulk,
+        Some(("real-time", _)) if reservation_bps > 0 => FlowClass::RealTime,
         Some(("real-time", span)) => {
             return Err((
                 span,

@@ -2,7 +2,7 @@
 //! refused with the line and the reason, before anything runs.
 
 use std::path::Path;
-use tessera_experiments::scenario::{parse_duration, LoadKind, Scenario, Sched, Subject};
+use tessera_scenario::{LoadKind, Scenario, Sched, Subject};
 
 fn repo(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -150,22 +150,4 @@ fn shipped_scenarios_parse() {
     let short = thesis.scaled(0.1);
     assert_eq!(short.total().as_secs(), 9);
     assert_eq!(short.interference[1].start.as_secs(), 3);
-}
-
-#[test]
-fn the_probe_scenario_is_the_shipped_one() {
-    let shipped = std::fs::read_to_string(repo("scenarios/probe.toml")).unwrap();
-    assert_eq!(
-        shipped,
-        tessera_experiments::probe::scenario_text(std::time::Duration::from_millis(5), 10.0),
-        "regenerate with `tessera probe --print-scenario > scenarios/probe.toml`"
-    );
-}
-
-#[test]
-fn durations() {
-    assert_eq!(parse_duration("1333us").unwrap().as_micros(), 1333);
-    assert_eq!(parse_duration("1.5s").unwrap().as_millis(), 1500);
-    assert_eq!(parse_duration("2min").unwrap().as_secs(), 120);
-    assert!(parse_duration("15").unwrap_err().contains("needs a unit"));
 }

@@ -1,32 +1,57 @@
-//! Scenario files: the TOML description of an experiment — cells, the
-//! subject measured (a periodic task, an audio graph, the latency probe,
-//! the music application, a real audio server: [`audio_server`], the
+//! tessera's scenario language: the TOML description of an experiment —
+//! cells, the subject measured (a periodic task, an audio graph, the latency
+//! probe, the music application, a real audio server: [`audio_server`], the
 //! netphone: [`netphone`], video players on the render service: [`render`],
 //! cells whose demand changes, for the RAP service: [`adaptation`], AES67
-//! hosts passing streams along a chain: [`aes67`]),
-//! interference, duration and warm-up, and the named configurations run
-//! back to back. docs/scenarios.md documents every key.
+//! hosts passing streams along a chain: [`aes67`]), interference, duration
+//! and warm-up, and the named configurations run back to back; durations
+//! and rates as people write them ([`units`]). docs/scenarios.md documents
+//! every key. The experiments run what it returns; the cli parses its
+//! options' durations and rates with it.
 //!
 //! Owns parsing and validation: a malformed or impossible scenario is
 //! refused here, before anything runs, with the line and the reason. It must
 //! never touch the machine beyond reading facts (online CPUs, installed
-//! programs, the kernel's deadline capacity).
+//! programs, the kernel's deadline capacity), and never depend on what runs
+//! a scenario: below it are only `tessera-sys` (the facts), `tessera-policy`
+//! and two crates that depend on nothing of tessera, whose types a scenario
+//! names and whose own checks it refuses with: `tessera-synth` (the
+//! synthesizer's settings) and `tessera-aes67` (a stream's format).
+//!
+//! What the upper crates know that a refusal needs lives below them, so
+//! that every refusal stays here, at parse time, with its line (none was
+//! moved up into the experiment that runs it):
+//! - where the data is a lower layer's own, it moved there: the engine's
+//!   buffer sizes and rates to `tessera_policy::stream` (the graph takes
+//!   them from there), the network service's flow class and discipline to
+//!   `tessera_policy::mclock` (pure scheduling), an AES67 stream's rate on
+//!   the wire to `tessera_aes67::StreamFormat`, whether a program is
+//!   installed to `tessera_sys::process::installed` (a fact, like the
+//!   online CPUs);
+//! - where it only says what a scenario may ask for, it moved here and its
+//!   users take it from here: the music application's roles
+//!   ([`MUSIC_ROLES`]), the programs an audio server needs
+//!   ([`ServerKind::programs`]), the netphone's stream ([`netphone::Stream`]),
+//!   a video's frame geometry ([`video`]), the render service's largest side
+//!   ([`render::MAX_SIDE`]), and rates as people write them ([`parse_rate`]).
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest, Placement};
 use toml::Spanned;
 
-mod adaptation;
-mod aes67;
-mod audio_server;
-mod net_service;
-mod netphone;
-mod render;
+pub mod adaptation;
+pub mod aes67;
+pub mod audio_server;
+pub mod net_service;
+pub mod netphone;
+pub mod render;
+pub mod units;
+pub mod video;
 pub use adaptation::{Burst, ChangingDemand, DemandSettings, JackLoad, Sizing, VideoDemand};
 pub use aes67::{role_name as aes67_role, Aes67Settings, Aes67Subject, ROLES as AES67_ROLES};
 pub use audio_server::{
@@ -38,6 +63,8 @@ pub use netphone::{
     SERVICE_ROLE as NETPHONE_SERVICE_ROLE,
 };
 pub use render::{PlayerGroup, RenderServer, RenderSettings, RenderSubject};
+pub use units::{parse_duration, parse_rate};
+use video::{gui_load, video_links, video_load, videos_have_their_gui};
 
 /// Why a scenario was refused: where, and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,6 +196,11 @@ pub enum Subject {
     /// round trip of a marker in the audio, loss, CPU.
     Aes67(Aes67Subject),
 }
+
+/// The roles of a music subject a configuration may schedule one by one.
+pub const MUSIC_ROLES: [&str; 6] = [
+    "synth", "network", "console", "slabs", "service", "streamer",
+];
 
 /// The music application: what the SLABS plays, the synthesizer, and how
 /// the SLABS reaches it.
@@ -414,32 +446,6 @@ fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
-/// Parses "400us", "1.333ms", "15s", "2min", "500ns".
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (write e.g. 400us, 1.333ms, 15s)"))?;
-    let scale = match unit.trim() {
-        "ns" => 1e-9,
-        "us" | "µs" => 1e-6,
-        "ms" => 1e-3,
-        "s" => 1.0,
-        "min" => 60.0,
-        "" => return Err(format!("{text:?} needs a unit (ns, us, ms, s or min)")),
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (use ns, us, ms, s or min)"
-            ))
-        }
-    };
-    Ok(Duration::from_secs_f64(value * scale))
-}
-
 /// Machine facts validation needs (a test can fix them).
 #[derive(Debug, Clone)]
 struct Facts {
@@ -459,7 +465,7 @@ impl Facts {
 
 /// The keys of what the music application plays: a music subject's, and
 /// a changing-demand subject's `[subject.music]`.
-pub(super) struct PlayKeys<'a> {
+pub(crate) struct PlayKeys<'a> {
     pub pads: &'a Option<Spanned<String>>,
     pub x: &'a Option<Spanned<f64>>,
     pub y: &'a Option<Spanned<f64>>,
@@ -474,7 +480,7 @@ pub(super) struct PlayKeys<'a> {
 /// The music application playing held pads (all of them by default, at x
 /// 0.5, y 0.3, pressure 0.8) into the seed's synthesizer with the keys'
 /// changes; no workers, on loopback, the default link.
-pub(super) fn played(k: &PlayKeys) -> Result<MusicSubject, Refusal> {
+pub(crate) fn played(k: &PlayKeys) -> Result<MusicSubject, Refusal> {
     let pads = match k.pads {
         Some(p) => {
             tessera_synth::parse_pads(p.get_ref()).map_err(|e| (p.span(), format!("pads: {e}")))?
@@ -1090,7 +1096,7 @@ impl Validator {
             "graph" => self.graph(s, &table, total),
             "music" => self.music(s),
             "audio-server" => {
-                audio_server::subject(s, &table, total, tessera_workloads::external::installed)
+                audio_server::subject(s, &table, total, tessera_sys::process::installed)
                     .map(Subject::AudioServer)
             }
             "netphone" => netphone::subject(s).map(Subject::Netphone),
@@ -1151,7 +1157,7 @@ impl Validator {
     ) -> Result<Subject, Refusal> {
         let frames = required(&s.frames, table, "frames")?;
         let rate = required(&s.rate, table, "rate")?;
-        tessera_graph::StreamConfig::new(*frames.get_ref(), *rate.get_ref())
+        tessera_policy::stream::StreamConfig::new(*frames.get_ref(), *rate.get_ref())
             .map_err(|e| (frames.span().start..rate.span().end, e.to_string()))?;
         let workers = self.workers(s)?;
         let mut nodes: Vec<GraphNode> = Vec::new();
@@ -1236,7 +1242,7 @@ impl Validator {
             Ok((period, work))
         };
         let external = |program: &str| -> Result<(), Refusal> {
-            if tessera_workloads::external::installed(program) {
+            if tessera_sys::process::installed(program) {
                 Ok(())
             } else {
                 refuse(
@@ -1337,13 +1343,10 @@ impl Validator {
                 }
                 let mut roles = Vec::new();
                 for (role, text) in map {
-                    if !crate::music::ROLES.contains(&role.as_str()) {
+                    if !MUSIC_ROLES.contains(&role.as_str()) {
                         return refuse(
                             span,
-                            format!(
-                                "unknown role {role:?} (roles: {})",
-                                crate::music::ROLES.join(", ")
-                            ),
+                            format!("unknown role {role:?} (roles: {})", MUSIC_ROLES.join(", ")),
                         );
                     }
                     roles.push((role.clone(), self.sched_at(text, span.clone(), scenario)?));
@@ -1455,7 +1458,7 @@ impl Validator {
                 if !matches!(scenario.subject, Subject::Probe { .. }) {
                     return refuse(span, "cyclictest can only stand in for the probe subject");
                 }
-                if !tessera_workloads::external::installed("cyclictest") {
+                if !tessera_sys::process::installed("cyclictest") {
                     return refuse(
                         span,
                         "cyclictest is not installed (Debian: apt-get install rt-tests)",
@@ -1574,129 +1577,4 @@ impl Validator {
         }
         Ok(())
     }
-}
-
-// The video players and their gui (seed 000 §4.1, Group 2).
-
-/// Largest video frame side: a frame must fit the gui's screen once scaled.
-const MAX_VIDEO_SIDE: usize = 1920;
-/// Largest generated video file.
-const MAX_VIDEO_FILE: usize = 2 << 30;
-
-fn gui_load(i: &RawInterference) -> Result<LoadKind, Refusal> {
-    if let Some(t) = i.start.as_ref().or(i.stop.as_ref()) {
-        return refuse(
-            t.span(),
-            "a gui serves for the whole run: give start/stop to the videos that feed it",
-        );
-    }
-    Ok(LoadKind::Gui {
-        threads: threads(&i.threads)?,
-    })
-}
-
-/// A video's frames per second: 30 unless given, at most 240.
-fn frame_rate(value: &Option<Spanned<f64>>) -> Result<f64, Refusal> {
-    match value {
-        None => Ok(30.0),
-        Some(f) if *f.get_ref() > 0.0 && *f.get_ref() <= 240.0 => Ok(*f.get_ref()),
-        Some(f) => refuse(
-            f.span(),
-            format!("fps must be in (0, 240], not {}", f.get_ref()),
-        ),
-    }
-}
-
-fn video_load(i: &RawInterference, table: &Range<usize>) -> Result<LoadKind, Refusal> {
-    let fps = frame_rate(&i.fps)?;
-    let side = |value: &Option<Spanned<usize>>, default: usize, what: &str| match value {
-        None => Ok(default),
-        Some(v) if *v.get_ref() >= 2 && *v.get_ref() <= MAX_VIDEO_SIDE && v.get_ref() % 2 == 0 => {
-            Ok(*v.get_ref())
-        }
-        Some(v) => refuse(
-            v.span(),
-            format!(
-                "{what} must be even (YUV 4:2:0) and 2–{MAX_VIDEO_SIDE}, not {}",
-                v.get_ref()
-            ),
-        ),
-    };
-    let width = side(&i.width, tessera_workloads::video::CIF_WIDTH, "width")?;
-    let height = side(&i.height, tessera_workloads::video::CIF_HEIGHT, "height")?;
-    let frame = tessera_workloads::video::frame_bytes(width, height);
-    let frames = match &i.frames {
-        None => 300,
-        Some(n) if *n.get_ref() >= 1 && n.get_ref().saturating_mul(frame) <= MAX_VIDEO_FILE => {
-            *n.get_ref()
-        }
-        Some(n) => {
-            return refuse(
-                n.span(),
-                format!(
-                    "frames must be at least 1 and the file at most {} MiB ({} frames of {width}×{height})",
-                    MAX_VIDEO_FILE >> 20,
-                    MAX_VIDEO_FILE / frame
-                ),
-            )
-        }
-    };
-    let gui = required(&i.gui, table, "gui")?;
-    Ok(LoadKind::Video {
-        fps,
-        width,
-        height,
-        frames,
-        gui: gui.get_ref().clone(),
-    })
-}
-
-/// Each video names a gui of the scenario.
-fn video_links(raw: &[Spanned<RawInterference>], loads: &[Interference]) -> Result<(), Refusal> {
-    for (r, load) in raw.iter().zip(loads) {
-        let (LoadKind::Video { gui, .. }, Some(span)) = (&load.kind, r.get_ref().gui.as_ref())
-        else {
-            continue;
-        };
-        let why = match loads.iter().find(|l| &l.name == gui).map(|l| &l.kind) {
-            Some(LoadKind::Gui { .. }) => continue,
-            Some(_) => format!("{gui:?} is not a gui (kind = \"gui\")"),
-            None => format!(
-                "no gui named {gui:?} is declared (add an interference with kind = \"gui\")"
-            ),
-        };
-        return refuse(span.span(), why);
-    }
-    Ok(())
-}
-
-/// A video runs only where the gui it sends its frames to runs.
-fn videos_have_their_gui(
-    c: &Configuration,
-    scenario: &Scenario,
-    table: &Range<usize>,
-) -> Result<(), Refusal> {
-    for (name, _) in &c.interference {
-        let Some(LoadKind::Video { gui, .. }) = scenario.load(name).map(|l| &l.kind) else {
-            continue;
-        };
-        if !c.interference.iter().any(|(n, _)| n == gui) {
-            return refuse(
-                table.clone(),
-                format!("video {name:?} sends its frames to gui {gui:?}, which does not run in configuration {:?}: add {gui} to its interference", c.name),
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Where a run's files go by default: results/<scenario file stem>-<unix time>.
-pub fn default_out_dir(scenario: &Scenario) -> PathBuf {
-    let stem = Path::new(&scenario.file)
-        .file_stem()
-        .map_or("scenario".into(), |s| s.to_string_lossy().into_owned());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    PathBuf::from(format!("results/{stem}-{now}"))
 }

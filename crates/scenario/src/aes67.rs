@@ -175,7 +175,7 @@ fn format(s: &RawSubject, table: &Range<usize>) -> Result<StreamFormat, Refusal>
     };
     let rate = match &s.rate {
         None => 48_000,
-        Some(r) if tessera_graph::SAMPLE_RATES.contains(r.get_ref()) => *r.get_ref(),
+        Some(r) if tessera_policy::stream::SAMPLE_RATES.contains(r.get_ref()) => *r.get_ref(),
         Some(r) => {
             return refuse(
                 r.span(),
@@ -240,13 +240,7 @@ fn fits_the_bridge(
 
 /// A stream's rate on the wire, bits/s (as its flow reserves it).
 fn stream_bps(format: &StreamFormat) -> u64 {
-    tessera_services::aes67::StreamSpec {
-        name: String::new(),
-        address: std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
-        format: *format,
-        payload_type: tessera_services::aes67::PAYLOAD_TYPE,
-    }
-    .bits_per_second()
+    format.wire_bits_per_second()
 }
 
 /// A configuration's aes67 settings and each host's roles as written

@@ -13,13 +13,17 @@
 //! Like the rest of `scenario`, it must never touch the machine beyond
 //! reading facts.
 
-use super::{duration, frame_rate, refuse, RawSubject, Refusal, Sched};
+use super::{duration, refuse, RawSubject, Refusal, Sched};
+use crate::video::frame_rate;
 use serde::Deserialize;
 use std::ops::Range;
 use std::time::Duration;
 use tessera_policy::sla::SlaRules;
 use toml::Spanned;
 
+/// Largest frame or screen side the render service accepts (the service
+/// takes it from here).
+pub const MAX_SIDE: usize = 8192;
 /// Most players in one configuration (the service admits 64 clients).
 const MAX_PLAYERS: usize = 32;
 /// Most frames in flight a player may ask for (its pool has 3 slots).
@@ -191,7 +195,7 @@ impl RenderSettings {
     /// How long the players of this configuration need to connect, probe
     /// one probe at a time each through the probing share and agree: a
     /// generous estimate (every frame taken to cost its rendering work
-    /// and [`FRAME_COST_ESTIMATE`]), rounded up to a second.
+    /// and `FRAME_COST_ESTIMATE`), rounded up to a second.
     pub fn negotiation_time(&self, subject: &RenderSubject) -> Duration {
         let probing_cpu: Duration = self
             .players(subject)
@@ -239,7 +243,7 @@ pub(super) fn subject(s: &RawSubject, table: &Range<usize>) -> Result<RenderSubj
             .split_once('x')
             .and_then(|(w, h)| Some((w.trim().parse().ok()?, h.trim().parse().ok()?)))
             .filter(|&(w, h): &(usize, usize)| {
-                let sides = 1..=tessera_services::render::MAX_SIDE;
+                let sides = 1..=MAX_SIDE;
                 sides.contains(&w) && sides.contains(&h)
             })
             .ok_or_else(|| {
@@ -248,7 +252,7 @@ pub(super) fn subject(s: &RawSubject, table: &Range<usize>) -> Result<RenderSubj
                     format!(
                         "screen {:?}: give WIDTHxHEIGHT, each side 1–{}, e.g. \"1280x720\"",
                         v.get_ref(),
-                        tessera_services::render::MAX_SIDE
+                        MAX_SIDE
                     ),
                 )
             })?,
