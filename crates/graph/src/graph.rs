@@ -7,7 +7,6 @@
 //! allocate. The engine publishes compiled graphs through `switch`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use crate::cell::CycleCell;
@@ -15,6 +14,7 @@ use crate::node::{Node, NodeId, NodeName};
 use crate::port::{EventBuffer, PortDirection, PortId, PortKind, PortSpec};
 use crate::profiler::NodeTiming;
 use crate::stream::StreamConfig;
+use crate::sync::AtomicU32;
 
 /// A node's processing state, shared between the graph description and the
 /// compiled graphs that run it. Only the thread running the node in a cycle
