@@ -20,8 +20,8 @@
 //!   overlaps the next cycle's reset, and stopping wakes the worker.
 //!
 //! The graph switch's queues are rtrb's; what the engine adds to them — a
-//! graph retires only after the end of the cycle that last used it — is the
-//! last model.
+//! graph retires only after the end of the cycle that last used it — is
+//! `the_cycle_ends_after_every_runners_last_access`.
 
 #![cfg(loom)]
 
@@ -50,8 +50,8 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
     model_bounded(None, f);
 }
 
-/// The end-to-end model's bound: 2 takes seconds, 3 a minute, every
-/// interleaving far longer; the small models cover each step exhaustively.
+/// The end-to-end model's bound: 2 takes seconds, 3 about a minute; the
+/// small models cover each step exhaustively.
 const CHAIN_PREEMPTIONS: usize = 2;
 
 /// Ignored by the model futex, which sleeps until woken.
