@@ -10,7 +10,7 @@
 use crate::config::Config;
 use crate::facts::{Facts, Mode};
 use crate::layout::Layout;
-use crate::monitor::{CellFacts, CellSample, Monitor, Sample};
+use crate::monitor::{CellFacts, CellSample, Monitor, Sample, UnguaranteedThread};
 use crate::paths::Paths;
 use crate::placement::{self, Enforcement};
 use crate::protocol::{BudgetChange, CellInfo, ResizeCellsReply, ResizeReply, StatusReport};
@@ -104,6 +104,9 @@ pub struct Broker {
     unsaved_since: Option<Instant>,
     /// How long budget changes may wait to be saved; None: saved at once.
     budget_save_delay: Option<Duration>,
+    /// Real-time threads left without a reservation, as their granter
+    /// last reported them (see [`Broker::set_unguaranteed`]).
+    unguaranteed: Vec<UnguaranteedThread>,
 }
 
 fn enforcement(mode: &Mode) -> Enforcement {
@@ -157,6 +160,7 @@ impl Broker {
             calm: BTreeMap::new(),
             unsaved_since: None,
             budget_save_delay: None,
+            unguaranteed: Vec::new(),
         };
         let notes = match loaded {
             Some(old) => broker.recover(old),
@@ -966,7 +970,14 @@ impl Broker {
                 state,
             })
         });
-        self.monitor.sample(cells).clone()
+        self.monitor.sample(cells, &self.unguaranteed).clone()
+    }
+
+    /// The real-time threads that hold no reservation, for the monitor's
+    /// samples (`tessera top`): RTKit's fallback reports every change of
+    /// the threads it left on SCHED_RR.
+    pub fn set_unguaranteed(&mut self, threads: Vec<UnguaranteedThread>) {
+        self.unguaranteed = threads;
     }
 
     /// The samples after `since_unix_ms`; a fresh one first when the newest

@@ -270,10 +270,40 @@ fn render(sample: &Sample, view: &View, broker: &str) -> String {
             }
         }
     }
+    render_unguaranteed(&mut out, sample);
     for change in &sample.changes {
         let _ = writeln!(out, "adapted: {change}");
     }
     out
+}
+
+/// The real-time threads outside every cell, as the daemon reported them:
+/// RTKit's fallback left them on SCHED_RR, with nothing guaranteed.
+fn render_unguaranteed(out: &mut String, sample: &Sample) {
+    if sample.unguaranteed.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "UNGUARANTEED: real-time without a reservation (admission refused; RTKit's SCHED_RR)"
+    );
+    let _ = writeln!(
+        out,
+        "{:<8} {:<28} {:>8} {:>6} {:<12} WHY",
+        "TID", "THREAD", "PID", "UID", "POLICY"
+    );
+    for t in &sample.unguaranteed {
+        let policy = format!("SCHED_RR {}", t.priority);
+        let _ = writeln!(
+            out,
+            "{:<8} {:<28} {:>8} {:>6} {policy:<12} {}",
+            t.tid,
+            truncate(&t.name, 28),
+            t.pid,
+            t.uid,
+            t.why
+        );
+    }
 }
 
 fn sort_name(key: SortKey) -> &'static str {
@@ -298,4 +328,55 @@ fn mark(cell: &CellSample) -> &'static str {
 
 fn truncate(text: &str, width: usize) -> String {
     text.chars().take(width).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_broker::monitor::UnguaranteedThread;
+
+    fn view() -> View {
+        View {
+            sort: SortKey::Cpu,
+            threads: false,
+            delay: Duration::from_secs(1),
+        }
+    }
+
+    fn sample(unguaranteed: Vec<UnguaranteedThread>) -> Sample {
+        Sample {
+            t_unix_ms: 0,
+            t_mono_ns: 0,
+            interval_ns: 1_000_000_000,
+            cells: Vec::new(),
+            unguaranteed,
+            changes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn threads_left_on_rtkits_sched_rr_are_labelled_unguaranteed() {
+        let thread = UnguaranteedThread {
+            pid: 4000,
+            tid: 4001,
+            uid: 1000,
+            name: "data-loop.0".into(),
+            priority: 20,
+            why: "over uid 1000's quota".into(),
+        };
+        let text = render(&sample(vec![thread]), &view(), "daemon");
+        assert!(text.contains("UNGUARANTEED"), "{text}");
+        let row = text.lines().find(|l| l.starts_with("4001")).expect(&text);
+        assert!(
+            row.contains("data-loop.0") && row.contains("SCHED_RR 20"),
+            "{row}"
+        );
+        assert!(row.contains("over uid 1000's quota"), "{row}");
+    }
+
+    #[test]
+    fn without_such_threads_there_is_no_unguaranteed_section() {
+        let text = render(&sample(Vec::new()), &view(), "daemon");
+        assert!(!text.contains("UNGUARANTEED"), "{text}");
+    }
 }
