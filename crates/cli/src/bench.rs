@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
-use tessera_broker::BrokerError;
+use tessera_broker::{BrokerError, ErrorCode};
 use tessera_channel::{bench as channel_bench, ChannelError};
 use tessera_experiments::scenario::ServerKind;
 use tessera_experiments::{guard_scale, lowest, peer, rtkit_grants};
@@ -184,7 +184,7 @@ fn bench_peer(args: PeerArgs) -> Result<ExitCode, BrokerError> {
         options.out_dir.display()
     );
     let outcome = peer::run(&options, |line| eprintln!("  {line}"))
-        .map_err(|e| BrokerError::new("experiment", e.to_string(), e.fix()))?;
+        .map_err(|e| BrokerError::new(ErrorCode::Experiment, e.to_string(), e.fix()))?;
     if args.json {
         println!(
             "{}",
@@ -198,7 +198,7 @@ fn bench_peer(args: PeerArgs) -> Result<ExitCode, BrokerError> {
 }
 
 fn channel_failed(e: ChannelError) -> BrokerError {
-    BrokerError::new("channel", e.to_string(), e.fix())
+    BrokerError::new(ErrorCode::Channel, e.to_string(), e.fix())
 }
 
 fn bench_channel(args: ChannelArgs) -> Result<ExitCode, BrokerError> {
@@ -207,7 +207,7 @@ fn bench_channel(args: ChannelArgs) -> Result<ExitCode, BrokerError> {
         return Ok(ExitCode::SUCCESS);
     }
     let exe = std::env::current_exe()
-        .map_err(|e| BrokerError::new("channel", format!("find this program: {e}"), ""))?;
+        .map_err(|e| BrokerError::new(ErrorCode::Channel, format!("find this program: {e}"), ""))?;
     let mut receiver = Command::new(exe);
     receiver.args(["bench", "channel", "--receiver"]);
     let options = channel_bench::Options {
@@ -250,7 +250,7 @@ fn bench_channel(args: ChannelArgs) -> Result<ExitCode, BrokerError> {
 }
 
 fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, BrokerError> {
-    let failed = |e: String| BrokerError::new("experiment", e, "");
+    let failed = |e: String| BrokerError::new(ErrorCode::Experiment, e, "");
     let options = rtkit_grants::Options {
         requests: args.requests,
         interval: Duration::from_millis(args.interval_ms),
@@ -284,13 +284,13 @@ fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, BrokerError> {
 }
 
 fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, BrokerError> {
-    let failed = |e: String| BrokerError::new("experiment", e, "");
+    let failed = |e: String| BrokerError::new(ErrorCode::Experiment, e, "");
     let servers = match args.server.as_str() {
         "jackd" => vec![ServerKind::Jack],
         "pipewire" => vec![ServerKind::PipeWire],
         "both" => vec![ServerKind::Jack, ServerKind::PipeWire],
         other => {
-            return Err(crate::args::invalid(
+            return Err(crate::parse::invalid(
                 format!("--server {other:?} is not jackd, pipewire or both"),
                 "e.g. --server jackd",
             ))
@@ -337,7 +337,7 @@ fn server_kind(name: &str) -> Result<ServerKind, BrokerError> {
     match name.trim() {
         "jackd" => Ok(ServerKind::Jack),
         "pipewire" => Ok(ServerKind::PipeWire),
-        other => Err(crate::args::invalid(
+        other => Err(crate::parse::invalid(
             format!("--servers: unknown server {other:?}"),
             "give jackd, pipewire or both (comma-separated)",
         )),
@@ -357,11 +357,11 @@ fn bench_lowest(args: LowestArgs) -> Result<ExitCode, BrokerError> {
     options.jack_priority = args.priority;
     options
         .check()
-        .map_err(|e| crate::args::invalid(e, "see tessera bench lowest --help"))?;
+        .map_err(|e| crate::parse::invalid(e, "see tessera bench lowest --help"))?;
     // Ctrl-C and SIGTERM end the trial under way; its processes are
     // stopped by their PIDs and what was measured is written.
     tessera_sys::process::catch_termination()
-        .map_err(|e| BrokerError::new("internal", e.to_string(), ""))?;
+        .map_err(|e| BrokerError::new(ErrorCode::Internal, e.to_string(), ""))?;
     let stop = std::cell::Cell::new(false);
     let interrupted = || {
         if tessera_sys::process::take_termination().is_some() {
@@ -377,7 +377,7 @@ fn bench_lowest(args: LowestArgs) -> Result<ExitCode, BrokerError> {
         options.out_dir.display()
     );
     let outcome = lowest::run(&options, lowest_progress(), &interrupted)
-        .map_err(|e| BrokerError::new("experiment", e, ""))?;
+        .map_err(|e| BrokerError::new(ErrorCode::Experiment, e, ""))?;
     if args.json {
         println!(
             "{}",
@@ -393,7 +393,7 @@ fn bench_lowest(args: LowestArgs) -> Result<ExitCode, BrokerError> {
 /// The run's progress: redrawn in place on a terminal; in a log, a line
 /// when a trial starts, every 10 s, and when it ends.
 fn lowest_progress() -> impl FnMut(&lowest::Progress) {
-    let mut shown = crate::experiment::ProgressLine::new();
+    let mut shown = crate::progress::ProgressLine::new();
     move |p: &lowest::Progress| {
         let line = format!(
             "  trial {} (of at most {}): {} {} at {} frames ({:.2} ms) — {:.0}/{:.0} s",

@@ -6,7 +6,7 @@ use clap::Args;
 use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tessera_broker::{BrokerError, ServicePolicy};
+use tessera_broker::{BrokerError, ErrorCode, ServicePolicy};
 use tessera_services::console::host::{Host, HostOptions};
 use tessera_services::console::ConsoleReport;
 
@@ -42,8 +42,9 @@ pub struct ServeConsoleArgs {
 }
 
 pub fn serve(args: ServeConsoleArgs) -> Result<ExitCode, BrokerError> {
-    let failed =
-        |e: tessera_services::console::ConsoleError| BrokerError::new("refused", e.to_string(), "");
+    let failed = |e: tessera_services::console::ConsoleError| {
+        BrokerError::new(ErrorCode::Refused, e.to_string(), "")
+    };
     let options = HostOptions {
         name: args.name.clone(),
         socket: args.socket,

@@ -5,7 +5,7 @@
 //! Thin: it must never decide where a thread goes; the guard library does.
 
 use std::process::{Command, ExitCode};
-use tessera_broker::{BrokerError, Session};
+use tessera_broker::{BrokerError, ErrorCode, Session};
 use tessera_guard::follow::{self, FollowEvent, FollowOptions, Follower};
 use tessera_guard::share::AppShare;
 use tessera_sys::process::{catch_termination, take_termination};
@@ -47,7 +47,7 @@ pub fn exec(
 ) -> Result<ExitCode, BrokerError> {
     let (program, rest) = command.split_first().ok_or_else(|| {
         BrokerError::new(
-            "invalid",
+            ErrorCode::Invalid,
             "no command given",
             "e.g. `tessera cell exec synth -- ./my-synth --flag`",
         )

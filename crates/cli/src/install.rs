@@ -8,14 +8,14 @@
 //! nor when systemd is not running, and never touch files the Debian
 //! package owns.
 
-use crate::args::invalid;
 use crate::dist::{self, Action, FileOutcome};
+use crate::parse::invalid;
 use clap::Args;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use tessera_broker::BrokerError;
+use tessera_broker::{BrokerError, ErrorCode};
 
 pub const INSTALL_EXAMPLES: &str = "Examples:\n  \
     sudo tessera install                      # the files, then systemctl enable --now tessera.service\n  \
@@ -164,7 +164,7 @@ impl Target {
         })?;
         if root.join(PACKAGE_LIST).exists() {
             return Err(BrokerError::new(
-                "invalid",
+                ErrorCode::Invalid,
                 format!(
                     "the Debian package tessera is installed under {}: its files are dpkg's",
                     root.display()
@@ -220,14 +220,14 @@ fn systemctl(args: &[&str]) -> Result<String, BrokerError> {
     let command = format!("systemctl {}", args.join(" "));
     let out = Command::new("systemctl").args(args).output().map_err(|e| {
         BrokerError::new(
-            "service",
+            ErrorCode::Service,
             format!("run `{command}`: {e}"),
             "install systemd's systemctl, or run the command yourself",
         )
     })?;
     if !out.status.success() {
         return Err(BrokerError::new(
-            "service",
+            ErrorCode::Service,
             format!(
                 "`{command}` failed: {}",
                 String::from_utf8_lossy(&out.stderr).trim()

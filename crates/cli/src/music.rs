@@ -4,13 +4,13 @@
 //! elsewhere. Thin: everything lives in `tessera_music`; this file parses
 //! and prints.
 
-use crate::args::invalid;
+use crate::parse::invalid;
 use clap::{Args, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tessera_broker::BrokerError;
+use tessera_broker::{BrokerError, ErrorCode};
 use tessera_measure::Summary;
 use tessera_music::emulator::{self, EmulatorConfig, EmulatorReport};
 use tessera_music::{app::DEADLINE, Options, EMULATOR_METRIC, RESPONSE_METRIC, SERVICE_METRIC};
@@ -103,7 +103,7 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
     options.lan = args.lan;
     if args.lan && !tessera_sys::caps::is_root() {
         return Err(BrokerError::new(
-            "usage",
+            ErrorCode::Usage,
             "--lan creates a network namespace and a veth pair, which needs root",
             "run `sudo tessera music run --lan`, or leave out --lan to run on loopback",
         ));
@@ -131,7 +131,7 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
         );
     }
     let outcome = tessera_music::run(&options)
-        .map_err(|e| BrokerError::new("experiment", e.to_string(), ""))?;
+        .map_err(|e| BrokerError::new(ErrorCode::Experiment, e.to_string(), ""))?;
     if args.json {
         let json = serde_json::to_string_pretty(&outcome.results).unwrap_or_default();
         println!("{json}");
@@ -155,8 +155,8 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
 fn emulate(args: EmulateArgs) -> Result<ExitCode, BrokerError> {
     let duration = seconds(args.seconds, "--seconds")?;
     let config = EmulatorConfig::new(args.to, duration, crate::synth::gesture(&args.input)?);
-    let report =
-        emulator::run(&config).map_err(|e| BrokerError::new("experiment", e.to_string(), ""))?;
+    let report = emulator::run(&config)
+        .map_err(|e| BrokerError::new(ErrorCode::Experiment, e.to_string(), ""))?;
     print_emulator(&report);
     Ok(ExitCode::SUCCESS)
 }

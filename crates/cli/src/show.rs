@@ -3,7 +3,8 @@
 use serde::Serialize;
 use std::fmt::Write;
 use std::process::ExitCode;
-use tessera_broker::broker::{BrokerError, ResetReport};
+use tessera_broker::broker::ResetReport;
+use tessera_broker::{BrokerError, ErrorCode};
 use tessera_broker::{CellInfo, StatusReport};
 use tessera_policy::{CellPolicy, CoreMode};
 
@@ -15,7 +16,7 @@ pub fn print<T: Serialize>(
 ) -> Result<ExitCode, BrokerError> {
     if json {
         let out = serde_json::to_string_pretty(value)
-            .map_err(|e| BrokerError::new("internal", e.to_string(), ""))?;
+            .map_err(|e| BrokerError::new(ErrorCode::Internal, e.to_string(), ""))?;
         println!("{out}");
     } else {
         print!("{}", text(value));

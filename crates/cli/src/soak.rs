@@ -3,8 +3,8 @@
 //! the music application's misses sampled each minute. Thin: the work is
 //! in `tessera_experiments::soak`.
 
-use crate::args::invalid;
-use crate::experiment::show_progress;
+use crate::parse::invalid;
+use crate::progress::show_progress;
 use clap::Args;
 use std::io::IsTerminal as _;
 use std::path::PathBuf;

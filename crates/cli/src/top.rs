@@ -14,7 +14,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 use tessera_broker::monitor::{CellSample, Sample};
-use tessera_broker::{BrokerError, Session};
+use tessera_broker::{BrokerError, ErrorCode, Session};
 
 pub const EXAMPLES: &str = "Examples:\n  \
     tessera top                      # live; keys: c cpu, l load, m misses, x xruns, b budget, n name,\n  \
@@ -62,12 +62,12 @@ struct View {
 }
 
 fn internal(e: impl std::fmt::Display) -> BrokerError {
-    BrokerError::new("internal", e.to_string(), "")
+    BrokerError::new(ErrorCode::Internal, e.to_string(), "")
 }
 
 pub fn run(args: TopArgs) -> Result<ExitCode, BrokerError> {
     if !(args.delay >= 0.1 && args.delay <= 3600.0) {
-        return Err(crate::args::invalid(
+        return Err(crate::parse::invalid(
             format!("a delay of {} s", args.delay),
             "give -d between 0.1 and 3600 seconds",
         ));

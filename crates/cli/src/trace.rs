@@ -35,8 +35,8 @@ pub struct WindowArgs {
 pub fn window(args: WindowArgs) -> Result<ExitCode, BrokerError> {
     let mut session = Session::connect()?;
     let (runtime, period) = (
-        crate::args::time(&args.runtime, "--runtime 2ms")?,
-        crate::args::time(&args.period, "--period 10ms")?,
+        crate::parse::time(&args.runtime, "--runtime 2ms")?,
+        crate::parse::time(&args.period, "--period 10ms")?,
     );
     let seconds = Duration::from_secs_f64(args.seconds.clamp(0.05, 600.0));
     eprintln!(

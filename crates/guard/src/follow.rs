@@ -35,6 +35,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
+use tessera_broker::ErrorCode;
 use tessera_broker::Session;
 use tessera_policy::{Bandwidth, Budget};
 use tessera_sys::proc::Pid;
@@ -490,7 +491,7 @@ impl Follower {
                 }),
                 // Gone already, or dropped by the broker as exited.
                 Ok(()) => {}
-                Err(e) if e.code == "not-found" => {}
+                Err(e) if e.code == ErrorCode::NotFound => {}
                 Err(e) => out.push(FollowEvent::Failed {
                     pid: t.pid,
                     tid,
@@ -772,7 +773,7 @@ impl Follower {
                     policy,
                 });
             }
-            Err(e) if e.code == "refused" => {
+            Err(e) if e.code == ErrorCode::Refused => {
                 let was_waiting = self.role_of(tid) == Some(Role::Waiting);
                 self.set_role(pid, tid, &name, Role::Waiting);
                 if !was_waiting {
@@ -871,7 +872,7 @@ impl Follower {
         }
         t.role = Role::Outside;
         if let Err(e) = self.session.detach(tid) {
-            if e.code != "not-found" {
+            if e.code != ErrorCode::NotFound {
                 let (pid, name) = (t.pid, t.name.clone());
                 out.push(FollowEvent::Failed {
                     pid,
@@ -894,7 +895,7 @@ impl Follower {
     ) {
         // A thread that exited while being placed is not a failure, and
         // nothing to follow.
-        if e.code == "not-found" && sched::get_policy(tid).is_err() {
+        if e.code == ErrorCode::NotFound && sched::get_policy(tid).is_err() {
             self.threads.remove(&tid);
             return;
         }
@@ -1061,7 +1062,7 @@ fn place_at_gate(
             )
         });
     Err(tessera_broker::BrokerError::new(
-        "refused",
+        ErrorCode::Refused,
         format!("cell {cell:?}: {}", why.0),
         why.1,
     ))

@@ -21,5 +21,5 @@ pub use tessera_broker::BrokerError as GuardError;
 
 /// A guard's error: what went wrong and the fix.
 pub(crate) fn fail(message: impl Into<String>, fix: impl Into<String>) -> GuardError {
-    GuardError::new("guard", message, fix)
+    GuardError::new(tessera_broker::ErrorCode::Guard, message, fix)
 }
