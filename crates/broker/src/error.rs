@@ -45,8 +45,6 @@ pub enum ErrorCode {
     Service,
     /// A shared-memory channel failed.
     Channel,
-    /// The guard of an audio server failed.
-    Guard,
     /// The RTKit interface failed.
     Rtkit,
     /// An experiment failed.

@@ -4,6 +4,7 @@
 //! the host lives in `tessera_workloads::aes67`, the nodes and the media
 //! clock in `tessera_services::aes67`; this file parses and prints.
 
+use crate::failure::Failure;
 use crate::netclient::{refused, ServiceArgs};
 use crate::parse::invalid;
 use crate::progress::show_progress;
@@ -115,7 +116,7 @@ impl Drop for RunCell {
     }
 }
 
-pub fn streams(args: StreamsArgs) -> Result<ExitCode, BrokerError> {
+pub fn streams(args: StreamsArgs) -> Result<ExitCode, Failure> {
     let (sessions, unreadable) = client::streams(&args.service.connect()?).map_err(refused)?;
     let listing = Listing {
         sessions,
@@ -284,7 +285,7 @@ fn service_socket(service: &ServiceArgs) -> PathBuf {
         .unwrap_or_else(|| tessera_broker::paths::Paths::from_env().service_socket(&service.name))
 }
 
-pub fn run(args: RunArgs) -> Result<ExitCode, BrokerError> {
+pub fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     // Everything the arguments can get wrong is refused before anything
     // (a cell, a flow) is made.
     let format = format(&args)?;
@@ -294,7 +295,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode, BrokerError> {
         return Err(invalid(
             "no streams to receive or send",
             "give --receive, --receive-sap or --send (see the examples in --help)",
-        ));
+        )
+        .into());
     }
     let receive = received(&args, format)?;
     let send = sent(&args, format);
@@ -344,7 +346,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode, BrokerError> {
             ErrorCode::Refused,
             "the network service stopped during the run: its streams went silent",
             "start it again (`tessera serve net`), then the run",
-        )),
+        )
+        .into()),
         false => Ok(printed),
     }
 }

@@ -2,6 +2,7 @@
 //! and reported (tables, JSON, a report directory); never judged pass/fail.
 //! Thin: the runs live in `tessera_experiments` and `tessera_channel::bench`.
 
+use crate::failure::Failure;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -162,7 +163,7 @@ pub struct ChannelArgs {
     pub receiver: Option<String>,
 }
 
-pub fn run(command: BenchCommand) -> Result<ExitCode, BrokerError> {
+pub fn run(command: BenchCommand) -> Result<ExitCode, Failure> {
     match command {
         BenchCommand::Peer(args) => bench_peer(args),
         BenchCommand::Channel(args) => bench_channel(args),
@@ -172,7 +173,7 @@ pub fn run(command: BenchCommand) -> Result<ExitCode, BrokerError> {
     }
 }
 
-fn bench_peer(args: PeerArgs) -> Result<ExitCode, BrokerError> {
+fn bench_peer(args: PeerArgs) -> Result<ExitCode, Failure> {
     let mut options = peer::Options::new(args.out.unwrap_or_else(peer::default_out_dir));
     options.seconds = args.seconds;
     options.priority = args.priority;
@@ -201,7 +202,7 @@ fn channel_failed(e: ChannelError) -> BrokerError {
     BrokerError::new(ErrorCode::Channel, e.to_string(), e.fix())
 }
 
-fn bench_channel(args: ChannelArgs) -> Result<ExitCode, BrokerError> {
+fn bench_channel(args: ChannelArgs) -> Result<ExitCode, Failure> {
     if let Some(socket) = args.receiver {
         channel_bench::serve_receiver(&socket).map_err(channel_failed)?;
         return Ok(ExitCode::SUCCESS);
@@ -249,7 +250,7 @@ fn bench_channel(args: ChannelArgs) -> Result<ExitCode, BrokerError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, BrokerError> {
+fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, Failure> {
     let failed = |e: String| BrokerError::new(ErrorCode::Experiment, e, "");
     let options = rtkit_grants::Options {
         requests: args.requests,
@@ -283,7 +284,7 @@ fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, BrokerError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, BrokerError> {
+fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, Failure> {
     let failed = |e: String| BrokerError::new(ErrorCode::Experiment, e, "");
     let servers = match args.server.as_str() {
         "jackd" => vec![ServerKind::Jack],
@@ -293,7 +294,8 @@ fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, BrokerError> {
             return Err(crate::parse::invalid(
                 format!("--server {other:?} is not jackd, pipewire or both"),
                 "e.g. --server jackd",
-            ))
+            )
+            .into())
         }
     };
     let options = guard_scale::Options {
@@ -344,7 +346,7 @@ fn server_kind(name: &str) -> Result<ServerKind, BrokerError> {
     }
 }
 
-fn bench_lowest(args: LowestArgs) -> Result<ExitCode, BrokerError> {
+fn bench_lowest(args: LowestArgs) -> Result<ExitCode, Failure> {
     let mut options = lowest::Options::new(args.out.unwrap_or_else(lowest::default_out_dir));
     options.servers = args
         .servers

@@ -2,6 +2,7 @@
 //! detach and report threads; run or follow a program in a cell. Thin: the
 //! broker decides, `follow` watches the program's threads.
 
+use crate::failure::Failure;
 use crate::{follow, parse, show};
 use clap::{Args, Subcommand};
 use std::process::ExitCode;
@@ -247,7 +248,7 @@ impl CreateArgs {
     }
 }
 
-pub fn run(command: CellCommand) -> Result<ExitCode, BrokerError> {
+pub fn run(command: CellCommand) -> Result<ExitCode, Failure> {
     let mut session = Session::connect()?;
     match command {
         CellCommand::Create(c) => {

@@ -2,6 +2,7 @@
 //! lives in `tessera_services::console`; this file parses, waits for a
 //! termination signal, and prints the report.
 
+use crate::failure::Failure;
 use clap::Args;
 use std::fmt::Write;
 use std::path::PathBuf;
@@ -41,7 +42,7 @@ pub struct ServeConsoleArgs {
     pub allow_gid: Vec<u32>,
 }
 
-pub fn serve(args: ServeConsoleArgs) -> Result<ExitCode, BrokerError> {
+pub fn serve(args: ServeConsoleArgs) -> Result<ExitCode, Failure> {
     let failed = |e: tessera_services::console::ConsoleError| {
         BrokerError::new(ErrorCode::Refused, e.to_string(), "")
     };

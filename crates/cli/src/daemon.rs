@@ -2,13 +2,14 @@
 //! interface when configured, the guards of its config kept running, and
 //! systemd told when it is ready. Thin: the daemon is tessera-broker's.
 
+use crate::failure::Failure;
 use std::process::ExitCode;
 use tessera_broker::{BrokerError, ErrorCode};
 
 pub fn run(
     config: Option<std::path::PathBuf>,
     run_dir: Option<std::path::PathBuf>,
-) -> Result<ExitCode, BrokerError> {
+) -> Result<ExitCode, Failure> {
     let config = tessera_broker::config::Config::load(config.as_deref())
         .map_err(|e| BrokerError::new(ErrorCode::Invalid, e, "fix the config file"))?;
     let paths = run_dir

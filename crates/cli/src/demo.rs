@@ -3,6 +3,7 @@
 //! periodic task against FIFO hogs. Thin: the experiments are in
 //! tessera-experiments; this prints their tables.
 
+use crate::failure::Failure;
 use crate::parse;
 use crate::run::progress_line;
 use clap::Args;
@@ -33,7 +34,7 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
-pub fn run(opts: DemoArgs) -> Result<ExitCode, BrokerError> {
+pub fn run(opts: DemoArgs) -> Result<ExitCode, Failure> {
     let privileged = tessera_broker::Mode::detect() == tessera_broker::Mode::Guaranteed;
     if !privileged {
         eprintln!(
@@ -51,7 +52,7 @@ pub fn run(opts: DemoArgs) -> Result<ExitCode, BrokerError> {
     }
 }
 
-fn isolation_demo(opts: DemoArgs, privileged: bool, stamp: u64) -> Result<ExitCode, BrokerError> {
+fn isolation_demo(opts: DemoArgs, privileged: bool, stamp: u64) -> Result<ExitCode, Failure> {
     if !privileged {
         eprintln!("tessera demo: only the plain SCHED_OTHER configuration can run; nothing here is guaranteed.\n");
     }
@@ -98,12 +99,13 @@ fn isolation_demo(opts: DemoArgs, privileged: bool, stamp: u64) -> Result<ExitCo
 
 /// `tessera demo`: the seed's §4.1 experiment, about a minute, on whatever
 /// cores exist; the Δt table, the comparison with the seed, the report.
-fn music_demo(opts: DemoArgs, privileged: bool, stamp: u64) -> Result<ExitCode, BrokerError> {
+fn music_demo(opts: DemoArgs, privileged: bool, stamp: u64) -> Result<ExitCode, Failure> {
     if !(opts.seconds.is_finite() && opts.seconds >= 2.0) {
         return Err(parse::invalid(
             format!("--seconds {}", opts.seconds),
             "give at least 2 seconds per configuration, e.g. --seconds 14",
-        ));
+        )
+        .into());
     }
     let scenario =
         tessera_experiments::music::seed_scenario(opts.seconds, privileged).map_err(|e| {

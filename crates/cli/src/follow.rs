@@ -4,6 +4,7 @@
 //!
 //! Thin: it must never decide where a thread goes; the guard library does.
 
+use crate::failure::Failure;
 use std::process::{Command, ExitCode};
 use tessera_broker::{BrokerError, ErrorCode, Session};
 use tessera_guard::follow::{self, FollowEvent, FollowOptions, Follower};
@@ -44,7 +45,7 @@ pub fn exec(
     cell: &str,
     command: &[String],
     app_share: Option<AppShare>,
-) -> Result<ExitCode, BrokerError> {
+) -> Result<ExitCode, Failure> {
     let (program, rest) = command.split_first().ok_or_else(|| {
         BrokerError::new(
             ErrorCode::Invalid,
@@ -85,7 +86,7 @@ pub fn attach(
     cell: &str,
     pid: i32,
     app_share: Option<AppShare>,
-) -> Result<ExitCode, BrokerError> {
+) -> Result<ExitCode, Failure> {
     catch_termination()?;
     let options = FollowOptions {
         app_share,

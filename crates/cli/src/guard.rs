@@ -5,6 +5,7 @@
 //! terminal, a plain line every few seconds in a log, JSON lines with
 //! `--json`).
 
+use crate::failure::Failure;
 use crate::parse;
 use clap::{Args, Subcommand};
 use std::io::{IsTerminal, Write};
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 use tessera_broker::{BrokerError, ErrorCode, Session};
 use tessera_guard::guard::{Budgeting, Guard, Settings, Status};
 use tessera_guard::server::Server;
+use tessera_guard::GuardError;
 use tessera_policy::{AdaptiveConfig, PredictorConfig};
 
 #[derive(Subcommand)]
@@ -122,7 +124,7 @@ pub const EXAMPLES: &str = "Examples:\n  \
     decided from what they use and said on the live line. Everything is\n\
     restored when the guard stops. See docs/guard.md.";
 
-pub fn run(target: GuardTarget) -> Result<ExitCode, BrokerError> {
+pub fn run(target: GuardTarget) -> Result<ExitCode, Failure> {
     let (server, opts) = match target {
         GuardTarget::Jackd { server, pid, opts } => {
             let name = server
@@ -145,7 +147,7 @@ pub fn run(target: GuardTarget) -> Result<ExitCode, BrokerError> {
                 ErrorCode::Permission,
                 "a guard gives threads SCHED_DEADLINE reservations, which needs CAP_SYS_NICE",
                 "run it as root, or grant the capability: sudo setcap cap_sys_nice+ep $(which tessera)",
-            ));
+            ).into());
         }
     }
     tessera_sys::process::catch_termination()?;
@@ -175,7 +177,7 @@ pub fn run(target: GuardTarget) -> Result<ExitCode, BrokerError> {
 }
 
 /// The control loop: until the server exits, time is up or a stop request.
-fn follow(guard: &mut Guard, opts: &GuardArgs) -> Result<(), BrokerError> {
+fn follow(guard: &mut Guard, opts: &GuardArgs) -> Result<(), GuardError> {
     let until = opts
         .seconds
         .map(|s| Instant::now() + Duration::from_secs_f64(s));

@@ -9,6 +9,7 @@
 //! package owns.
 
 use crate::dist::{self, Action, FileOutcome};
+use crate::failure::Failure;
 use crate::parse::invalid;
 use clap::Args;
 use serde::Serialize;
@@ -126,7 +127,7 @@ struct Target {
     offline: Option<String>,
 }
 
-pub fn install(args: InstallArgs) -> Result<ExitCode, BrokerError> {
+pub fn install(args: InstallArgs) -> Result<ExitCode, Failure> {
     let target = Target::of(&args.root)?;
     let mut report = Report::new(&target);
     report.files = dist::install(&target.root)?;
@@ -142,7 +143,7 @@ pub fn install(args: InstallArgs) -> Result<ExitCode, BrokerError> {
     crate::show::print(args.json, &report, |r| r.text("installed under"))
 }
 
-pub fn uninstall(args: UninstallArgs) -> Result<ExitCode, BrokerError> {
+pub fn uninstall(args: UninstallArgs) -> Result<ExitCode, Failure> {
     let target = Target::of(&args.root)?;
     let mut report = Report::new(&target);
     // Stopped while its unit is still there to stop it by.

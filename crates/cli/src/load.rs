@@ -2,6 +2,7 @@
 //! I/O writers, video players, stress-ng), and what it did. Thin: the
 //! workloads are in tessera-workloads.
 
+use crate::failure::Failure;
 use crate::parse;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -98,7 +99,7 @@ fn no_setup(_: usize) -> tessera_workloads::Setup {
     Box::new(|| Ok(()))
 }
 
-pub fn run(command: LoadCommand) -> Result<ExitCode, BrokerError> {
+pub fn run(command: LoadCommand) -> Result<ExitCode, Failure> {
     let spawn_error =
         |e: std::io::Error| BrokerError::new(ErrorCode::Experiment, e.to_string(), "");
     let (threads, json) = match command {

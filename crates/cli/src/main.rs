@@ -6,7 +6,8 @@
 //! `args` assembles them into the command line and only `main` uses it.
 //! What several commands share sits in leaves that import no other module
 //! of the cli: `parse` (durations, placements, pads, percentages, core
-//! specs), `progress`, `serve`, `netclient` and `show`.
+//! specs), `failure` (errors and exit statuses), `progress`, `serve`,
+//! `netclient` and `show`.
 
 mod aes67;
 mod args;
@@ -16,6 +17,7 @@ mod console;
 mod daemon;
 mod demo;
 mod dist;
+mod failure;
 mod follow;
 mod guard;
 mod install;
@@ -40,35 +42,25 @@ mod video;
 
 use args::{Cli, Command};
 use clap::Parser;
+use failure::Failure;
 use std::process::ExitCode;
-use tessera_broker::{BrokerError, ErrorCode, Session};
+use tessera_broker::Session;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("tessera: {}", e.message);
-            if !e.fix.is_empty() {
-                eprintln!("  fix: {}", e.fix);
+            eprintln!("tessera: {}", e.message());
+            if !e.fix().is_empty() {
+                eprintln!("  fix: {}", e.fix());
             }
-            ExitCode::from(exit_code(e.code))
+            ExitCode::from(e.exit_code())
         }
     }
 }
 
-/// The exit status of a failure: 3 refused (admission or quota), 4 not
-/// permitted, 5 not found, 1 anything else.
-fn exit_code(code: ErrorCode) -> u8 {
-    match code {
-        ErrorCode::Refused | ErrorCode::Quota => 3,
-        ErrorCode::Permission => 4,
-        ErrorCode::NotFound => 5,
-        _ => 1,
-    }
-}
-
-fn dispatch(cli: Cli) -> Result<ExitCode, BrokerError> {
+fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
     match cli.command {
         Command::Status { json } => {
             let status = Session::connect()?.status()?;

@@ -4,6 +4,7 @@
 //! elsewhere. Thin: everything lives in `tessera_music`; this file parses
 //! and prints.
 
+use crate::failure::Failure;
 use crate::parse::invalid;
 use clap::{Args, Subcommand};
 use std::net::SocketAddr;
@@ -75,7 +76,7 @@ pub struct EmulateArgs {
     pub input: crate::synth::InputArgs,
 }
 
-pub fn run(command: MusicCommand) -> Result<ExitCode, BrokerError> {
+pub fn run(command: MusicCommand) -> Result<ExitCode, Failure> {
     match command {
         MusicCommand::Run(args) => run_app(args),
         MusicCommand::Emulate(args) => emulate(args),
@@ -87,7 +88,7 @@ fn seconds(value: f64, flag: &str) -> Result<Duration, BrokerError> {
         .map_err(|_| invalid(format!("{flag} {value}"), "give a number of seconds ≥ 0"))
 }
 
-fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
+fn run_app(args: RunArgs) -> Result<ExitCode, Failure> {
     let out = args.out.unwrap_or_else(|| {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -106,7 +107,8 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
             ErrorCode::Usage,
             "--lan creates a network namespace and a veth pair, which needs root",
             "run `sudo tessera music run --lan`, or leave out --lan to run on loopback",
-        ));
+        )
+        .into());
     }
     options.out_dir = Some(out.clone());
     seconds(args.seconds, "--seconds")?;
@@ -152,7 +154,7 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn emulate(args: EmulateArgs) -> Result<ExitCode, BrokerError> {
+fn emulate(args: EmulateArgs) -> Result<ExitCode, Failure> {
     let duration = seconds(args.seconds, "--seconds")?;
     let config = EmulatorConfig::new(args.to, duration, crate::synth::gesture(&args.input)?);
     let report = emulator::run(&config)

@@ -3,6 +3,7 @@
 //! peer. Thin: the service lives in `tessera_services::net`, the streamer
 //! in `tessera_workloads::streamer`; this file parses and prints.
 
+use crate::failure::Failure;
 use crate::netclient::{refused, ServiceArgs};
 use crate::parse::invalid;
 use crate::show;
@@ -146,7 +147,7 @@ fn parse_rate(text: &str) -> Result<u64, BrokerError> {
     tessera_services::net::parse_rate(text).map_err(|e| invalid(e, "e.g. 240mbit, 1gbit"))
 }
 
-pub fn serve(args: ServeNetArgs) -> Result<ExitCode, BrokerError> {
+pub fn serve(args: ServeNetArgs) -> Result<ExitCode, Failure> {
     let discipline = match args.discipline.as_str() {
         "mclock" => Discipline::MClock,
         "fifo" => Discipline::Fifo,
@@ -154,7 +155,8 @@ pub fn serve(args: ServeNetArgs) -> Result<ExitCode, BrokerError> {
             return Err(invalid(
                 format!("discipline {other:?}"),
                 "use --discipline mclock or --discipline fifo",
-            ))
+            )
+            .into())
         }
     };
     let options = HostOptions {
@@ -187,7 +189,7 @@ pub fn serve(args: ServeNetArgs) -> Result<ExitCode, BrokerError> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn run(command: NetCommand) -> Result<ExitCode, BrokerError> {
+pub fn run(command: NetCommand) -> Result<ExitCode, Failure> {
     match command {
         NetCommand::Status { service, json } => {
             let stream = service.connect()?;
@@ -200,7 +202,7 @@ pub fn run(command: NetCommand) -> Result<ExitCode, BrokerError> {
     }
 }
 
-fn stream(args: StreamArgs) -> Result<ExitCode, BrokerError> {
+fn stream(args: StreamArgs) -> Result<ExitCode, Failure> {
     if let Some(cell) = &args.cell {
         tessera_runtime::CellJoin::connect(cell.clone()).join_current_thread()?;
     }
@@ -232,7 +234,7 @@ fn stream(args: StreamArgs) -> Result<ExitCode, BrokerError> {
     })
 }
 
-fn stream_peer(args: StreamPeerArgs) -> Result<ExitCode, BrokerError> {
+fn stream_peer(args: StreamPeerArgs) -> Result<ExitCode, Failure> {
     let socket = UdpSocket::bind(args.bind)
         .and_then(|s| {
             s.set_read_timeout(Some(Duration::from_millis(50)))

@@ -2,11 +2,11 @@
 //! 0/50/80/100 % CPU load, with cyclictest, run as a scenario. Thin: the
 //! probe's scenario is tessera-experiments'.
 
+use crate::failure::Failure;
 use crate::parse;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tessera_broker::BrokerError;
 
 #[derive(Args)]
 pub struct ProbeArgs {
@@ -26,7 +26,7 @@ pub struct ProbeArgs {
     pub json: bool,
 }
 
-pub fn run(args: ProbeArgs) -> Result<ExitCode, BrokerError> {
+pub fn run(args: ProbeArgs) -> Result<ExitCode, Failure> {
     let period = parse::time(&args.period, "--period 5ms")?;
     if args.print_scenario {
         print!(

@@ -4,6 +4,7 @@
 //! service lives in `tessera_services::render`, the player in
 //! `tessera_workloads::render_player`; this file parses and prints.
 
+use crate::failure::Failure;
 use crate::parse::invalid;
 use crate::show;
 use clap::{Args, Subcommand};
@@ -188,7 +189,7 @@ fn screen(text: &str) -> Result<(usize, usize), BrokerError> {
         })
 }
 
-pub fn serve(args: ServeRenderArgs) -> Result<ExitCode, BrokerError> {
+pub fn serve(args: ServeRenderArgs) -> Result<ExitCode, Failure> {
     let cores = args
         .cores
         .as_deref()
@@ -222,7 +223,7 @@ pub fn serve(args: ServeRenderArgs) -> Result<ExitCode, BrokerError> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn run(command: RenderCommand) -> Result<ExitCode, BrokerError> {
+pub fn run(command: RenderCommand) -> Result<ExitCode, Failure> {
     match command {
         RenderCommand::Status { service, json } => {
             let status = client::status(service.connect()?).map_err(refused)?;
@@ -239,7 +240,7 @@ pub fn run(command: RenderCommand) -> Result<ExitCode, BrokerError> {
     }
 }
 
-fn play(args: PlayArgs) -> Result<ExitCode, BrokerError> {
+fn play(args: PlayArgs) -> Result<ExitCode, Failure> {
     let spec = PlayerSpec {
         spin_ns: crate::parse::time(&args.spin, "--spin 3ms")?
             .as_nanos()

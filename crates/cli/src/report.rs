@@ -1,6 +1,7 @@
 //! `tessera report`: the report (Markdown, PNG and SVG plots) of a saved
 //! results.json. Thin: the report is written by tessera-experiments.
 
+use crate::failure::Failure;
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,7 +18,7 @@ pub struct ReportArgs {
     pub out: PathBuf,
 }
 
-pub fn run(args: ReportArgs) -> Result<ExitCode, BrokerError> {
+pub fn run(args: ReportArgs) -> Result<ExitCode, Failure> {
     let results = RunResults::load(&args.results).map_err(|e| {
         BrokerError::new(
             ErrorCode::Invalid,

@@ -2,6 +2,7 @@
 //! results and report; and the run's progress line and printed outcome,
 //! which `probe` and `demo` share. Thin: the work is in tessera-experiments.
 
+use crate::failure::Failure;
 use crate::parse::invalid;
 use crate::progress::ProgressLine;
 use clap::Args;
@@ -71,7 +72,7 @@ pub fn run_scenario(
     scenario: &Scenario,
     out: Option<PathBuf>,
     json: bool,
-) -> Result<ExitCode, BrokerError> {
+) -> Result<ExitCode, Failure> {
     let out_dir = out.unwrap_or_else(|| default_out_dir(scenario));
     eprintln!(
         "tessera run: {} — {} configuration(s), {:.1} s each ({:.1} s warm-up)",
@@ -84,7 +85,7 @@ pub fn run_scenario(
     Ok(print_outcome(&outcome.results, &outcome.report_dir, json))
 }
 
-pub fn run(args: RunArgs) -> Result<ExitCode, BrokerError> {
+pub fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let scenario = Scenario::from_file(&args.file).map_err(|e| {
         BrokerError::new(
             ErrorCode::Invalid,
@@ -93,7 +94,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, BrokerError> {
         )
     })?;
     if args.scale.is_nan() || args.scale <= 0.0 {
-        return Err(invalid("--scale must be positive", "e.g. --scale 0.1"));
+        return Err(invalid("--scale must be positive", "e.g. --scale 0.1").into());
     }
     let scenario = scenario.scaled(args.scale);
     if args.check {

@@ -1,5 +1,6 @@
 //! Text output of the commands (the `--json` forms are the serde ones).
 
+use crate::failure::Failure;
 use serde::Serialize;
 use std::fmt::Write;
 use std::process::ExitCode;
@@ -13,7 +14,7 @@ pub fn print<T: Serialize>(
     json: bool,
     value: &T,
     text: impl Fn(&T) -> String,
-) -> Result<ExitCode, BrokerError> {
+) -> Result<ExitCode, Failure> {
     if json {
         let out = serde_json::to_string_pretty(value)
             .map_err(|e| BrokerError::new(ErrorCode::Internal, e.to_string(), ""))?;

@@ -2,6 +2,7 @@
 //! benchmark its DSP against the deadline and against Faust. Thin: the sound
 //! and the benchmark live in `tessera_synth`; this file parses and prints.
 
+use crate::failure::Failure;
 use crate::parse::invalid;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -126,22 +127,19 @@ pub struct BenchArgs {
     pub shape: ShapeArgs,
 }
 
-pub fn run(command: SynthCommand) -> Result<ExitCode, BrokerError> {
+pub fn run(command: SynthCommand) -> Result<ExitCode, Failure> {
     match command {
         SynthCommand::Render(args) => render(args),
         SynthCommand::Bench(args) => bench(args),
     }
 }
 
-fn render(args: RenderArgs) -> Result<ExitCode, BrokerError> {
+fn render(args: RenderArgs) -> Result<ExitCode, Failure> {
     let format = match args.format.as_str() {
         "f32" => SampleFormat::Float32,
         "i16" => SampleFormat::Int16,
         other => {
-            return Err(invalid(
-                format!("format {other:?}"),
-                "--format f32 or --format i16",
-            ))
+            return Err(invalid(format!("format {other:?}"), "--format f32 or --format i16").into())
         }
     };
     let gesture = gesture(&args.input)?;
@@ -181,12 +179,13 @@ fn row(name: &str, timing: &Timing) {
     );
 }
 
-fn bench(args: BenchArgs) -> Result<ExitCode, BrokerError> {
+fn bench(args: BenchArgs) -> Result<ExitCode, Failure> {
     if args.pads > PADS || args.blocks == 0 {
         return Err(invalid(
             format!("{} pads, {} blocks", args.pads, args.blocks),
             "--pads 0..=32, --blocks >= 1",
-        ));
+        )
+        .into());
     }
     let oscillators = args.shape.oscillators;
     println!(

@@ -6,6 +6,7 @@
 //! (`-b`), one JSON sample per refresh with `--json`. Thin: the samples come
 //! from `tessera_broker::monitor`; this file only sorts and prints.
 
+use crate::failure::Failure;
 use clap::{Args, ValueEnum};
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyModifiers};
 use crossterm::{cursor, execute, terminal};
@@ -65,12 +66,13 @@ fn internal(e: impl std::fmt::Display) -> BrokerError {
     BrokerError::new(ErrorCode::Internal, e.to_string(), "")
 }
 
-pub fn run(args: TopArgs) -> Result<ExitCode, BrokerError> {
+pub fn run(args: TopArgs) -> Result<ExitCode, Failure> {
     if !(args.delay >= 0.1 && args.delay <= 3600.0) {
         return Err(crate::parse::invalid(
             format!("a delay of {} s", args.delay),
             "give -d between 0.1 and 3600 seconds",
-        ));
+        )
+        .into());
     }
     let mut view = View {
         sort: args.sort,
@@ -119,7 +121,7 @@ fn interactive_loop(
     session: &mut Session,
     view: &mut View,
     iterations: Option<u64>,
-) -> Result<ExitCode, BrokerError> {
+) -> Result<ExitCode, Failure> {
     let mut out = std::io::stdout();
     terminal::enable_raw_mode().map_err(internal)?;
     execute!(out, terminal::EnterAlternateScreen, cursor::Hide).map_err(internal)?;

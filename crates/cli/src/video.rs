@@ -3,11 +3,11 @@
 //! service are in tessera-workloads and tessera-services; this prints what
 //! they measured.
 
+use crate::failure::Failure;
 use crate::parse::invalid;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tessera_broker::BrokerError;
 use tessera_measure::Summary;
 use tessera_workloads::video::{self, VideoSpec};
 use tessera_workloads::{LoadReport, Window};
@@ -21,12 +21,13 @@ pub fn load(
     dir: Option<PathBuf>,
     run_for: Duration,
     json: bool,
-) -> Result<ExitCode, BrokerError> {
+) -> Result<ExitCode, Failure> {
     if !(1..=64).contains(&players) || !(1..=64).contains(&gui_threads) {
         return Err(invalid(
             "--players and --gui-threads must be 1–64",
             "e.g. --players 2 --gui-threads 1",
-        ));
+        )
+        .into());
     }
     let dir = dir.unwrap_or_else(std::env::temp_dir);
     let spec = VideoSpec {

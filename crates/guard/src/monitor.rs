@@ -19,7 +19,6 @@ use crate::{fail, GuardError};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use tessera_broker::ErrorCode;
 
 /// Counters the callbacks raise.
 #[derive(Debug, Default)]
@@ -216,12 +215,9 @@ pub fn reexec_with_pipewire_jack() -> Result<(), GuardError> {
     if std::env::var_os(MARK).is_some() {
         return Ok(());
     }
-    let dir = pipewire_jack_dir().ok_or_else(|| {
-        GuardError::new(
-            ErrorCode::NotFound,
-            "PipeWire's JACK library is not installed",
-            "apt-get install pipewire-jack",
-        )
+    let dir = pipewire_jack_dir().ok_or_else(|| GuardError::Missing {
+        message: "PipeWire's JACK library is not installed".into(),
+        fix: "apt-get install pipewire-jack".into(),
     })?;
     let path = match std::env::var("LD_LIBRARY_PATH") {
         Ok(old) if !old.is_empty() => format!("{}:{old}", dir.display()),
