@@ -246,11 +246,11 @@ fn bind_socket(paths: &Paths, config: &Config) -> Result<UnixListener, BrokerErr
 /// accepts connections (with the recovery notes), before any connection is
 /// served: for logs, tests, and front-ends that share the broker (RTKit's
 /// interface); its error stops the daemon before it serves.
-pub fn run(
+pub fn run<E: From<BrokerError>>(
     paths: Paths,
     config: Config,
-    on_ready: impl FnOnce(&Arc<Mutex<Broker>>, &[String]) -> Result<(), BrokerError>,
-) -> Result<(), BrokerError> {
+    on_ready: impl FnOnce(&Arc<Mutex<Broker>>, &[String]) -> Result<(), E>,
+) -> Result<(), E> {
     let lock = crate::session::hold_lock(&paths, Duration::from_secs(10))?;
     let label = format!("daemon (pid {})", tessera_sys::proc::current_pid());
     let (mut broker, notes) = Broker::open(paths.clone(), config.clone(), label)?;

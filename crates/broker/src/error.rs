@@ -33,21 +33,11 @@ pub enum ErrorCode {
     Kernel,
     /// The broker's state (its files) could not be read or written.
     State,
-    /// A bug: something that cannot happen did.
+    /// A bug, or a thread that could not start: something that should not
+    /// fail did.
     Internal,
-    /// Reading or writing a file or socket failed.
-    Io,
-    /// A command was used wrongly.
-    Usage,
-    // The failures of crates above the broker that have no error type of
-    // their own yet; they never travel over the broker's socket.
-    /// A service (network, render, console) failed.
-    Service,
-    /// A shared-memory channel failed.
-    Channel,
-    /// The RTKit interface failed.
-    Rtkit,
-    /// An experiment failed.
+    /// An experiment failed: the one crate above the broker that has no
+    /// error type of its own yet. It never travels over the broker's socket.
     Experiment,
 }
 

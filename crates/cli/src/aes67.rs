@@ -4,7 +4,7 @@
 //! the host lives in `tessera_workloads::aes67`, the nodes and the media
 //! clock in `tessera_services::aes67`; this file parses and prints.
 
-use crate::failure::Failure;
+use crate::failure::{failed, Failure};
 use crate::netclient::{refused, ServiceArgs};
 use crate::parse::invalid;
 use crate::progress::show_progress;
@@ -334,7 +334,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         eprintln!("tessera aes67: media clock: {}", clock.label());
         eprintln!("tessera aes67: graph: {cell_note}");
     }
-    catch_termination().map_err(|e| BrokerError::new(ErrorCode::Internal, e.to_string(), ""))?;
+    catch_termination().map_err(|e| failed(e.to_string(), ""))?;
     let mut host = Host::start(config).map_err(refused)?;
     watch(&mut host, args.seconds, args.json);
     let report = host.stop().map_err(refused)?;

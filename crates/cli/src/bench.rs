@@ -2,12 +2,12 @@
 //! and reported (tables, JSON, a report directory); never judged pass/fail.
 //! Thin: the runs live in `tessera_experiments` and `tessera_channel::bench`.
 
-use crate::failure::Failure;
+use crate::failure::{failed, Failure};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
-use tessera_broker::{BrokerError, ErrorCode};
+use tessera_broker::BrokerError;
 use tessera_channel::{bench as channel_bench, ChannelError};
 use tessera_experiments::scenario::ServerKind;
 use tessera_experiments::{guard_scale, lowest, peer, rtkit_grants};
@@ -185,7 +185,7 @@ fn bench_peer(args: PeerArgs) -> Result<ExitCode, Failure> {
         options.out_dir.display()
     );
     let outcome = peer::run(&options, |line| eprintln!("  {line}"))
-        .map_err(|e| BrokerError::new(ErrorCode::Experiment, e.to_string(), e.fix()))?;
+        .map_err(|e| failed(e.to_string(), e.fix()))?;
     if args.json {
         println!(
             "{}",
@@ -198,8 +198,8 @@ fn bench_peer(args: PeerArgs) -> Result<ExitCode, Failure> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn channel_failed(e: ChannelError) -> BrokerError {
-    BrokerError::new(ErrorCode::Channel, e.to_string(), e.fix())
+fn channel_failed(e: ChannelError) -> Failure {
+    failed(e.to_string(), e.fix())
 }
 
 fn bench_channel(args: ChannelArgs) -> Result<ExitCode, Failure> {
@@ -207,8 +207,7 @@ fn bench_channel(args: ChannelArgs) -> Result<ExitCode, Failure> {
         channel_bench::serve_receiver(&socket).map_err(channel_failed)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let exe = std::env::current_exe()
-        .map_err(|e| BrokerError::new(ErrorCode::Channel, format!("find this program: {e}"), ""))?;
+    let exe = std::env::current_exe().map_err(|e| failed(format!("find this program: {e}"), ""))?;
     let mut receiver = Command::new(exe);
     receiver.args(["bench", "channel", "--receiver"]);
     let options = channel_bench::Options {
@@ -251,17 +250,17 @@ fn bench_channel(args: ChannelArgs) -> Result<ExitCode, Failure> {
 }
 
 fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, Failure> {
-    let failed = |e: String| BrokerError::new(ErrorCode::Experiment, e, "");
+    let unfixed = |e: String| failed(e, "");
     let options = rtkit_grants::Options {
         requests: args.requests,
         interval: Duration::from_millis(args.interval_ms),
-        tessera: std::env::current_exe().map_err(|e| failed(format!("find this program: {e}")))?,
+        tessera: std::env::current_exe().map_err(|e| unfixed(format!("find this program: {e}")))?,
     };
     eprintln!(
         "tessera bench rtkit: {} requests per configuration, one every {} ms",
         options.requests, args.interval_ms
     );
-    let results = rtkit_grants::run(&options, |line| eprintln!("  {line}")).map_err(failed)?;
+    let results = rtkit_grants::run(&options, |line| eprintln!("  {line}")).map_err(unfixed)?;
     if args.json {
         println!(
             "{}",
@@ -285,7 +284,7 @@ fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, Failure> {
 }
 
 fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, Failure> {
-    let failed = |e: String| BrokerError::new(ErrorCode::Experiment, e, "");
+    let unfixed = |e: String| failed(e, "");
     let servers = match args.server.as_str() {
         "jackd" => vec![ServerKind::Jack],
         "pipewire" => vec![ServerKind::PipeWire],
@@ -306,13 +305,13 @@ fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, Failure> {
         frames: args.frames,
         rate: 48_000,
         load: args.load,
-        tessera: std::env::current_exe().map_err(|e| failed(format!("find this program: {e}")))?,
+        tessera: std::env::current_exe().map_err(|e| unfixed(format!("find this program: {e}")))?,
     };
     eprintln!(
         "tessera bench guard-scale: clients join every {} ms, then {:.0} s together",
         args.join_every_ms, args.steady
     );
-    let results = guard_scale::run(&options, |line| eprintln!("  {line}")).map_err(failed)?;
+    let results = guard_scale::run(&options, |line| eprintln!("  {line}")).map_err(unfixed)?;
     if args.json {
         println!(
             "{}",
@@ -362,8 +361,7 @@ fn bench_lowest(args: LowestArgs) -> Result<ExitCode, Failure> {
         .map_err(|e| crate::parse::invalid(e, "see tessera bench lowest --help"))?;
     // Ctrl-C and SIGTERM end the trial under way; its processes are
     // stopped by their PIDs and what was measured is written.
-    tessera_sys::process::catch_termination()
-        .map_err(|e| BrokerError::new(ErrorCode::Internal, e.to_string(), ""))?;
+    tessera_sys::process::catch_termination().map_err(|e| failed(e.to_string(), ""))?;
     let stop = std::cell::Cell::new(false);
     let interrupted = || {
         if tessera_sys::process::take_termination().is_some() {
@@ -378,8 +376,8 @@ fn bench_lowest(args: LowestArgs) -> Result<ExitCode, Failure> {
         options.seconds,
         options.out_dir.display()
     );
-    let outcome = lowest::run(&options, lowest_progress(), &interrupted)
-        .map_err(|e| BrokerError::new(ErrorCode::Experiment, e, ""))?;
+    let outcome =
+        lowest::run(&options, lowest_progress(), &interrupted).map_err(|e| failed(e, ""))?;
     if args.json {
         println!(
             "{}",

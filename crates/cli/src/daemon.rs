@@ -2,7 +2,7 @@
 //! interface when configured, the guards of its config kept running, and
 //! systemd told when it is ready. Thin: the daemon is tessera-broker's.
 
-use crate::failure::Failure;
+use crate::failure::{failed, Failure};
 use std::process::ExitCode;
 use tessera_broker::{BrokerError, ErrorCode};
 
@@ -39,7 +39,7 @@ pub fn run(
                 eprintln!("tessera daemon: {line}")
             });
         }
-        Ok(())
+        Ok::<(), Failure>(())
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -51,7 +51,7 @@ fn serve_rtkit(
     broker: &std::sync::Arc<std::sync::Mutex<tessera_broker::Broker>>,
     fallback: tessera_broker::config::RtkitFallback,
     limits: tessera_broker::config::RtkitLimits,
-) -> Result<(), BrokerError> {
+) -> Result<(), Failure> {
     let log: fn(&str) = |line| eprintln!("tessera daemon: rtkit: {line}");
     match tessera_rtkit::serve(std::sync::Arc::clone(broker), fallback, limits, log) {
         // The interface's thread keeps serving after the handle is dropped.
@@ -63,7 +63,7 @@ fn serve_rtkit(
             );
             Ok(())
         }
-        Err(e) => Err(BrokerError::new(ErrorCode::Rtkit, e.to_string(), "")),
+        Err(e) => Err(failed(e.to_string(), "")),
     }
 }
 

@@ -7,11 +7,24 @@ use tessera_broker::{BrokerError, ErrorCode};
 use tessera_guard::GuardError;
 use tessera_sys::ErrorKind;
 
-/// A command's failure: the broker's, or the guard's.
+/// A command's failure: the broker's, the guard's, or its own.
 #[derive(Debug)]
 pub enum Failure {
     Broker(BrokerError),
     Guard(GuardError),
+    /// The command's own: a program, file or channel it uses failed.
+    Failed {
+        message: String,
+        fix: String,
+    },
+}
+
+/// The command's own failure: what went wrong and the fix.
+pub fn failed(message: impl Into<String>, fix: impl Into<String>) -> Failure {
+    Failure::Failed {
+        message: message.into(),
+        fix: fix.into(),
+    }
 }
 
 impl Failure {
@@ -19,6 +32,7 @@ impl Failure {
         match self {
             Failure::Broker(e) => e.message.clone(),
             Failure::Guard(e) => e.message(),
+            Failure::Failed { message, .. } => message.clone(),
         }
     }
 
@@ -26,6 +40,7 @@ impl Failure {
         match self {
             Failure::Broker(e) => &e.fix,
             Failure::Guard(e) => e.fix(),
+            Failure::Failed { fix, .. } => fix,
         }
     }
 
@@ -39,7 +54,7 @@ impl Failure {
                 _ => 1,
             },
             Failure::Guard(GuardError::Missing { .. }) => 5,
-            Failure::Guard(GuardError::Failed { .. }) => 1,
+            Failure::Guard(GuardError::Failed { .. }) | Failure::Failed { .. } => 1,
         }
     }
 }

@@ -9,7 +9,7 @@
 //! package owns.
 
 use crate::dist::{self, Action, FileOutcome};
-use crate::failure::Failure;
+use crate::failure::{failed, Failure};
 use crate::parse::invalid;
 use clap::Args;
 use serde::Serialize;
@@ -187,7 +187,7 @@ impl Target {
     }
 
     /// Runs the steps on the live system, or lists their offline forms.
-    fn tell_systemd(&self, steps: &[Step], report: &mut Report) -> Result<(), BrokerError> {
+    fn tell_systemd(&self, steps: &[Step], report: &mut Report) -> Result<(), Failure> {
         let Some(why) = &self.offline else {
             for step in steps {
                 report.ran.push(systemctl(step.live)?);
@@ -217,18 +217,16 @@ impl Target {
 }
 
 /// Runs `systemctl args`; the command as run, or why it failed.
-fn systemctl(args: &[&str]) -> Result<String, BrokerError> {
+fn systemctl(args: &[&str]) -> Result<String, Failure> {
     let command = format!("systemctl {}", args.join(" "));
     let out = Command::new("systemctl").args(args).output().map_err(|e| {
-        BrokerError::new(
-            ErrorCode::Service,
+        failed(
             format!("run `{command}`: {e}"),
             "install systemd's systemctl, or run the command yourself",
         )
     })?;
     if !out.status.success() {
-        return Err(BrokerError::new(
-            ErrorCode::Service,
+        return Err(failed(
             format!(
                 "`{command}` failed: {}",
                 String::from_utf8_lossy(&out.stderr).trim()

@@ -2,13 +2,13 @@
 //! I/O writers, video players, stress-ng), and what it did. Thin: the
 //! workloads are in tessera-workloads.
 
-use crate::failure::Failure;
+use crate::failure::{failed, Failure};
 use crate::parse;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tessera_broker::{BrokerError, ErrorCode};
+use tessera_broker::BrokerError;
 use tessera_workloads::external::{self, ExternalLoad};
 use tessera_workloads::{ep, hog, io, stream, Window};
 
@@ -100,8 +100,7 @@ fn no_setup(_: usize) -> tessera_workloads::Setup {
 }
 
 pub fn run(command: LoadCommand) -> Result<ExitCode, Failure> {
-    let spawn_error =
-        |e: std::io::Error| BrokerError::new(ErrorCode::Experiment, e.to_string(), "");
+    let spawn_error = |e: std::io::Error| failed(e.to_string(), "");
     let (threads, json) = match command {
         LoadCommand::Ep {
             verify: Some(class),

@@ -4,14 +4,14 @@
 //! elsewhere. Thin: everything lives in `tessera_music`; this file parses
 //! and prints.
 
-use crate::failure::Failure;
+use crate::failure::{failed, Failure};
 use crate::parse::invalid;
 use clap::{Args, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
-use tessera_broker::{BrokerError, ErrorCode};
+use tessera_broker::BrokerError;
 use tessera_measure::Summary;
 use tessera_music::emulator::{self, EmulatorConfig, EmulatorReport};
 use tessera_music::{app::DEADLINE, Options, EMULATOR_METRIC, RESPONSE_METRIC, SERVICE_METRIC};
@@ -103,12 +103,10 @@ fn run_app(args: RunArgs) -> Result<ExitCode, Failure> {
     options.osc = args.osc;
     options.lan = args.lan;
     if args.lan && !tessera_sys::caps::is_root() {
-        return Err(BrokerError::new(
-            ErrorCode::Usage,
+        return Err(failed(
             "--lan creates a network namespace and a veth pair, which needs root",
             "run `sudo tessera music run --lan`, or leave out --lan to run on loopback",
-        )
-        .into());
+        ));
     }
     options.out_dir = Some(out.clone());
     seconds(args.seconds, "--seconds")?;
@@ -132,8 +130,7 @@ fn run_app(args: RunArgs) -> Result<ExitCode, Failure> {
             args.seconds
         );
     }
-    let outcome = tessera_music::run(&options)
-        .map_err(|e| BrokerError::new(ErrorCode::Experiment, e.to_string(), ""))?;
+    let outcome = tessera_music::run(&options).map_err(|e| failed(e.to_string(), ""))?;
     if args.json {
         let json = serde_json::to_string_pretty(&outcome.results).unwrap_or_default();
         println!("{json}");
@@ -157,8 +154,7 @@ fn run_app(args: RunArgs) -> Result<ExitCode, Failure> {
 fn emulate(args: EmulateArgs) -> Result<ExitCode, Failure> {
     let duration = seconds(args.seconds, "--seconds")?;
     let config = EmulatorConfig::new(args.to, duration, crate::synth::gesture(&args.input)?);
-    let report = emulator::run(&config)
-        .map_err(|e| BrokerError::new(ErrorCode::Experiment, e.to_string(), ""))?;
+    let report = emulator::run(&config).map_err(|e| failed(e.to_string(), ""))?;
     print_emulator(&report);
     Ok(ExitCode::SUCCESS)
 }

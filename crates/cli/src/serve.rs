@@ -3,8 +3,9 @@
 //! everything back. Thin: each service's host lives in `tessera_services`.
 //! A leaf: it must never import another module of the cli.
 
+use crate::failure::{failed, Failure};
 use std::time::{Duration, Instant};
-use tessera_broker::{BrokerError, ErrorCode};
+use tessera_broker::BrokerError;
 use tessera_sys::process::{catch_termination, take_termination};
 
 /// Starts a service with `start` (SIGINT and SIGTERM are caught first, so
@@ -13,8 +14,8 @@ use tessera_sys::process::{catch_termination, take_termination};
 pub fn until_stopped<H>(
     seconds: Option<f64>,
     start: impl FnOnce() -> Result<H, BrokerError>,
-) -> Result<H, BrokerError> {
-    catch_termination().map_err(|e| BrokerError::new(ErrorCode::Internal, e.to_string(), ""))?;
+) -> Result<H, Failure> {
+    catch_termination().map_err(|e| failed(e.to_string(), ""))?;
     let host = start()?;
     let until = seconds.map(|s| Instant::now() + Duration::from_secs_f64(s));
     while take_termination().is_none() && until.is_none_or(|t| Instant::now() < t) {

@@ -2,12 +2,12 @@
 //! benchmark its DSP against the deadline and against Faust. Thin: the sound
 //! and the benchmark live in `tessera_synth`; this file parses and prints.
 
-use crate::failure::Failure;
+use crate::failure::{failed, Failure};
 use crate::parse::invalid;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tessera_broker::{BrokerError, ErrorCode};
+use tessera_broker::BrokerError;
 use tessera_synth::bench::{self, Timing};
 use tessera_synth::wav::{self, SampleFormat};
 use tessera_synth::{
@@ -148,8 +148,7 @@ fn render(args: RenderArgs) -> Result<ExitCode, Failure> {
     let mut player = GesturePlayer::new(gesture);
     let summary =
         wav::render(&mut synth, &mut player, args.seconds, &args.out, format).map_err(|e| {
-            BrokerError::new(
-                ErrorCode::Io,
+            failed(
                 format!("{}: {e}", args.out.display()),
                 "check the output path",
             )
