@@ -6,6 +6,7 @@
 //! (`-b`), one JSON sample per refresh with `--json`. Thin: the samples come
 //! from `tessera_broker::monitor`; this file only sorts and prints.
 
+use crate::failure::{failed, Failure};
 use clap::{Args, ValueEnum};
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyModifiers};
 use crossterm::{cursor, execute, terminal};
@@ -14,7 +15,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 use tessera_broker::monitor::{CellSample, Sample};
-use tessera_broker::{BrokerError, Session};
+use tessera_broker::Session;
 
 pub const EXAMPLES: &str = "Examples:\n  \
     tessera top                      # live; keys: c cpu, l load, m misses, x xruns, b budget, n name,\n  \
@@ -61,16 +62,17 @@ struct View {
     delay: Duration,
 }
 
-fn internal(e: impl std::fmt::Display) -> BrokerError {
-    BrokerError::new("internal", e.to_string(), "")
+fn internal(e: impl std::fmt::Display) -> Failure {
+    failed(e.to_string(), "")
 }
 
-pub fn run(args: TopArgs) -> Result<ExitCode, BrokerError> {
+pub fn run(args: TopArgs) -> Result<ExitCode, Failure> {
     if !(args.delay >= 0.1 && args.delay <= 3600.0) {
-        return Err(crate::args::invalid(
+        return Err(crate::parse::invalid(
             format!("a delay of {} s", args.delay),
             "give -d between 0.1 and 3600 seconds",
-        ));
+        )
+        .into());
     }
     let mut view = View {
         sort: args.sort,
@@ -101,7 +103,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode, BrokerError> {
 
 /// The newest sample, taken now if the monitor's is older than the delay
 /// (only the last few seconds of the series are asked for).
-fn latest(session: &mut Session, view: &View) -> Result<Sample, BrokerError> {
+fn latest(session: &mut Session, view: &View) -> Result<Sample, Failure> {
     let fresh_ms = view.delay.as_millis() as u64;
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -119,7 +121,7 @@ fn interactive_loop(
     session: &mut Session,
     view: &mut View,
     iterations: Option<u64>,
-) -> Result<ExitCode, BrokerError> {
+) -> Result<ExitCode, Failure> {
     let mut out = std::io::stdout();
     terminal::enable_raw_mode().map_err(internal)?;
     execute!(out, terminal::EnterAlternateScreen, cursor::Hide).map_err(internal)?;
@@ -148,7 +150,7 @@ fn interactive_loop(
 }
 
 /// Waits one delay, taking keys as they come; false when told to quit.
-fn wait_for_keys(view: &mut View) -> Result<bool, BrokerError> {
+fn wait_for_keys(view: &mut View) -> Result<bool, Failure> {
     let until = std::time::Instant::now() + view.delay;
     loop {
         let left = until.saturating_duration_since(std::time::Instant::now());

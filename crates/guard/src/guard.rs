@@ -606,7 +606,7 @@ impl Guard {
         let attached = self.session.attach(cell, pid, Some(tid));
         if let Err(e) = attached {
             let _ = self.session.destroy_cell(cell);
-            return Err(e);
+            return Err(e.into());
         }
         Ok(())
     }

@@ -70,6 +70,15 @@ pub struct AppShare {
     pub floor: Bandwidth,
 }
 
+impl AppShare {
+    /// A share of `pct` % of one CPU; None outside 0–100 %.
+    pub fn percent(pct: f64) -> Option<AppShare> {
+        (0.0..=100.0).contains(&pct).then(|| AppShare {
+            floor: Bandwidth::from_fraction(pct / 100.0),
+        })
+    }
+}
+
 impl Default for AppShare {
     fn default() -> AppShare {
         AppShare {
@@ -278,6 +287,15 @@ mod tests {
         }
         let busy = machine.sample().expect("a second sample");
         assert!(busy >= Bandwidth::from_fraction(0.5), "{busy}");
+    }
+
+    #[test]
+    fn a_share_is_a_percentage_of_one_cpu() {
+        let two = AppShare::percent(2.0).expect("2 % is a share");
+        assert_eq!(two.floor, Bandwidth::from_fraction(0.02));
+        assert_eq!(AppShare::percent(2.0), Some(AppShare::default()));
+        assert!(AppShare::percent(0.0).is_some() && AppShare::percent(100.0).is_some());
+        assert!(AppShare::percent(100.5).is_none() && AppShare::percent(f64::NAN).is_none());
     }
 
     #[test]

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use tessera_broker::config::RtkitFallback;
 use tessera_broker::monitor::UnguaranteedThread;
 use tessera_broker::state::{Owner, ProcessId};
-use tessera_broker::{Broker, BrokerError};
+use tessera_broker::{Broker, BrokerError, ErrorCode};
 use tessera_policy::{Adaptive, AdaptiveConfig, Budget, CellRequest, Placement};
 use tessera_sys::proc::{self, ThreadUsage};
 use tessera_sys::sched::{self, Policy, Tid};
@@ -368,7 +368,7 @@ impl Grants {
     /// trip to the kernel, so the first try is the one that usually fits).
     fn reserve(&mut self, target: &Target) -> Result<Reservation, BrokerError> {
         let mut controller = Adaptive::new(self.controller, INITIAL_PERIOD_NS)
-            .map_err(|e| BrokerError::new("invalid", e.to_string(), e.fix.clone()))?;
+            .map_err(|e| BrokerError::new(ErrorCode::Invalid, e.to_string(), e.fix.clone()))?;
         let cell = format!("{CELL_PREFIX}{}", target.tid);
         let wanted = controller.wanted();
         let least = Budget::new(controller.bounds().0, wanted.period_ns);
@@ -567,7 +567,7 @@ fn observe(r: &mut Reservation) -> Result<(), BrokerError> {
         if (period as f64 - current as f64).abs() > PERIOD_CHANGE * current as f64 {
             r.controller
                 .set_audio_period(period)
-                .map_err(|e| BrokerError::new("invalid", e.to_string(), e.fix.clone()))?;
+                .map_err(|e| BrokerError::new(ErrorCode::Invalid, e.to_string(), e.fix.clone()))?;
         }
     }
     let period = r.controller.report().audio_period_ns;
