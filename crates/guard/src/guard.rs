@@ -756,12 +756,11 @@ impl Guard {
             .sum();
         for s in sampled.into_iter().filter(Sampled::is_busy) {
             log.push(format!(
-                "thread {} ({}) of {} is busy at a normal policy (ran {} of a CPU, waited {} for one): reserving it in its application's share",
+                "thread {} ({}) of {} is busy at a normal policy ({} of a CPU): reserving it in its application's share",
                 s.tid,
                 proc::thread_name(s.pid, s.tid),
                 proc::process_name(s.pid),
-                s.used,
-                s.waited
+                s.used
             ));
             self.reserve(s.pid, s.tid, Kind::Share, Some(s.used), log);
         }

@@ -87,27 +87,17 @@ impl Default for AppShare {
     }
 }
 
-/// What a thread used over the window that closed, and how long it
-/// waited runnable for a CPU.
+/// What a thread used over the window that closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sampled {
     pub pid: Pid,
     pub tid: Tid,
     pub used: Bandwidth,
-    pub waited: Bandwidth,
 }
 
 impl Sampled {
-    /// Busy: it ran at least [`BUSY`] of a CPU, or it ran a fifth of that
-    /// and, with its time waiting runnable for a CPU, reaches it — a
-    /// thread starved by the load looks idle by its CPU time alone, while
-    /// a thread that barely runs (a main loop, a notification thread) may
-    /// wait more than it runs without needing a share.
     pub fn is_busy(&self) -> bool {
-        let busy = Bandwidth::from_fraction(BUSY);
-        self.used >= busy
-            || (self.used >= Bandwidth::from_fraction(BUSY / 5.0)
-                && self.used + self.waited >= busy)
+        self.used >= Bandwidth::from_fraction(BUSY)
     }
 }
 
@@ -141,12 +131,10 @@ impl Busy {
             let Ok(delta) = usage.advance() else {
                 continue;
             };
-            let per_window = |ns: u64| Bandwidth::of(ns, delta.elapsed_ns.max(1));
             sampled.push(Sampled {
                 pid,
                 tid,
-                used: per_window(delta.cpu_ns),
-                waited: per_window(delta.waited_ns),
+                used: Bandwidth::of(delta.cpu_ns, delta.elapsed_ns.max(1)),
             });
             self.readings.insert(tid, (pid, usage));
         }
@@ -254,27 +242,6 @@ mod tests {
             "a spinning thread is busy: {:?}",
             sampled[0]
         );
-    }
-
-    #[test]
-    fn a_starved_thread_is_busy_by_the_time_it_waited_an_idle_one_is_not() {
-        let starved = Sampled {
-            pid: 1,
-            tid: 2,
-            used: Bandwidth::from_fraction(0.002),
-            waited: Bandwidth::from_fraction(0.01),
-        };
-        assert!(starved.is_busy());
-        let unstarved = Sampled {
-            waited: Bandwidth::ZERO,
-            ..starved
-        };
-        assert!(!unstarved.is_busy());
-        let barely_runs = Sampled {
-            used: Bandwidth::from_fraction(0.0002),
-            ..starved
-        };
-        assert!(!barely_runs.is_busy());
     }
 
     #[test]
