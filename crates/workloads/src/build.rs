@@ -31,6 +31,8 @@ pub fn spec(name: &str, processes: usize, window: Window, dir: &Path) -> io::Res
         program: "sh".into(),
         args: vec!["-c".into(), script(processes, &source)],
         window,
+        // Shared by every run (written whole, then renamed into place).
+        files: Vec::new(),
     })
 }
 

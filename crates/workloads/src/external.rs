@@ -31,6 +31,9 @@ pub struct ExternalSpec {
     pub program: String,
     pub args: Vec<String>,
     pub window: Window,
+    /// Files written for this run of the generator (its configuration):
+    /// removed once it has ended.
+    pub files: Vec<PathBuf>,
 }
 
 /// What became of the external generator.
@@ -79,7 +82,13 @@ impl ExternalLoad {
         let (start, start_rx) = mpsc::channel::<u64>();
         let handle = std::thread::Builder::new()
             .name(format!("ext-{}", spec.name).chars().take(15).collect())
-            .spawn(move || supervise(&spec, setup, start_rx, &flag))
+            .spawn(move || {
+                let report = supervise(&spec, setup, start_rx, &flag);
+                for file in &spec.files {
+                    let _ = std::fs::remove_file(file);
+                }
+                report
+            })
             .map_err(|e| format!("start a supervisor thread: {e}"))?;
         Ok(ExternalLoad {
             stop,
@@ -331,6 +340,7 @@ pub fn rt_app(
         program: "rt-app".into(),
         args: vec![path.display().to_string()],
         window,
+        files: vec![path],
     })
 }
 
@@ -346,6 +356,7 @@ pub fn stress_ng(name: &str, args: &[String], window: Window) -> ExternalSpec {
             .chain(["--quiet".to_string()])
             .collect(),
         window,
+        files: Vec::new(),
     }
 }
 
@@ -395,6 +406,7 @@ mod tests {
             program: "no-such-generator-tessera".into(),
             args: vec![],
             window: window(10),
+            files: Vec::new(),
         };
         let err = ExternalLoad::spawn(spec, Box::new(|_| Ok(())))
             .err()
@@ -403,15 +415,19 @@ mod tests {
     }
 
     #[test]
-    fn a_generator_is_stopped_with_its_whole_group() {
+    fn a_generator_is_stopped_with_its_whole_group_and_its_files_removed() {
         // `sh` forks a child that would outlive a plain kill of the parent.
+        let config = std::env::temp_dir().join(format!("tessera-ext-{}.conf", std::process::id()));
+        std::fs::write(&config, "x").unwrap();
         let spec = ExternalSpec {
             name: "sh".into(),
             program: "sh".into(),
             args: vec!["-c".into(), "sleep 30 & sleep 30; wait".into()],
             window: window(300),
+            files: vec![config.clone()],
         };
         let (report, pgid) = run(spec);
+        assert!(!config.exists(), "the generator's file is removed");
         assert!(
             report.ending.starts_with("stopped"),
             "{}",
