@@ -1,7 +1,9 @@
 //! `tessera guard` against a user's session PipeWire, as root: Debian's
 //! PipeWire started as a test user with no real-time rights (no rtprio
 //! limit, no RTKit: its system bus leads nowhere), so that its data loop
-//! and its pw-jack client's process thread run at SCHED_OTHER. The guard
+//! and its pw-jack client's process thread run at SCHED_OTHER; and with
+//! real-time rights of its own, so that it makes its data loop SCHED_FIFO
+//! itself. The guard
 //! reaches the daemon in the user's runtime directory and adopts the
 //! threads that run the graph; the daemon's `[[guard]] user` follows the
 //! user's daemons as they start and stop. Every process started here is
@@ -56,7 +58,24 @@ impl Session {
     /// its socket is there.
     fn start_pipewire(&mut self, xdg: &str) -> i32 {
         let runtime = self.user.runtime_dir(&self.m.dir.join(xdg));
-        let mut cmd = self.user.command(&runtime, "pipewire");
+        let cmd = self.user.command(&runtime, "pipewire");
+        self.start_daemon_as(cmd, xdg, &runtime)
+    }
+
+    /// Starts PipeWire as the user with real-time rights of its own: its
+    /// module-rt makes its data loop SCHED_FIFO itself, without RTKit.
+    fn start_pipewire_with_rt_rights(&mut self, xdg: &str) -> i32 {
+        let runtime = self.user.runtime_dir(&self.m.dir.join(xdg));
+        let cmd = self.user.command_with_rt_rights(&runtime, "pipewire");
+        self.start_daemon_as(cmd, xdg, &runtime)
+    }
+
+    fn start_daemon_as(
+        &mut self,
+        mut cmd: std::process::Command,
+        xdg: &str,
+        runtime: &Path,
+    ) -> i32 {
         cmd.env("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/nonexistent")
             .stderr(self.log(&format!("{xdg}-pipewire.log")));
         let pid = self.m.spawn(&mut cmd) as i32;
@@ -227,6 +246,74 @@ fn root_guards_a_users_pipewire_without_rt_rights_and_gives_its_threads_back() {
         "every thread is SCHED_OTHER again: {:?} {:?}",
         policies(pw),
         policies(client)
+    );
+    assert!(s.m.cells().is_empty(), "no cell remains: {:?}", s.m.cells());
+}
+
+#[test]
+fn root_guards_a_users_pipewire_real_time_by_its_own_rights_and_gives_its_threads_back() {
+    let Some(mut s) = Session::new("guard_user_pipewire_rtprio") else {
+        return;
+    };
+    s.m.start_daemon(None);
+    let pw = s.start_pipewire_with_rt_rights("xdg");
+    let fifo = |pid: i32| -> Vec<i32> {
+        policies(pid)
+            .into_iter()
+            .filter(|(_, _, p)| matches!(p, Policy::Fifo { .. }))
+            .map(|(tid, _, _)| tid)
+            .collect()
+    };
+    let made_fifo = wait_for(FOUND_WITHIN, || {
+        let tids = fifo(pw);
+        (!tids.is_empty()).then_some(tids)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "with real-time rights PipeWire makes its data loop SCHED_FIFO: {:?}\n{}",
+            policies(pw),
+            s.logs()
+        )
+    });
+
+    let mut guard = s.m.tessera();
+    guard
+        .args([
+            "guard",
+            "pipewire",
+            "--pid",
+            &pw.to_string(),
+            "--seconds",
+            "8",
+        ])
+        .stdout(Stdio::null())
+        .stderr(s.log("guard.log"));
+    s.m.spawn(&mut guard);
+    let index = s.m.children.len() - 1;
+
+    let reserved = s.wait_for_reserved(pw, "PipeWire's SCHED_FIFO data loop");
+    for tid in &made_fifo {
+        assert!(
+            reserved.contains(tid),
+            "the thread PipeWire made SCHED_FIFO ({tid}) is reserved: {reserved:?}"
+        );
+        assert!(
+            matches!(sched::get_policy(*tid), Ok(Policy::Deadline(_))),
+            "thread {tid} reads back SCHED_DEADLINE: {:?}",
+            policies(pw)
+        );
+    }
+
+    let ended = wait_for(Duration::from_secs(20), || {
+        s.m.children[index].try_wait().ok().flatten()
+    });
+    let status = ended.unwrap_or_else(|| panic!("the guard did not stop\n{}", s.logs()));
+    assert!(status.success(), "the guard failed\n{}", s.logs());
+    assert_eq!(
+        fifo(pw),
+        made_fifo,
+        "the data loop is SCHED_FIFO again, as PipeWire set it: {:?}",
+        policies(pw)
     );
     assert!(s.m.cells().is_empty(), "no cell remains: {:?}", s.m.cells());
 }

@@ -56,16 +56,36 @@ impl TestUser {
     /// `runtime`.
     pub fn command(&self, runtime: &Path, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut cmd = Command::new(program);
-        cmd.env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("HOME", runtime)
-            .env("XDG_RUNTIME_DIR", runtime)
-            .current_dir(runtime)
-            .uid(self.uid)
-            .gid(self.gid)
-            .stdin(Stdio::null());
+        in_session(&mut cmd, runtime).uid(self.uid).gid(self.gid);
         cmd
     }
+
+    /// The same with real-time rights of its own, without RTKit: the
+    /// program runs with CAP_SYS_NICE (ambient, dropped to the user with
+    /// `setpriv`), as `setcap cap_sys_nice+ep` gives it — which PipeWire's
+    /// module-rt treats as an rtprio limit (the test machines' root lacks
+    /// CAP_SYS_RESOURCE, so `prlimit --rtprio` cannot raise the limit).
+    pub fn command_with_rt_rights(&self, runtime: &Path, program: &str) -> Command {
+        let mut cmd = Command::new("setpriv");
+        cmd.arg("--clear-groups")
+            .arg(format!("--reuid={}", self.uid))
+            .arg(format!("--regid={}", self.gid))
+            .args(["--inh-caps=+sys_nice", "--ambient-caps=+sys_nice"])
+            .arg(program);
+        in_session(&mut cmd, runtime);
+        cmd
+    }
+}
+
+/// `cmd` with nothing of the test's environment: the session's runtime
+/// directory, a plain PATH, no input.
+fn in_session<'a>(cmd: &'a mut Command, runtime: &Path) -> &'a mut Command {
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", runtime)
+        .env("XDG_RUNTIME_DIR", runtime)
+        .current_dir(runtime)
+        .stdin(Stdio::null())
 }
 
 impl Drop for TestUser {
