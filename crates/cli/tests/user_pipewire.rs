@@ -118,6 +118,28 @@ impl Session {
         text
     }
 
+    /// `tessera guard pipewire --pid PW` for `seconds`, logging to
+    /// guard.log; its index among the children.
+    fn start_guard(&mut self, pw: i32, seconds: u32) -> usize {
+        let mut guard = self.m.tessera();
+        guard
+            .args(["guard", "pipewire", "--pid", &pw.to_string()])
+            .args(["--seconds", &seconds.to_string()])
+            .stdout(Stdio::null())
+            .stderr(self.log("guard.log"));
+        self.m.spawn(&mut guard);
+        self.m.children.len() - 1
+    }
+
+    /// Waits for the guard at `index` to stop by itself, successfully.
+    fn guard_stopped(&mut self, index: usize) {
+        let ended = wait_for(Duration::from_secs(20), || {
+            self.m.children[index].try_wait().ok().flatten()
+        });
+        let status = ended.unwrap_or_else(|| panic!("the guard did not stop\n{}", self.logs()));
+        assert!(status.success(), "the guard failed\n{}", self.logs());
+    }
+
     /// The reserved threads of `pid`, once there are some.
     fn wait_for_reserved(&self, pid: i32, what: &str) -> Vec<i32> {
         let found = wait_for(FOUND_WITHIN, || {
@@ -196,21 +218,7 @@ fn root_guards_a_users_pipewire_without_rt_rights_and_gives_its_threads_back() {
         s.logs()
     );
 
-    let guard_log = s.log("guard.log");
-    let mut guard = s.m.tessera();
-    guard
-        .args([
-            "guard",
-            "pipewire",
-            "--pid",
-            &pw.to_string(),
-            "--seconds",
-            "10",
-        ])
-        .stdout(Stdio::null())
-        .stderr(guard_log);
-    let guard = s.m.spawn(&mut guard);
-    let index = s.m.children.len() - 1;
+    let index = s.start_guard(pw, 10);
 
     for (pid, what) in [
         (pw, "PipeWire's data loop"),
@@ -231,11 +239,7 @@ fn root_guards_a_users_pipewire_without_rt_rights_and_gives_its_threads_back() {
         );
     }
 
-    let ended = wait_for(Duration::from_secs(20), || {
-        s.m.children[index].try_wait().ok().flatten()
-    });
-    let status = ended.unwrap_or_else(|| panic!("guard {guard} did not stop\n{}", s.logs()));
-    assert!(status.success(), "the guard failed\n{}", s.logs());
+    s.guard_stopped(index);
     let log = std::fs::read_to_string(s.m.dir.join("guard.log")).unwrap();
     assert!(
         log.contains("runs the graph without real-time scheduling"),
@@ -276,20 +280,7 @@ fn root_guards_a_users_pipewire_real_time_by_its_own_rights_and_gives_its_thread
         )
     });
 
-    let mut guard = s.m.tessera();
-    guard
-        .args([
-            "guard",
-            "pipewire",
-            "--pid",
-            &pw.to_string(),
-            "--seconds",
-            "8",
-        ])
-        .stdout(Stdio::null())
-        .stderr(s.log("guard.log"));
-    s.m.spawn(&mut guard);
-    let index = s.m.children.len() - 1;
+    let index = s.start_guard(pw, 8);
 
     let reserved = s.wait_for_reserved(pw, "PipeWire's SCHED_FIFO data loop");
     for tid in &made_fifo {
@@ -304,11 +295,7 @@ fn root_guards_a_users_pipewire_real_time_by_its_own_rights_and_gives_its_thread
         );
     }
 
-    let ended = wait_for(Duration::from_secs(20), || {
-        s.m.children[index].try_wait().ok().flatten()
-    });
-    let status = ended.unwrap_or_else(|| panic!("the guard did not stop\n{}", s.logs()));
-    assert!(status.success(), "the guard failed\n{}", s.logs());
+    s.guard_stopped(index);
     assert_eq!(
         fifo(pw),
         made_fifo,
