@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tessera_broker::monitor::Sample;
 use tessera_broker::Session;
-use tessera_measure::Metric;
+use tessera_measure::{Counter, Metric};
 use tessera_music::protocol;
 use tessera_policy::{Budget, CellRequest, Placement};
 use tessera_runtime::{
@@ -426,8 +426,9 @@ pub(crate) fn metrics(
     data: DemandData,
     scenario: &Scenario,
     t0: u64,
-) -> (Vec<Metric>, Vec<String>) {
+) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
     let mut notes = data.notes;
+    let mut counters = Vec::new();
     let video_period = data.subject.video.period().as_nanos() as u64;
     let mut groups = vec![Group {
         name: VIDEO,
@@ -469,12 +470,16 @@ pub(crate) fn metrics(
     }
     if let Some(jack) = data.jack {
         // Its own figures (cycles, xruns, late cycles as the clients saw
-        // them), kept as notes: its budget metrics are the guard's view,
+        // them), kept as notes and counters named "jack: …": its budget metrics are the guard's view,
         // which the daemon's adaptation overrides.
-        let (_, jack_notes) = audio_server::metrics(jack, scenario, t0);
+        let (_, jack_counters, jack_notes) = audio_server::metrics(jack, scenario, t0);
+        counters.extend(jack_counters.into_iter().map(|c| Counter {
+            name: format!("jack: {}", c.name),
+            ..c
+        }));
         notes.extend(jack_notes.into_iter().map(|n| format!("jack: {n}")));
     }
-    (metrics, notes)
+    (metrics, counters, notes)
 }
 
 /// A cell of the music application's that is the same in every

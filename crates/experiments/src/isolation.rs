@@ -234,6 +234,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Outcome, Br
         let result = match run_configuration(config, opts.seconds, core, opts.task_budget) {
             Ok(stats) => ConfigurationResult {
                 name: config.name().to_string(),
+                counters: Vec::new(),
                 notes: vec![format!(
                     "{} releases, {} missed their deadline ({:.2} %), {} served late by an overrunning job",
                     stats.released(),
@@ -245,6 +246,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Outcome, Br
             },
             Err(e) => ConfigurationResult {
                 name: config.name().to_string(),
+                counters: Vec::new(),
                 notes: vec![format!("not run: {e}")],
                 metrics: Vec::new(),
             },

@@ -117,6 +117,7 @@ pub fn run(
 fn not_run(config: &Configuration, why: String) -> ConfigurationResult {
     ConfigurationResult {
         name: config.name.clone(),
+        counters: Vec::new(),
         notes: vec![format!("not run: {why}")],
         metrics: Vec::new(),
     }
@@ -728,6 +729,7 @@ fn collect(
         }
     )];
     let mut metrics = Vec::new();
+    let mut counters = Vec::new();
     let warmup = scenario.warmup.as_nanos() as u64;
     match finished.subject {
         Some(SubjectData::Task(stats)) => {
@@ -763,8 +765,10 @@ fn collect(
             notes.extend(music_notes);
         }
         Some(SubjectData::AudioServer(data)) => {
-            let (audio_metrics, audio_notes) = audio_server::metrics(*data, scenario, t0);
+            let (audio_metrics, audio_counters, audio_notes) =
+                audio_server::metrics(*data, scenario, t0);
             metrics.extend(audio_metrics);
+            counters.extend(audio_counters);
             notes.extend(audio_notes);
         }
         Some(SubjectData::NetworkApp(data)) => {
@@ -783,8 +787,10 @@ fn collect(
             notes.extend(render_notes);
         }
         Some(SubjectData::Demand(data)) => {
-            let (demand_metrics, demand_notes) = adaptation::metrics(*data, scenario, t0);
+            let (demand_metrics, demand_counters, demand_notes) =
+                adaptation::metrics(*data, scenario, t0);
             metrics.extend(demand_metrics);
+            counters.extend(demand_counters);
             notes.extend(demand_notes);
         }
         Some(SubjectData::Aes67(data)) => {
@@ -814,6 +820,7 @@ fn collect(
     notes.extend(finished.notes);
     ConfigurationResult {
         name: config.name.clone(),
+        counters,
         notes,
         metrics,
     }

@@ -539,6 +539,7 @@ fn collect(
     notes.extend(finished.notes);
     let result = ConfigurationResult {
         name: config.name.clone(),
+        counters: Vec::new(),
         notes,
         metrics,
     };

@@ -488,6 +488,7 @@ mod tests {
             measure(&data(ServerSched::Fifo(Some(70)), [3, 4], false), &window());
         let result = ConfigurationResult {
             name: "plain".into(),
+            counters: Vec::new(),
             notes,
             metrics,
         };
@@ -543,6 +544,7 @@ mod tests {
             let (metrics, notes) = measure(&data(sched, underruns, false), &window());
             results.configurations.push(ConfigurationResult {
                 name: name.into(),
+                counters: Vec::new(),
                 notes,
                 metrics,
             });
