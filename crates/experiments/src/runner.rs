@@ -772,8 +772,10 @@ fn collect(
             notes.extend(audio_notes);
         }
         Some(SubjectData::NetworkApp(data)) => {
-            let (app_metrics, app_notes) = audio_server::network_app::metrics(*data, scenario, t0);
+            let (app_metrics, app_counters, app_notes) =
+                audio_server::network_app::metrics(*data, scenario, t0);
             metrics.extend(app_metrics);
+            counters.extend(app_counters);
             notes.extend(app_notes);
         }
         Some(SubjectData::Netphone(data)) => {
@@ -782,8 +784,9 @@ fn collect(
             notes.extend(phone_notes);
         }
         Some(SubjectData::Render(data)) => {
-            let (render_metrics, render_notes) = render::metrics(*data);
+            let (render_metrics, render_counters, render_notes) = render::metrics(*data);
             metrics.extend(render_metrics);
+            counters.extend(render_counters);
             notes.extend(render_notes);
         }
         Some(SubjectData::Demand(data)) => {
