@@ -533,13 +533,14 @@ fn collect(
         metrics.extend(music_metrics);
         notes.extend(music_notes);
     }
-    let (media_metrics, media_notes) = crate::media::collect(&finished.media, scenario, t0);
+    let (media_metrics, counters, media_notes) =
+        crate::media::collect(&finished.media, scenario, t0);
     metrics.extend(media_metrics);
     notes.extend(media_notes);
     notes.extend(finished.notes);
     let result = ConfigurationResult {
         name: config.name.clone(),
-        counters: Vec::new(),
+        counters,
         notes,
         metrics,
     };

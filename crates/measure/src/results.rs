@@ -156,6 +156,14 @@ impl Counter {
         Counter::new(name, value as f64, COUNT)
     }
 
+    /// Counts of (name, value) pairs, in order.
+    pub fn counts<N: Into<String>>(pairs: impl IntoIterator<Item = (N, u64)>) -> Vec<Counter> {
+        pairs
+            .into_iter()
+            .map(|(name, value)| Counter::count(name, value))
+            .collect()
+    }
+
     pub fn new(name: impl Into<String>, value: f64, unit: impl Into<String>) -> Counter {
         Counter {
             name: name.into(),

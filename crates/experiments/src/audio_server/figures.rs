@@ -86,17 +86,14 @@ impl Headline {
 
     /// The figures as counters (the ratio only when there is one).
     pub fn counters(&self) -> Vec<Counter> {
-        let mut counters: Vec<Counter> = [
+        let mut counters = Counter::counts([
             (CYCLES, self.cycles),
             (XRUNS, self.xruns),
             (LATE, self.late),
             (INCOMPLETE, self.incomplete),
             (FAILED, self.failed),
             (LOST, self.lost),
-        ]
-        .into_iter()
-        .map(|(name, value)| Counter::count(name, value))
-        .collect();
+        ]);
         counters.extend(
             self.reserved_per_used
                 .map(|r| Counter::new(RESERVED_PER_USED, r, "ratio")),

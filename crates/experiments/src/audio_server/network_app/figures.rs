@@ -130,16 +130,16 @@ impl NetworkFigures {
 impl HostFigures {
     /// A host's figures as counters, named as its metrics.
     fn counters(&self, host: &str) -> Vec<Counter> {
-        [
-            (UNDERRUNS, self.underruns),
-            (LATE, self.late),
-            (RECEIVED, self.received),
-            (CYCLES, self.cycles),
-            (XRUNS, self.xruns),
-        ]
-        .into_iter()
-        .map(|(what, value)| Counter::count(metric_name(what, host), value))
-        .collect()
+        Counter::counts(
+            [
+                (UNDERRUNS, self.underruns),
+                (LATE, self.late),
+                (RECEIVED, self.received),
+                (CYCLES, self.cycles),
+                (XRUNS, self.xruns),
+            ]
+            .map(|(what, value)| (metric_name(what, host), value)),
+        )
     }
 }
 
