@@ -805,8 +805,9 @@ fn collect(
             notes.extend(demand_notes);
         }
         Some(SubjectData::Aes67(data)) => {
-            let (aes67_metrics, aes67_notes) = aes67::metrics(*data);
+            let (aes67_metrics, aes67_counters, aes67_notes) = aes67::metrics(*data);
             metrics.extend(aes67_metrics);
+            counters.extend(aes67_counters);
             notes.extend(aes67_notes);
         }
         None => {}
