@@ -766,8 +766,10 @@ fn collect(
         }
         Some(SubjectData::Cyclictest(Err(e))) => notes.push(format!("cyclictest failed: {e}")),
         Some(SubjectData::Music(data)) => {
-            let (music_metrics, music_notes) = music::metrics(*data, scenario.warmup);
+            let (music_metrics, music_counters, music_notes) =
+                music::metrics(*data, scenario.warmup);
             metrics.extend(music_metrics);
+            counters.extend(music_counters);
             notes.extend(music_notes);
         }
         Some(SubjectData::AudioServer(data)) => {
