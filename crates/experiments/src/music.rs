@@ -395,8 +395,10 @@ pub(crate) fn metrics(
     let mut counters = Vec::new();
     let mut notes = Vec::new();
     if let Some(service) = &data.service {
-        let (service_metrics, service_notes) = crate::net_service::metrics(service);
+        let (service_metrics, service_counters, service_notes) =
+            crate::net_service::metrics(service);
         metrics.extend(service_metrics);
+        counters.extend(service_counters);
         notes.extend(service_notes);
     }
     let through_service = data.service.is_some();

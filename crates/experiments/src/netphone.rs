@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::music::role;
-use crate::net_service::{await_listening, flow_note, spawn_service};
+use crate::net_service::{await_listening, flow_counters, flow_note, spawn_service};
 use crate::runner::{latency_histogram, note_cell, setup_for, within_cell};
 use crate::servers::{program_beside_us, unique, OwnedChild};
 use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series, Summary};
@@ -332,13 +332,17 @@ pub(crate) fn metrics(
     }
     notes.extend(report.flood.as_ref().map(|f| f.describe()));
     notes.extend(data.service.as_ref().map(ServiceWatch::describe));
+    let mut counters = packets.counters();
     match &report.service {
-        Some(Ok(flow)) => notes.push(format!(
-            "{SERVICE_NOTE}the speaker's flow reserved {:.2} Mbit/s, limited to {:.2}; {}",
-            flow.reservation_bps as f64 / 1e6,
-            flow.limit_bps.unwrap_or(flow.reservation_bps) as f64 / 1e6,
-            flow_note(flow)
-        )),
+        Some(Ok(flow)) => {
+            notes.push(format!(
+                "{SERVICE_NOTE}the speaker's flow reserved {:.2} Mbit/s, limited to {:.2}; {}",
+                flow.reservation_bps as f64 / 1e6,
+                flow.limit_bps.unwrap_or(flow.reservation_bps) as f64 / 1e6,
+                flow_note(flow)
+            ));
+            counters.extend(flow_counters(flow));
+        }
         Some(Err(e)) => notes.push(format!("{SERVICE_NOTE}the speaker's flow's counters: {e}")),
         None => {}
     }
@@ -367,7 +371,7 @@ pub(crate) fn metrics(
         part(NETWORK_METRIC, |r| Some(r.t3_ns?.saturating_sub(r.t2_ns?))),
         part(RECEIVER_METRIC, |r| Some(r.t4_ns? - r.t3_ns?)),
     ];
-    (metrics, packets.counters(), notes)
+    (metrics, counters, notes)
 }
 
 /// Whether a delivered packet's stamps are in the order it travelled:
