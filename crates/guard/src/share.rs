@@ -97,8 +97,7 @@ impl Sampled {
     pub fn is_busy(&self) -> bool {
         let busy = Bandwidth::from_fraction(BUSY);
         self.used >= busy
-            || (self.used >= Bandwidth::from_fraction(BUSY / 5.0)
-                && self.used + self.waited >= busy)
+            || (self.used >= Bandwidth::from_fraction(BUSY / 5.0) && self.used + self.waited >= busy)
     }
 }
 
