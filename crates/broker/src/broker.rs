@@ -8,9 +8,10 @@
 //! kernel except through `placement`, `layout` and `tessera-sys`.
 
 use crate::config::Config;
+use crate::error::{BrokerError, ErrorCode};
 use crate::facts::{Facts, Mode};
 use crate::layout::Layout;
-use crate::monitor::{CellFacts, CellSample, Monitor, Sample};
+use crate::monitor::{CellFacts, CellSample, Monitor, Sample, UnguaranteedThread};
 use crate::paths::Paths;
 use crate::placement::{self, Enforcement};
 use crate::protocol::{BudgetChange, CellInfo, ResizeCellsReply, ResizeReply, StatusReport};
@@ -18,63 +19,20 @@ use crate::registry::{self, ServiceEntry, ServiceInfo};
 use crate::state::{CellState, Member, Owner, ProcessId, Reported, State};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::{Duration, Instant};
 use tessera_policy::rap::{self, CellView, RapConfig};
 use tessera_policy::{Bandwidth, Budget, CellPolicy, CellRequest, Ledger, Placement, Refusal};
 use tessera_sys::cgroup::Hierarchy;
 use tessera_sys::ipc::PeerCredentials;
+use tessera_sys::proc;
 use tessera_sys::sched::{self, Policy};
-use tessera_sys::{proc, ErrorKind};
 
-/// A failed operation: a stable code, what is wrong, and the fix.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BrokerError {
-    pub code: String,
-    pub message: String,
-    pub fix: String,
-}
-
-impl BrokerError {
-    pub fn new(code: &str, message: impl Into<String>, fix: impl Into<String>) -> BrokerError {
-        BrokerError {
-            code: code.into(),
-            message: message.into(),
-            fix: fix.into(),
-        }
-    }
-
-    fn unknown_cell(name: &str) -> BrokerError {
-        BrokerError::new(
-            "not-found",
-            format!("no cell named {name:?}"),
-            "`tessera cell list` shows the cells",
-        )
-    }
-}
-
-impl fmt::Display for BrokerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.message)?;
-        if !self.fix.is_empty() {
-            write!(f, " (fix: {})", self.fix)?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for BrokerError {}
-
-impl From<tessera_sys::Error> for BrokerError {
-    fn from(e: tessera_sys::Error) -> BrokerError {
-        let code = match e.kind {
-            ErrorKind::Permission => "permission",
-            ErrorKind::NotFound => "not-found",
-            ErrorKind::Invalid => "invalid",
-            _ => "kernel",
-        };
-        BrokerError::new(code, format!("{}: {}", e.action, e.cause), e.fix)
-    }
+fn unknown_cell(name: &str) -> BrokerError {
+    BrokerError::new(
+        ErrorCode::NotFound,
+        format!("no cell named {name:?}"),
+        "`tessera cell list` shows the cells",
+    )
 }
 
 /// What `reset` undid.
@@ -104,6 +62,9 @@ pub struct Broker {
     unsaved_since: Option<Instant>,
     /// How long budget changes may wait to be saved; None: saved at once.
     budget_save_delay: Option<Duration>,
+    /// Real-time threads left without a reservation, as their granter
+    /// last reported them (see [`Broker::set_unguaranteed`]).
+    unguaranteed: Vec<UnguaranteedThread>,
 }
 
 fn enforcement(mode: &Mode) -> Enforcement {
@@ -142,7 +103,7 @@ impl Broker {
     pub fn open(paths: Paths, config: Config, label: String) -> Outcome<(Broker, Vec<String>)> {
         let facts = Facts::detect()?;
         let loaded = State::load(&paths.state())
-            .map_err(|e| BrokerError::new("state", e, "run `tessera reset`"))?;
+            .map_err(|e| BrokerError::new(ErrorCode::State, e, "run `tessera reset`"))?;
         let enf = enforcement(&facts.mode);
         let fresh = State::new(Ledger::new(facts.machine.clone()));
         let monitor = Monitor::open(paths.monitor());
@@ -157,6 +118,7 @@ impl Broker {
             calm: BTreeMap::new(),
             unsaved_since: None,
             budget_save_delay: None,
+            unguaranteed: Vec::new(),
         };
         let notes = match loaded {
             Some(old) => broker.recover(old),
@@ -202,7 +164,7 @@ impl Broker {
         self.unsaved_since = None;
         self.state.save(&self.paths.state()).map_err(|e| {
             BrokerError::new(
-                "state",
+                ErrorCode::State,
                 format!("write {}: {e}", self.paths.state().display()),
                 "check free space and permissions",
             )
@@ -326,7 +288,7 @@ impl Broker {
             ),
         };
         BrokerError::new(
-            "refused",
+            ErrorCode::Refused,
             format!(
                 "cell {:?} refused: a {} cell needs cpusets, {why}",
                 req.name,
@@ -347,7 +309,7 @@ impl Broker {
         self.check_quota(&req, owner.uid)?;
         self.state.ledger.insert(&req).map_err(|r| {
             BrokerError::new(
-                "refused",
+                ErrorCode::Refused,
                 format!("cell {:?} refused: {}", r.cell, r.reason),
                 r.would_fit.unwrap_or_default(),
             )
@@ -422,7 +384,7 @@ impl Broker {
         if held + asked + dedicated > quota {
             let user = crate::config::user_name(uid).unwrap_or_else(|| uid.to_string());
             return Err(BrokerError::new(
-                "quota",
+                ErrorCode::Quota,
                 format!(
                     "cell {:?} refused: user {user} (uid {uid}) holds {held} and asks {} more, over their quota of {quota}",
                     req.name,
@@ -439,10 +401,10 @@ impl Broker {
             .state
             .cells
             .get(name)
-            .ok_or_else(|| BrokerError::unknown_cell(name))?;
+            .ok_or_else(|| unknown_cell(name))?;
         if uid != 0 && cell.owner.uid != uid {
             return Err(BrokerError::new(
-                "permission",
+                ErrorCode::Permission,
                 format!(
                     "cell {name:?} belongs to uid {}, not to you (uid {uid})",
                     cell.owner.uid
@@ -549,12 +511,12 @@ impl Broker {
             .state
             .ledger
             .grant(name)
-            .ok_or_else(|| BrokerError::unknown_cell(name))?;
+            .ok_or_else(|| unknown_cell(name))?;
         let cell = self
             .state
             .cells
             .get(name)
-            .ok_or_else(|| BrokerError::unknown_cell(name))?;
+            .ok_or_else(|| unknown_cell(name))?;
         for m in cell.members.iter().filter(|m| m.is_alive()) {
             let t = placement::target(grant, m.slot, &self.state.ledger, &self.enf)?;
             placement::retune(m, &t, &self.enf)?;
@@ -596,7 +558,7 @@ impl Broker {
             return Ok((budget.with_runtime(runtime, window), true));
         }
         Err(BrokerError::new(
-            "quota",
+            ErrorCode::Quota,
             format!(
                 "cell {name:?} cannot grow to {budget}: uid {uid}'s other cells hold {others} of a quota of {quota}"
             ),
@@ -651,14 +613,14 @@ impl Broker {
         self.cell_owned_by(cell, uid)?;
         let owner = proc::owner_uid(pid).map_err(|_| {
             BrokerError::new(
-                "not-found",
+                ErrorCode::NotFound,
                 format!("no process {pid}"),
                 "check the PID (`ps -e`)",
             )
         })?;
         if uid != 0 && owner != uid {
             return Err(BrokerError::new(
-                "permission",
+                ErrorCode::Permission,
                 format!("process {pid} belongs to uid {owner}, not to you (uid {uid})"),
                 "attach your own processes, or ask root",
             ));
@@ -667,7 +629,7 @@ impl Broker {
             Some(t) => {
                 if proc::process_of(t).ok() != Some(pid) {
                     return Err(BrokerError::new(
-                        "not-found",
+                        ErrorCode::NotFound,
                         format!("thread {t} is not a thread of process {pid}"),
                         "list them with `ps -L -p PID`",
                     ));
@@ -681,7 +643,7 @@ impl Broker {
             .find_map(|&t| self.member_cell(t).map(|c| (t, c.to_string())))
         {
             return Err(BrokerError::new(
-                "invalid",
+                ErrorCode::Invalid,
                 format!("thread {t} is already in cell {other:?}"),
                 format!("detach it first: `tessera cell detach --tid {t}`"),
             ));
@@ -709,7 +671,7 @@ impl Broker {
             .ledger
             .grant(cell)
             .cloned()
-            .ok_or_else(|| BrokerError::unknown_cell(cell))?;
+            .ok_or_else(|| unknown_cell(cell))?;
         let slot = if grant.reservations.is_empty() || cpuset_only {
             None
         } else {
@@ -721,7 +683,7 @@ impl Broker {
             let free = (0..grant.reservations.len()).find(|s| !taken.contains(s));
             Some(free.ok_or_else(|| {
                 BrokerError::new(
-                    "refused",
+                    ErrorCode::Refused,
                     format!(
                         "cell {cell:?} has {} reservation(s), all held by threads {:?}: mainline SCHED_DEADLINE gives each thread its own reservation",
                         grant.reservations.len(),
@@ -750,7 +712,7 @@ impl Broker {
             .map(|(n, _)| n.clone())
             .ok_or_else(|| {
                 BrokerError::new(
-                    "not-found",
+                    ErrorCode::NotFound,
                     format!("thread {tid} is in no cell"),
                     "`tessera cell list` shows the members",
                 )
@@ -813,7 +775,7 @@ impl Broker {
     pub fn reset(&mut self, uid: u32) -> Outcome<ResetReport> {
         if uid != 0 && self.facts.mode == Mode::Guaranteed {
             return Err(BrokerError::new(
-                "permission",
+                ErrorCode::Permission,
                 "reset changes the whole machine",
                 "run `sudo tessera reset`",
             ));
@@ -883,12 +845,12 @@ impl Broker {
             .state
             .cells
             .get(name)
-            .ok_or_else(|| BrokerError::unknown_cell(name))?;
+            .ok_or_else(|| unknown_cell(name))?;
         let grant = self
             .state
             .ledger
             .grant(name)
-            .ok_or_else(|| BrokerError::unknown_cell(name))?;
+            .ok_or_else(|| unknown_cell(name))?;
         let slots = grant.reservations.len();
         Ok(CellInfo {
             name: name.to_string(),
@@ -948,7 +910,7 @@ impl Broker {
             .state
             .cells
             .get_mut(name)
-            .ok_or_else(|| BrokerError::unknown_cell(name))?;
+            .ok_or_else(|| unknown_cell(name))?;
         cell.reported.misses = cell.reported.misses.saturating_add(reported.misses);
         cell.reported.xruns = cell.reported.xruns.saturating_add(reported.xruns);
         let total = cell.reported;
@@ -966,7 +928,14 @@ impl Broker {
                 state,
             })
         });
-        self.monitor.sample(cells).clone()
+        self.monitor.sample(cells, &self.unguaranteed).clone()
+    }
+
+    /// The real-time threads that hold no reservation, for the monitor's
+    /// samples (`tessera top`): RTKit's fallback reports every change of
+    /// the threads it left on SCHED_RR.
+    pub fn set_unguaranteed(&mut self, threads: Vec<UnguaranteedThread>) {
+        self.unguaranteed = threads;
     }
 
     /// The samples after `since_unix_ms`; a fresh one first when the newest
@@ -1084,7 +1053,7 @@ impl Broker {
 /// An admission refusal as the protocol reports it: the fix is what would fit.
 fn refused(r: Refusal) -> BrokerError {
     BrokerError::new(
-        "refused",
+        ErrorCode::Refused,
         format!("cell {:?} refused: {}", r.cell, r.reason),
         r.would_fit.unwrap_or_default(),
     )

@@ -6,10 +6,11 @@
 //! group (or the world); peers are identified by SO_PEERCRED. It must never
 //! let one bad line or one dying client disturb the others.
 
-use crate::broker::{Broker, BrokerError};
+use crate::broker::Broker;
 use crate::config::{group_id, Config};
+use crate::error::{BrokerError, ErrorCode};
 use crate::paths::Paths;
-use crate::protocol::{HelloReply, Request, Response, WireError, PROTOCOL_VERSION};
+use crate::protocol::{HelloReply, Request, Response, PROTOCOL_VERSION};
 use crate::registry::ServiceEntry;
 use crate::state::{Owner, ProcessId, Reported};
 use crate::wire::{self, Incoming};
@@ -33,7 +34,7 @@ pub fn handle(
     peer: PeerCredentials,
 ) -> Result<serde_json::Value, BrokerError> {
     let json = |v: serde_json::Result<serde_json::Value>| {
-        v.map_err(|e| BrokerError::new("internal", e.to_string(), ""))
+        v.map_err(|e| BrokerError::new(ErrorCode::Internal, e.to_string(), ""))
     };
     match request {
         Request::Hello => json(serde_json::to_value(HelloReply {
@@ -155,11 +156,7 @@ pub fn response(id: u64, outcome: Result<serde_json::Value, BrokerError>) -> Res
             id,
             ok: false,
             result: None,
-            error: Some(WireError {
-                code: e.code,
-                message: e.message,
-                fix: e.fix,
-            }),
+            error: Some(e),
         },
     }
 }
@@ -201,7 +198,7 @@ fn bind_socket(paths: &Paths, config: &Config) -> Result<UnixListener, BrokerErr
     let path = paths.socket();
     if UnixStream::connect(&path).is_ok() {
         return Err(BrokerError::new(
-            "busy",
+            ErrorCode::Busy,
             format!("a tessera daemon already answers on {}", path.display()),
             "stop it first, or use it",
         ));
@@ -209,7 +206,7 @@ fn bind_socket(paths: &Paths, config: &Config) -> Result<UnixListener, BrokerErr
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path).map_err(|e| {
         BrokerError::new(
-            "state",
+            ErrorCode::State,
             format!("bind {}: {e}", path.display()),
             "check the run directory's permissions",
         )
@@ -219,20 +216,29 @@ fn bind_socket(paths: &Paths, config: &Config) -> Result<UnixListener, BrokerErr
         (Some(group), false) => {
             let gid = group_id(group).ok_or_else(|| {
                 BrokerError::new(
-                    "invalid",
+                    ErrorCode::Invalid,
                     format!("socket_group {group:?} does not exist"),
                     "name a group from /etc/group",
                 )
             })?;
             std::os::unix::fs::chown(&path, None, Some(gid)).map_err(|e| {
-                BrokerError::new("state", format!("chown {}: {e}", path.display()), "")
+                BrokerError::new(
+                    ErrorCode::State,
+                    format!("chown {}: {e}", path.display()),
+                    "",
+                )
             })?;
             0o660
         }
         (None, false) => 0o600,
     };
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-        .map_err(|e| BrokerError::new("state", format!("chmod {}: {e}", path.display()), ""))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).map_err(|e| {
+        BrokerError::new(
+            ErrorCode::State,
+            format!("chmod {}: {e}", path.display()),
+            "",
+        )
+    })?;
     Ok(listener)
 }
 
@@ -240,11 +246,11 @@ fn bind_socket(paths: &Paths, config: &Config) -> Result<UnixListener, BrokerErr
 /// accepts connections (with the recovery notes), before any connection is
 /// served: for logs, tests, and front-ends that share the broker (RTKit's
 /// interface); its error stops the daemon before it serves.
-pub fn run(
+pub fn run<E: From<BrokerError>>(
     paths: Paths,
     config: Config,
-    on_ready: impl FnOnce(&Arc<Mutex<Broker>>, &[String]) -> Result<(), BrokerError>,
-) -> Result<(), BrokerError> {
+    on_ready: impl FnOnce(&Arc<Mutex<Broker>>, &[String]) -> Result<(), E>,
+) -> Result<(), E> {
     let lock = crate::session::hold_lock(&paths, Duration::from_secs(10))?;
     let label = format!("daemon (pid {})", tessera_sys::proc::current_pid());
     let (mut broker, notes) = Broker::open(paths.clone(), config.clone(), label)?;
@@ -267,7 +273,7 @@ pub fn run(
                 eprintln!("tessera daemon: {n}");
             }
         })
-        .map_err(|e| BrokerError::new("internal", format!("start the reaper: {e}"), ""))?;
+        .map_err(|e| BrokerError::new(ErrorCode::Internal, format!("start the reaper: {e}"), ""))?;
     start_monitor(Arc::clone(&broker), &config)?;
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
@@ -304,5 +310,5 @@ fn start_monitor(broker: Arc<Mutex<Broker>>, config: &Config) -> Result<(), Brok
             }
         })
         .map(drop)
-        .map_err(|e| BrokerError::new("internal", format!("start the monitor: {e}"), ""))
+        .map_err(|e| BrokerError::new(ErrorCode::Internal, format!("start the monitor: {e}"), ""))
 }

@@ -20,6 +20,7 @@
 pub mod broker;
 pub mod config;
 pub mod daemon;
+pub mod error;
 pub mod facts;
 pub mod layout;
 pub mod monitor;
@@ -31,7 +32,8 @@ pub mod session;
 pub mod state;
 pub mod wire;
 
-pub use broker::{Broker, BrokerError};
+pub use broker::Broker;
+pub use error::{BrokerError, ErrorCode};
 pub use facts::{Facts, Mode};
 pub use protocol::{BudgetChange, CellInfo, Request, ResizeCellsReply, Response, StatusReport};
 pub use registry::{ServiceEntry, ServiceInfo, ServicePolicy};

@@ -80,6 +80,22 @@ impl CellSample {
     }
 }
 
+/// A thread running real-time without a reservation, so that nothing
+/// guarantees it CPU time: admission refused it, and RTKit's fallback
+/// (`rtkit_fallback = "fifo"`) left it on SCHED_RR. Reported by what
+/// granted it (`tessera_rtkit`) through [`crate::Broker::set_unguaranteed`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnguaranteedThread {
+    pub pid: i32,
+    pub tid: i32,
+    pub uid: u32,
+    pub name: String,
+    /// Its SCHED_RR priority.
+    pub priority: u32,
+    /// Why it holds no reservation: admission's refusal.
+    pub why: String,
+}
+
 /// The whole machine at one instant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
@@ -88,6 +104,9 @@ pub struct Sample {
     /// Since the previous sample (0 for the first).
     pub interval_ns: u64,
     pub cells: Vec<CellSample>,
+    /// Real-time threads outside every cell, with no guarantee.
+    #[serde(default)]
+    pub unguaranteed: Vec<UnguaranteedThread>,
     /// What adaptation changed since the previous sample, one line each.
     #[serde(default)]
     pub changes: Vec<String>,
@@ -149,8 +168,13 @@ impl Monitor {
         self.pending_changes.push(line);
     }
 
-    /// Samples every cell now, keeps and appends the sample, and returns it.
-    pub fn sample<'a>(&mut self, cells: impl Iterator<Item = CellFacts<'a>>) -> &Sample {
+    /// Samples every cell now, keeps and appends the sample (with the
+    /// `unguaranteed` threads as last reported), and returns it.
+    pub fn sample<'a>(
+        &mut self,
+        cells: impl Iterator<Item = CellFacts<'a>>,
+        unguaranteed: &[UnguaranteedThread],
+    ) -> &Sample {
         let t_mono_ns = tessera_sys::clock::monotonic_ns();
         let previous = self.series.back();
         let interval_ns = previous.map_or(0, |p| t_mono_ns.saturating_sub(p.t_mono_ns));
@@ -162,6 +186,7 @@ impl Monitor {
             t_mono_ns,
             interval_ns,
             cells,
+            unguaranteed: unguaranteed.to_vec(),
             changes: std::mem::take(&mut self.pending_changes),
         };
         self.append(&sample);
@@ -287,8 +312,8 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let mut monitor = Monitor::open(path.clone());
         monitor.note_change("cell a: grown".into());
-        monitor.sample(std::iter::empty());
-        monitor.sample(std::iter::empty());
+        monitor.sample(std::iter::empty(), &[]);
+        monitor.sample(std::iter::empty(), &[]);
         let mut file = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)

@@ -10,7 +10,7 @@
 //!
 //! It must never carry behaviour: only the shapes of messages.
 
-use crate::broker::BrokerError;
+use crate::error::BrokerError;
 use crate::facts::Mode;
 use crate::registry::ServicePolicy;
 use crate::state::Member;
@@ -138,15 +138,6 @@ pub struct Envelope {
     pub op: String,
 }
 
-/// A structured error: a stable code, the problem, and the fix.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WireError {
-    pub code: String,
-    pub message: String,
-    #[serde(default)]
-    pub fix: String,
-}
-
 /// The envelope of a reply line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Response {
@@ -156,7 +147,7 @@ pub struct Response {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<serde_json::Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<WireError>,
+    pub error: Option<BrokerError>,
 }
 
 /// A cell as reported to users.

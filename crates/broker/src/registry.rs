@@ -20,7 +20,7 @@
 //! owner), and never take an identity from a request: callers' credentials
 //! come from the kernel.
 
-use crate::broker::BrokerError;
+use crate::error::{BrokerError, ErrorCode};
 use crate::state::ProcessId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -125,7 +125,7 @@ impl ServiceEntry {
             return Ok(());
         }
         Err(BrokerError::new(
-            "permission",
+            ErrorCode::Permission,
             format!(
                 "service {:?} refuses {}: it admits {}",
                 self.name,
@@ -153,7 +153,7 @@ pub fn check_name(name: &str) -> Result<(), BrokerError> {
         return Ok(());
     }
     Err(BrokerError::new(
-        "invalid",
+        ErrorCode::Invalid,
         format!(
             "service name {name:?} is not valid: it must be 1 to {MAX_SERVICE_NAME} bytes of a-z, 0-9, '-', '_' and '.'"
         ),
@@ -166,28 +166,28 @@ pub fn check_name(name: &str) -> Result<(), BrokerError> {
 pub fn check_socket(socket: &Path, uid: u32) -> Result<(), BrokerError> {
     if !socket.is_absolute() {
         return Err(BrokerError::new(
-            "invalid",
+            ErrorCode::Invalid,
             format!("service socket {} is a relative path", socket.display()),
             "give the socket's absolute path (the broker may run in another directory)",
         ));
     }
     let meta = std::fs::metadata(socket).map_err(|e| {
         BrokerError::new(
-            "invalid",
+            ErrorCode::Invalid,
             format!("service socket {}: {e}", socket.display()),
             "bind the service's listener before registering it",
         )
     })?;
     if !meta.file_type().is_socket() {
         return Err(BrokerError::new(
-            "invalid",
+            ErrorCode::Invalid,
             format!("{} is not a Unix socket", socket.display()),
             "register the path the service's UnixListener is bound to",
         ));
     }
     if uid != 0 && meta.uid() != uid {
         return Err(BrokerError::new(
-            "permission",
+            ErrorCode::Permission,
             format!(
                 "socket {} belongs to uid {}, not to you (uid {uid})",
                 socket.display(),
@@ -222,7 +222,7 @@ impl Services {
 
     fn held_by(held: &ServiceEntry) -> BrokerError {
         BrokerError::new(
-            "busy",
+            ErrorCode::Busy,
             format!(
                 "service {:?} is already registered by pid {} (uid {}) on {}",
                 held.name,
@@ -246,7 +246,7 @@ impl Services {
             .count();
         if uid != 0 && held >= MAX_SERVICES_PER_USER {
             return Err(BrokerError::new(
-                "quota",
+                ErrorCode::Quota,
                 format!("uid {uid} already has {held} services registered"),
                 "unregister services you no longer run",
             ));
@@ -260,7 +260,7 @@ impl Services {
         let entry = self.0.get(name).ok_or_else(|| self.unknown(name))?;
         if uid != 0 && entry.owner_uid != uid {
             return Err(BrokerError::new(
-                "permission",
+                ErrorCode::Permission,
                 format!(
                     "service {name:?} belongs to uid {}, not to you (uid {uid})",
                     entry.owner_uid
@@ -278,7 +278,7 @@ impl Services {
         let entry = self.0.get(name).ok_or_else(|| self.unknown(name))?;
         if !entry.is_alive() {
             return Err(BrokerError::new(
-                "not-found",
+                ErrorCode::NotFound,
                 format!(
                     "service {name:?} is not running: its server (pid {}) exited without unregistering",
                     entry.process.pid
@@ -309,7 +309,7 @@ impl Services {
             false => format!("running services: {}", running.join(", ")),
         };
         BrokerError::new(
-            "not-found",
+            ErrorCode::NotFound,
             format!("no service named {name:?} is registered ({running})"),
             format!("start it with `tessera serve {name}`"),
         )
@@ -359,7 +359,7 @@ mod tests {
             &"n".repeat(MAX_SERVICE_NAME + 1),
         ] {
             let e = check_name(bad).unwrap_err();
-            assert_eq!(e.code, "invalid");
+            assert_eq!(e.code, ErrorCode::Invalid);
             assert!(e.message.contains("a-z, 0-9"), "{}", e.message);
         }
     }
@@ -394,7 +394,7 @@ mod tests {
         let e = entry("net", 0, policy.clone())
             .admit(&caller(2000, 2000))
             .unwrap_err();
-        assert_eq!(e.code, "permission");
+        assert_eq!(e.code, ErrorCode::Permission);
         assert!(
             e.message
                 .contains("service \"net\" refuses uid 2000 (gid 2000)"),

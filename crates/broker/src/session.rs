@@ -8,10 +8,10 @@
 //! says where it listens, the session connects. It must never hold the lock
 //! between operations (other clients would block).
 
-use crate::broker::BrokerError;
 use crate::broker::{Broker, ResetReport};
 use crate::config::Config;
 use crate::daemon::handle;
+use crate::error::{BrokerError, ErrorCode};
 use crate::monitor::Sample;
 use crate::paths::Paths;
 use crate::protocol::{
@@ -47,7 +47,7 @@ pub fn hold_lock(paths: &Paths, patience: Duration) -> Result<File, BrokerError>
     let path = paths.lock();
     paths.ensure().map_err(|e| {
         BrokerError::new(
-            "state",
+            ErrorCode::State,
             format!("create {}: {e}", paths.dir.display()),
             "check permissions, or set TESSERA_RUN_DIR",
         )
@@ -59,7 +59,7 @@ pub fn hold_lock(paths: &Paths, patience: Duration) -> Result<File, BrokerError>
         .open(&path)
         .map_err(|e| {
             BrokerError::new(
-                "state",
+                ErrorCode::State,
                 format!("open {}: {e}", path.display()),
                 "check the run directory's permissions, or set TESSERA_RUN_DIR",
             )
@@ -71,7 +71,7 @@ pub fn hold_lock(paths: &Paths, patience: Duration) -> Result<File, BrokerError>
         }
         if start.elapsed() > patience {
             return Err(BrokerError::new(
-                "busy",
+                ErrorCode::Busy,
                 format!(
                     "another tessera broker holds {} (a daemon, or another tessera command)",
                     path.display()
@@ -89,7 +89,7 @@ pub fn hold_lock(paths: &Paths, patience: Duration) -> Result<File, BrokerError>
 fn own_credentials() -> Result<PeerCredentials, BrokerError> {
     let (ours, _theirs) = UnixStream::pair().map_err(|e| {
         BrokerError::new(
-            "internal",
+            ErrorCode::Internal,
             format!("create a socket pair to read this process's credentials: {e}"),
             "raise the open-file limit (ulimit -n)",
         )
@@ -100,7 +100,7 @@ fn own_credentials() -> Result<PeerCredentials, BrokerError> {
 /// The daemon at `socket` refused the connection (file permissions).
 fn not_accepted(socket: &Path) -> BrokerError {
     BrokerError::new(
-        "permission",
+        ErrorCode::Permission,
         format!(
             "the tessera daemon at {} does not accept you",
             socket.display()
@@ -139,7 +139,7 @@ impl Session {
                 Err(not_accepted(&socket))
             }
             Err(e) => Err(BrokerError::new(
-                "busy",
+                ErrorCode::Busy,
                 format!("no tessera daemon answers on {}: {e}", socket.display()),
                 format!(
                     "start one: `tessera daemon --run-dir {}`",
@@ -157,7 +157,7 @@ impl Session {
     fn over(socket: PathBuf, stream: UnixStream) -> Result<Session, BrokerError> {
         let writer = stream
             .try_clone()
-            .map_err(|e| BrokerError::new("state", format!("socket: {e}"), ""))?;
+            .map_err(|e| BrokerError::new(ErrorCode::State, format!("socket: {e}"), ""))?;
         Ok(Session::Daemon {
             socket,
             reader: BufReader::new(stream),
@@ -172,7 +172,7 @@ impl Session {
             Session::Daemon { socket, .. } => {
                 let stream = UnixStream::connect(socket).map_err(|e| {
                     BrokerError::new(
-                        "busy",
+                        ErrorCode::Busy,
                         format!("connect to {}: {e}", socket.display()),
                         "is the daemon still running?",
                     )
@@ -210,21 +210,22 @@ impl Session {
                 };
                 let lost = |e: std::io::Error| {
                     BrokerError::new(
-                        "busy",
+                        ErrorCode::Busy,
                         format!("the daemon at {} went away: {e}", socket.display()),
                         "restart it with `tessera daemon`; cells are recovered",
                     )
                 };
                 let mut text = serde_json::to_string(&line)
-                    .map_err(|e| BrokerError::new("internal", e.to_string(), ""))?;
+                    .map_err(|e| BrokerError::new(ErrorCode::Internal, e.to_string(), ""))?;
                 text.push('\n');
                 writer.write_all(text.as_bytes()).map_err(lost)?;
                 let mut reply = String::new();
                 if reader.read_line(&mut reply).map_err(lost)? == 0 {
                     return Err(lost(std::io::Error::other("connection closed")));
                 }
-                let reply: Response = serde_json::from_str(&reply)
-                    .map_err(|e| BrokerError::new("malformed", format!("daemon reply: {e}"), ""))?;
+                let reply: Response = serde_json::from_str(&reply).map_err(|e| {
+                    BrokerError::new(ErrorCode::Malformed, format!("daemon reply: {e}"), "")
+                })?;
                 unwrap_response(reply)
             }
             Session::Embedded { paths } => {
@@ -239,8 +240,9 @@ impl Session {
 
     fn typed<T: DeserializeOwned>(&mut self, request: Request) -> Result<T, BrokerError> {
         let value = self.call(request)?;
-        serde_json::from_value(value)
-            .map_err(|e| BrokerError::new("malformed", format!("unexpected reply: {e}"), ""))
+        serde_json::from_value(value).map_err(|e| {
+            BrokerError::new(ErrorCode::Malformed, format!("unexpected reply: {e}"), "")
+        })
     }
 
     pub fn hello(&mut self) -> Result<HelloReply, BrokerError> {
@@ -420,14 +422,14 @@ fn connect_service(entry: &ServiceEntry) -> Result<UnixStream, BrokerError> {
     UnixStream::connect(&entry.socket).map_err(|e| {
         let (code, fix) = match e.kind() {
             std::io::ErrorKind::PermissionDenied => (
-                "permission",
+                ErrorCode::Permission,
                 format!(
                     "ask the service's owner (uid {}) to make its socket connectable for you (its policy admits you)",
                     entry.owner_uid
                 ),
             ),
             _ => (
-                "not-found",
+                ErrorCode::NotFound,
                 format!("is `tessera serve {}` running? restart it", entry.name),
             ),
         };
@@ -493,10 +495,9 @@ fn unwrap_response(reply: Response) -> Result<serde_json::Value, BrokerError> {
     if reply.ok {
         return Ok(reply.result.unwrap_or(serde_json::Value::Null));
     }
-    let e = reply.error.unwrap_or(crate::protocol::WireError {
-        code: "malformed".into(),
-        message: "reply without result or error".into(),
-        fix: String::new(),
-    });
-    Err(BrokerError::new(&e.code, e.message, e.fix))
+    Err(reply.error.unwrap_or(BrokerError::new(
+        ErrorCode::Malformed,
+        "reply without result or error",
+        "",
+    )))
 }

@@ -6,7 +6,7 @@
 //! It must never touch the broker: a line refused here never reaches it, so
 //! no malformed request can change the broker's state.
 
-use crate::broker::BrokerError;
+use crate::error::{BrokerError, ErrorCode};
 use crate::protocol::{Envelope, RequestLine, PROTOCOL_VERSION};
 use serde_json::error::Category;
 use std::io::{self, BufRead, Read};
@@ -78,7 +78,7 @@ fn ends_line(piece: &[u8]) -> bool {
 /// What an overlong line is answered with.
 pub fn overlong() -> BrokerError {
     BrokerError::new(
-        "malformed",
+        ErrorCode::Malformed,
         format!(
             "request line has no newline in its first {MAX_LINE} bytes; \
              the rest of it, up to its newline, was discarded"
@@ -135,7 +135,7 @@ fn not_utf8(line: &[u8], e: &Utf8Error) -> BrokerError {
         ),
     };
     BrokerError::new(
-        "malformed",
+        ErrorCode::Malformed,
         message,
         "encode the line as UTF-8 (JSON strings may escape any character as \\uXXXX)",
     )
@@ -149,7 +149,7 @@ fn hex(bytes: &[u8]) -> String {
 fn not_an_object(text: &str) -> BrokerError {
     let start: String = text.chars().take(16).collect();
     BrokerError::new(
-        "malformed",
+        ErrorCode::Malformed,
         format!("a request is a JSON object {{...}}, but this line starts with {start:?}"),
         ONE_OBJECT_PER_LINE,
     )
@@ -163,12 +163,16 @@ fn not_a_request(e: &serde_json::Error) -> BrokerError {
         // Including nesting deeper than serde_json's limit of 128 levels.
         Category::Syntax | Category::Io => "cannot parse the line as JSON",
     };
-    BrokerError::new("malformed", format!("{problem}: {e}"), ONE_OBJECT_PER_LINE)
+    BrokerError::new(
+        ErrorCode::Malformed,
+        format!("{problem}: {e}"),
+        ONE_OBJECT_PER_LINE,
+    )
 }
 
 fn other_version(v: u32) -> BrokerError {
     BrokerError::new(
-        "version",
+        ErrorCode::Version,
         format!("protocol version {v} is not spoken here (this broker speaks {PROTOCOL_VERSION})"),
         "upgrade the client or the daemon so they match",
     )
@@ -178,7 +182,7 @@ fn other_version(v: u32) -> BrokerError {
 /// fields are missing, mistyped or out of range.
 fn bad_operation(op: &str, e: &serde_json::Error) -> BrokerError {
     BrokerError::new(
-        "malformed",
+        ErrorCode::Malformed,
         format!("bad {op:?} request: {e}"),
         "docs/protocol.md lists the operations, their fields and their types",
     )
@@ -212,7 +216,7 @@ mod tests {
     #[test]
     fn invalid_utf8_is_refused_with_its_offset() {
         let r = refusal_of_bytes(b"{\"v\":1,\"op\":\"st\xc3\x28tus\"}\n");
-        assert_eq!((r.id, r.error.code.as_str()), (0, "malformed"));
+        assert_eq!((r.id, r.error.code), (0, ErrorCode::Malformed));
         assert!(
             r.error.message.contains("0xc3 at byte offset 15"),
             "{}",
@@ -260,7 +264,7 @@ mod tests {
             ("{\"v\":1,\"id\":-1,\"op\":\"status\"}", "expected u64"),
         ] {
             let r = refusal(line);
-            assert_eq!((r.id, r.error.code.as_str()), (0, "malformed"), "{line}");
+            assert_eq!((r.id, r.error.code), (0, ErrorCode::Malformed), "{line}");
             assert!(
                 r.error.message.contains(named),
                 "{line}: {}",
@@ -287,7 +291,7 @@ mod tests {
             ),
         ] {
             let r = refusal(line);
-            assert_eq!((r.id, r.error.code.as_str()), (4, "malformed"), "{line}");
+            assert_eq!((r.id, r.error.code), (4, ErrorCode::Malformed), "{line}");
             assert!(
                 r.error.message.contains(named),
                 "{line}: {}",
@@ -295,7 +299,7 @@ mod tests {
             );
         }
         let v2 = refusal("{\"v\":2,\"id\":4,\"op\":\"teleport\"}");
-        assert_eq!((v2.id, v2.error.code.as_str()), (4, "version"));
+        assert_eq!((v2.id, v2.error.code), (4, ErrorCode::Version));
     }
 
     #[test]

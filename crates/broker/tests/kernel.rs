@@ -122,7 +122,7 @@ fn overbooking_is_refused_with_the_explanation_and_changes_nothing() {
     let err = s
         .create_cell(event_triggered("greedy", 600, 1000), true)
         .unwrap_err();
-    assert_eq!(err.code, "refused");
+    assert_eq!(err.code, tessera_broker::ErrorCode::Refused);
     assert!(
         err.message
             .contains("needs 0.60 of a core on a single core; the most free on any core is"),
@@ -167,12 +167,15 @@ fn bad_requests_get_clear_errors() {
         .unwrap_err()
         .message
         .contains("this machine has"));
-    assert_eq!(s.destroy_cell("nope").unwrap_err().code, "not-found");
+    assert_eq!(
+        s.destroy_cell("nope").unwrap_err().code,
+        tessera_broker::ErrorCode::NotFound
+    );
     assert_eq!(
         s.attach("nope", std::process::id() as i32, None)
             .unwrap_err()
             .code,
-        "not-found"
+        tessera_broker::ErrorCode::NotFound
     );
     let core = last_core();
     if core > 0 {

@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use std::time::Duration;
+use tessera_broker::ErrorCode;
 use tessera_broker::Session;
 use tessera_policy::{Bandwidth, Budget, CellRequest, CoreMode, CoreRequest, Placement};
 use tessera_sys::sched::{self, Policy};
@@ -90,7 +91,7 @@ fn a_resize_that_does_not_fit_is_refused_and_degrade_gets_the_largest_that_fits(
     let before = (s.status().unwrap(), sched::get_policy(t.tid).unwrap());
     let asked = Budget::new(capacity.runtime_in(1_000_000) - 1000, 1_000_000);
     let err = s.resize_cell("synth", asked, false).unwrap_err();
-    assert_eq!(err.code, "refused", "{err}");
+    assert_eq!(err.code, ErrorCode::Refused, "{err}");
     assert!(err.message.contains("global reservations"), "{err}");
     assert!(err.fix.contains("would fit"), "{err}");
     let after = (s.status().unwrap(), sched::get_policy(t.tid).unwrap());
@@ -109,7 +110,7 @@ fn a_resize_that_does_not_fit_is_refused_and_degrade_gets_the_largest_that_fits(
     let more = Budget::new(got + 1000, 1_000_000);
     assert_eq!(
         s.resize_cell("synth", more, false).unwrap_err().code,
-        "refused",
+        ErrorCode::Refused,
         "1 µs more would not fit"
     );
     t.finish();
@@ -129,7 +130,7 @@ fn a_pinned_cell_is_never_resized() {
         let err = s
             .resize_cell("mixer", Budget::new(100_000, 1_000_000), degrade)
             .unwrap_err();
-        assert_eq!(err.code, "refused");
+        assert_eq!(err.code, ErrorCode::Refused);
         assert!(err.message.contains("pinned"), "{err}");
     }
     assert_eq!(runtime_of(t.tid), Duration::from_micros(200));
@@ -141,7 +142,7 @@ fn a_pinned_cell_is_never_resized() {
         s.resize_cell("nope", Budget::new(100_000, 1_000_000), true)
             .unwrap_err()
             .code,
-        "not-found"
+        ErrorCode::NotFound
     );
     t.finish();
 }
@@ -173,7 +174,7 @@ fn a_kernel_refusal_rolls_the_resize_back() {
     }
     assert!(held > 0, "no hog got a reservation");
     let err = result.unwrap_err();
-    assert_eq!(err.code, "kernel", "{err}");
+    assert_eq!(err.code, ErrorCode::Kernel, "{err}");
     assert_eq!(runtime_of(t.tid), Duration::from_micros(100));
     assert_eq!(
         s.show("synth").unwrap().grant.reservations[0].budget,

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use tessera_broker::config::Config;
 use tessera_broker::paths::Paths;
-use tessera_broker::{ServicePolicy, ServiceRegistration, Session};
+use tessera_broker::{ErrorCode, ServicePolicy, ServiceRegistration, Session};
 use tessera_sys::ipc::peer_credentials;
 use tessera_testkit::{start_daemon, ScratchDir};
 
@@ -163,7 +163,7 @@ fn a_service_is_opened_by_name_and_dropping_its_registration_unregisters_it() {
     drop(registration);
     assert!(session.list_services().unwrap().is_empty());
     let e = session.open_service("echo").unwrap_err();
-    assert_eq!(e.code, "not-found");
+    assert_eq!(e.code, ErrorCode::NotFound);
 }
 
 #[test]
@@ -202,7 +202,7 @@ fn a_name_held_by_a_live_process_is_refused_with_its_pid() {
         .register_service("net", &socket, ServicePolicy::default())
         .unwrap_err();
     let pid = holder.id();
-    assert_eq!(e.code, "busy");
+    assert_eq!(e.code, ErrorCode::Busy);
     assert!(
         e.message.contains(&format!(
             "service \"net\" is already registered by pid {pid}"
@@ -234,7 +234,7 @@ fn an_unknown_name_is_refused_with_the_running_services() {
             .unwrap();
     }
     let e = session.open_service("net").unwrap_err();
-    assert_eq!(e.code, "not-found");
+    assert_eq!(e.code, ErrorCode::NotFound);
     assert_eq!(
         e.message,
         "no service named \"net\" is registered (running services: console, render)"
@@ -252,9 +252,12 @@ fn malformed_names_and_sockets_are_refused() {
         let e = session
             .register_service(bad, &socket, policy())
             .unwrap_err();
-        assert_eq!(e.code, "invalid");
+        assert_eq!(e.code, ErrorCode::Invalid);
         assert!(e.message.contains("is not valid"), "{}", e.message);
-        assert_eq!(session.open_service(bad).unwrap_err().code, "invalid");
+        assert_eq!(
+            session.open_service(bad).unwrap_err().code,
+            ErrorCode::Invalid
+        );
     }
     let long = "n".repeat(65);
     assert_eq!(
@@ -262,7 +265,7 @@ fn malformed_names_and_sockets_are_refused() {
             .register_service(&long, &socket, policy())
             .unwrap_err()
             .code,
-        "invalid"
+        ErrorCode::Invalid
     );
     let relative = session
         .register_service("net", Path::new("net.sock"), policy())

@@ -4,9 +4,10 @@
 //! the host lives in `tessera_workloads::aes67`, the nodes and the media
 //! clock in `tessera_services::aes67`; this file parses and prints.
 
-use crate::args::invalid;
-use crate::experiment::show_progress;
-use crate::net::ServiceArgs;
+use crate::failure::{failed, Failure};
+use crate::netclient::{refused, ServiceArgs};
+use crate::parse::invalid;
+use crate::progress::show_progress;
 use clap::Args;
 use std::fmt::Write;
 use std::io::IsTerminal;
@@ -16,7 +17,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tessera_aes67::{Encoding, HeardSession, StreamFormat};
-use tessera_broker::{BrokerError, Mode, Session};
+use tessera_broker::{BrokerError, ErrorCode, Mode, Session};
 use tessera_policy::CellRequest;
 use tessera_runtime::CellJoin;
 use tessera_services::aes67::{origin_towards, MediaClock, Playout, StreamSpec, PAYLOAD_TYPE};
@@ -115,7 +116,7 @@ impl Drop for RunCell {
     }
 }
 
-pub fn streams(args: StreamsArgs) -> Result<ExitCode, BrokerError> {
+pub fn streams(args: StreamsArgs) -> Result<ExitCode, Failure> {
     let (sessions, unreadable) = client::streams(&args.service.connect()?).map_err(refused)?;
     let listing = Listing {
         sessions,
@@ -163,12 +164,8 @@ fn streams_table(listing: &Listing) -> String {
     out
 }
 
-fn refused(e: impl std::fmt::Display) -> BrokerError {
-    BrokerError::new("refused", e.to_string(), "")
-}
-
 fn time_ns(text: &str, example: &str) -> Result<u64, BrokerError> {
-    Ok(crate::args::time(text, example)?.as_nanos() as u64)
+    Ok(crate::parse::time(text, example)?.as_nanos() as u64)
 }
 
 fn route(text: &str) -> Result<Route, BrokerError> {
@@ -229,7 +226,7 @@ fn received(args: &RunArgs, format: StreamFormat) -> Result<Vec<StreamSpec>, Bro
             .find(|h| h.description.name.contains(wanted.as_str()))
             .ok_or_else(|| {
                 BrokerError::new(
-                    "not-found",
+                    ErrorCode::NotFound,
                     format!("no announced stream is named like {wanted:?}"),
                     "list them with `tessera net streams` (announcements come every few seconds)",
                 )
@@ -288,7 +285,7 @@ fn service_socket(service: &ServiceArgs) -> PathBuf {
         .unwrap_or_else(|| tessera_broker::paths::Paths::from_env().service_socket(&service.name))
 }
 
-pub fn run(args: RunArgs) -> Result<ExitCode, BrokerError> {
+pub fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     // Everything the arguments can get wrong is refused before anything
     // (a cell, a flow) is made.
     let format = format(&args)?;
@@ -298,7 +295,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode, BrokerError> {
         return Err(invalid(
             "no streams to receive or send",
             "give --receive, --receive-sap or --send (see the examples in --help)",
-        ));
+        )
+        .into());
     }
     let receive = received(&args, format)?;
     let send = sent(&args, format);
@@ -336,7 +334,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, BrokerError> {
         eprintln!("tessera aes67: media clock: {}", clock.label());
         eprintln!("tessera aes67: graph: {cell_note}");
     }
-    catch_termination().map_err(|e| BrokerError::new("internal", e.to_string(), ""))?;
+    catch_termination().map_err(|e| failed(e.to_string(), ""))?;
     let mut host = Host::start(config).map_err(refused)?;
     watch(&mut host, args.seconds, args.json);
     let report = host.stop().map_err(refused)?;
@@ -345,10 +343,11 @@ pub fn run(args: RunArgs) -> Result<ExitCode, BrokerError> {
     let printed = crate::show::print(args.json, &report, host_table)?;
     match report.streams.iter().any(|s| s.counts.service_gone) {
         true => Err(BrokerError::new(
-            "refused",
+            ErrorCode::Refused,
             "the network service stopped during the run: its streams went silent",
             "start it again (`tessera serve net`), then the run",
-        )),
+        )
+        .into()),
         false => Ok(printed),
     }
 }

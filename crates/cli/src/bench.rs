@@ -2,6 +2,7 @@
 //! and reported (tables, JSON, a report directory); never judged pass/fail.
 //! Thin: the runs live in `tessera_experiments` and `tessera_channel::bench`.
 
+use crate::failure::{failed, Failure};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -162,7 +163,7 @@ pub struct ChannelArgs {
     pub receiver: Option<String>,
 }
 
-pub fn run(command: BenchCommand) -> Result<ExitCode, BrokerError> {
+pub fn run(command: BenchCommand) -> Result<ExitCode, Failure> {
     match command {
         BenchCommand::Peer(args) => bench_peer(args),
         BenchCommand::Channel(args) => bench_channel(args),
@@ -172,7 +173,7 @@ pub fn run(command: BenchCommand) -> Result<ExitCode, BrokerError> {
     }
 }
 
-fn bench_peer(args: PeerArgs) -> Result<ExitCode, BrokerError> {
+fn bench_peer(args: PeerArgs) -> Result<ExitCode, Failure> {
     let mut options = peer::Options::new(args.out.unwrap_or_else(peer::default_out_dir));
     options.seconds = args.seconds;
     options.priority = args.priority;
@@ -184,7 +185,7 @@ fn bench_peer(args: PeerArgs) -> Result<ExitCode, BrokerError> {
         options.out_dir.display()
     );
     let outcome = peer::run(&options, |line| eprintln!("  {line}"))
-        .map_err(|e| BrokerError::new("experiment", e.to_string(), e.fix()))?;
+        .map_err(|e| failed(e.to_string(), e.fix()))?;
     if args.json {
         println!(
             "{}",
@@ -197,17 +198,16 @@ fn bench_peer(args: PeerArgs) -> Result<ExitCode, BrokerError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn channel_failed(e: ChannelError) -> BrokerError {
-    BrokerError::new("channel", e.to_string(), e.fix())
+fn channel_failed(e: ChannelError) -> Failure {
+    failed(e.to_string(), e.fix())
 }
 
-fn bench_channel(args: ChannelArgs) -> Result<ExitCode, BrokerError> {
+fn bench_channel(args: ChannelArgs) -> Result<ExitCode, Failure> {
     if let Some(socket) = args.receiver {
         channel_bench::serve_receiver(&socket).map_err(channel_failed)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let exe = std::env::current_exe()
-        .map_err(|e| BrokerError::new("channel", format!("find this program: {e}"), ""))?;
+    let exe = std::env::current_exe().map_err(|e| failed(format!("find this program: {e}"), ""))?;
     let mut receiver = Command::new(exe);
     receiver.args(["bench", "channel", "--receiver"]);
     let options = channel_bench::Options {
@@ -249,18 +249,18 @@ fn bench_channel(args: ChannelArgs) -> Result<ExitCode, BrokerError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, BrokerError> {
-    let failed = |e: String| BrokerError::new("experiment", e, "");
+fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, Failure> {
+    let unfixed = |e: String| failed(e, "");
     let options = rtkit_grants::Options {
         requests: args.requests,
         interval: Duration::from_millis(args.interval_ms),
-        tessera: std::env::current_exe().map_err(|e| failed(format!("find this program: {e}")))?,
+        tessera: std::env::current_exe().map_err(|e| unfixed(format!("find this program: {e}")))?,
     };
     eprintln!(
         "tessera bench rtkit: {} requests per configuration, one every {} ms",
         options.requests, args.interval_ms
     );
-    let results = rtkit_grants::run(&options, |line| eprintln!("  {line}")).map_err(failed)?;
+    let results = rtkit_grants::run(&options, |line| eprintln!("  {line}")).map_err(unfixed)?;
     if args.json {
         println!(
             "{}",
@@ -283,17 +283,18 @@ fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, BrokerError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, BrokerError> {
-    let failed = |e: String| BrokerError::new("experiment", e, "");
+fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, Failure> {
+    let unfixed = |e: String| failed(e, "");
     let servers = match args.server.as_str() {
         "jackd" => vec![ServerKind::Jack],
         "pipewire" => vec![ServerKind::PipeWire],
         "both" => vec![ServerKind::Jack, ServerKind::PipeWire],
         other => {
-            return Err(crate::args::invalid(
+            return Err(crate::parse::invalid(
                 format!("--server {other:?} is not jackd, pipewire or both"),
                 "e.g. --server jackd",
-            ))
+            )
+            .into())
         }
     };
     let options = guard_scale::Options {
@@ -304,13 +305,13 @@ fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, BrokerError> {
         frames: args.frames,
         rate: 48_000,
         load: args.load,
-        tessera: std::env::current_exe().map_err(|e| failed(format!("find this program: {e}")))?,
+        tessera: std::env::current_exe().map_err(|e| unfixed(format!("find this program: {e}")))?,
     };
     eprintln!(
         "tessera bench guard-scale: clients join every {} ms, then {:.0} s together",
         args.join_every_ms, args.steady
     );
-    let results = guard_scale::run(&options, |line| eprintln!("  {line}")).map_err(failed)?;
+    let results = guard_scale::run(&options, |line| eprintln!("  {line}")).map_err(unfixed)?;
     if args.json {
         println!(
             "{}",
@@ -337,14 +338,14 @@ fn server_kind(name: &str) -> Result<ServerKind, BrokerError> {
     match name.trim() {
         "jackd" => Ok(ServerKind::Jack),
         "pipewire" => Ok(ServerKind::PipeWire),
-        other => Err(crate::args::invalid(
+        other => Err(crate::parse::invalid(
             format!("--servers: unknown server {other:?}"),
             "give jackd, pipewire or both (comma-separated)",
         )),
     }
 }
 
-fn bench_lowest(args: LowestArgs) -> Result<ExitCode, BrokerError> {
+fn bench_lowest(args: LowestArgs) -> Result<ExitCode, Failure> {
     let mut options = lowest::Options::new(args.out.unwrap_or_else(lowest::default_out_dir));
     options.servers = args
         .servers
@@ -357,11 +358,10 @@ fn bench_lowest(args: LowestArgs) -> Result<ExitCode, BrokerError> {
     options.jack_priority = args.priority;
     options
         .check()
-        .map_err(|e| crate::args::invalid(e, "see tessera bench lowest --help"))?;
+        .map_err(|e| crate::parse::invalid(e, "see tessera bench lowest --help"))?;
     // Ctrl-C and SIGTERM end the trial under way; its processes are
     // stopped by their PIDs and what was measured is written.
-    tessera_sys::process::catch_termination()
-        .map_err(|e| BrokerError::new("internal", e.to_string(), ""))?;
+    tessera_sys::process::catch_termination().map_err(|e| failed(e.to_string(), ""))?;
     let stop = std::cell::Cell::new(false);
     let interrupted = || {
         if tessera_sys::process::take_termination().is_some() {
@@ -376,8 +376,8 @@ fn bench_lowest(args: LowestArgs) -> Result<ExitCode, BrokerError> {
         options.seconds,
         options.out_dir.display()
     );
-    let outcome = lowest::run(&options, lowest_progress(), &interrupted)
-        .map_err(|e| BrokerError::new("experiment", e, ""))?;
+    let outcome =
+        lowest::run(&options, lowest_progress(), &interrupted).map_err(|e| failed(e, ""))?;
     if args.json {
         println!(
             "{}",
@@ -393,7 +393,7 @@ fn bench_lowest(args: LowestArgs) -> Result<ExitCode, BrokerError> {
 /// The run's progress: redrawn in place on a terminal; in a log, a line
 /// when a trial starts, every 10 s, and when it ends.
 fn lowest_progress() -> impl FnMut(&lowest::Progress) {
-    let mut shown = crate::experiment::ProgressLine::new();
+    let mut shown = crate::progress::ProgressLine::new();
     move |p: &lowest::Progress| {
         let line = format!(
             "  trial {} (of at most {}): {} {} at {} frames ({:.2} ms) — {:.0}/{:.0} s",

@@ -2,11 +2,12 @@
 //! lives in `tessera_services::console`; this file parses, waits for a
 //! termination signal, and prints the report.
 
+use crate::failure::Failure;
 use clap::Args;
 use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tessera_broker::{BrokerError, ServicePolicy};
+use tessera_broker::{BrokerError, ErrorCode, ServicePolicy};
 use tessera_services::console::host::{Host, HostOptions};
 use tessera_services::console::ConsoleReport;
 
@@ -41,9 +42,10 @@ pub struct ServeConsoleArgs {
     pub allow_gid: Vec<u32>,
 }
 
-pub fn serve(args: ServeConsoleArgs) -> Result<ExitCode, BrokerError> {
-    let failed =
-        |e: tessera_services::console::ConsoleError| BrokerError::new("refused", e.to_string(), "");
+pub fn serve(args: ServeConsoleArgs) -> Result<ExitCode, Failure> {
+    let failed = |e: tessera_services::console::ConsoleError| {
+        BrokerError::new(ErrorCode::Refused, e.to_string(), "")
+    };
     let options = HostOptions {
         name: args.name.clone(),
         socket: args.socket,

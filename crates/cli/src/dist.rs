@@ -14,7 +14,7 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use tessera_broker::BrokerError;
+use tessera_broker::{BrokerError, ErrorCode};
 
 /// One file tessera ships, by its path under the root.
 pub struct Shipped {
@@ -236,11 +236,11 @@ fn octal(mode: u32) -> String {
 fn fs_error(what: &str, path: &Path, e: io::Error) -> BrokerError {
     let (code, fix) = match e.kind() {
         io::ErrorKind::PermissionDenied => (
-            "permission",
+            ErrorCode::Permission,
             "run it as root (sudo), or give --root a directory of yours",
         ),
         _ => (
-            "state",
+            ErrorCode::State,
             "check the path and the free space, then run it again",
         ),
     };

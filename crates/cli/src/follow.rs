@@ -4,8 +4,9 @@
 //!
 //! Thin: it must never decide where a thread goes; the guard library does.
 
+use crate::failure::Failure;
 use std::process::{Command, ExitCode};
-use tessera_broker::{BrokerError, Session};
+use tessera_broker::{BrokerError, ErrorCode, Session};
 use tessera_guard::follow::{self, FollowEvent, FollowOptions, Follower};
 use tessera_guard::share::AppShare;
 use tessera_sys::process::{catch_termination, take_termination};
@@ -44,10 +45,10 @@ pub fn exec(
     cell: &str,
     command: &[String],
     app_share: Option<AppShare>,
-) -> Result<ExitCode, BrokerError> {
+) -> Result<ExitCode, Failure> {
     let (program, rest) = command.split_first().ok_or_else(|| {
         BrokerError::new(
-            "invalid",
+            ErrorCode::Invalid,
             "no command given",
             "e.g. `tessera cell exec synth -- ./my-synth --flag`",
         )
@@ -85,7 +86,7 @@ pub fn attach(
     cell: &str,
     pid: i32,
     app_share: Option<AppShare>,
-) -> Result<ExitCode, BrokerError> {
+) -> Result<ExitCode, Failure> {
     catch_termination()?;
     let options = FollowOptions {
         app_share,

@@ -1,18 +1,22 @@
 //! `tessera guard`: parses the server to guard and the budget settings,
-//! then runs `tessera_guard::Guard` until the server exits, the time is up
-//! or SIGINT/SIGTERM arrives, printing a live line (redrawn in place on a
+//! then runs `tessera_guard::Guard` (for PipeWire, after the guard crate
+//! restarted it under PipeWire's libjack) until the server exits, the time
+//! is up or SIGINT/SIGTERM arrives, printing a live line (redrawn in place on a
 //! terminal, a plain line every few seconds in a log, JSON lines with
 //! `--json`).
 
+use crate::failure::Failure;
+use crate::parse;
 use clap::{Args, Subcommand};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use tessera_broker::{BrokerError, Session};
-use tessera_guard::guard::{Budgeting, Cores, Guard, Settings, Status};
+use tessera_broker::{BrokerError, ErrorCode, Session};
+use tessera_guard::guard::{Budgeting, Guard, Settings, Status};
 use tessera_guard::server::Server;
-use tessera_policy::{AdaptiveConfig, PredictorConfig, PredictorKind};
+use tessera_guard::GuardError;
+use tessera_policy::{AdaptiveConfig, PredictorConfig};
 
 #[derive(Subcommand)]
 pub enum GuardTarget {
@@ -76,7 +80,7 @@ pub struct GuardArgs {
     #[arg(long)]
     core: Option<String>,
     #[command(flatten)]
-    share: crate::args::ShareArgs,
+    share: parse::ShareArgs,
     /// Let reservations use spare bandwidth (GRUB reclaiming; the default).
     #[arg(long, overrides_with = "no_reclaim")]
     reclaim: bool,
@@ -120,7 +124,7 @@ pub const EXAMPLES: &str = "Examples:\n  \
     decided from what they use and said on the live line. Everything is\n\
     restored when the guard stops. See docs/guard.md.";
 
-pub fn run(target: GuardTarget) -> Result<ExitCode, BrokerError> {
+pub fn run(target: GuardTarget) -> Result<ExitCode, Failure> {
     let (server, opts) = match target {
         GuardTarget::Jackd { server, pid, opts } => {
             let name = server
@@ -129,7 +133,7 @@ pub fn run(target: GuardTarget) -> Result<ExitCode, BrokerError> {
             (Server::jack(&name, pid)?, opts)
         }
         GuardTarget::Pipewire { pid, opts } => {
-            reexec_with_pipewire_jack()?;
+            tessera_guard::monitor::reexec_with_pipewire_jack()?;
             (Server::pipewire(pid)?, opts)
         }
         GuardTarget::Pid { pid, opts } => (Server::process(pid)?, opts),
@@ -140,17 +144,17 @@ pub fn run(target: GuardTarget) -> Result<ExitCode, BrokerError> {
         eprintln!("tessera guard: {banner}");
         if mode == tessera_broker::Mode::BestEffort {
             return Err(BrokerError::new(
-                "permission",
+                ErrorCode::Permission,
                 "a guard gives threads SCHED_DEADLINE reservations, which needs CAP_SYS_NICE",
                 "run it as root, or grant the capability: sudo setcap cap_sys_nice+ep $(which tessera)",
-            ));
+            ).into());
         }
     }
     tessera_sys::process::catch_termination()?;
     let mut guard = Guard::start(Session::connect()?, server, settings)?;
     if let Some(path) = &opts.record {
         let file = std::fs::File::create(path).map_err(|e| {
-            crate::args::invalid(format!("create {}: {e}", path.display()), "check the path")
+            parse::invalid(format!("create {}: {e}", path.display()), "check the path")
         })?;
         guard.record_to(Box::new(std::io::BufWriter::new(file)))?;
     }
@@ -173,7 +177,7 @@ pub fn run(target: GuardTarget) -> Result<ExitCode, BrokerError> {
 }
 
 /// The control loop: until the server exits, time is up or a stop request.
-fn follow(guard: &mut Guard, opts: &GuardArgs) -> Result<(), BrokerError> {
+fn follow(guard: &mut Guard, opts: &GuardArgs) -> Result<(), GuardError> {
     let until = opts
         .seconds
         .map(|s| Instant::now() + Duration::from_secs_f64(s));
@@ -304,7 +308,7 @@ fn settings(opts: &GuardArgs) -> Result<Settings, BrokerError> {
             initial_budget_pct: opts.initial,
             max_budget_pct: opts.max,
             predictor: PredictorConfig {
-                kind: predictor(&opts.predictor)?,
+                kind: parse::predictor(&opts.predictor)?,
                 window: opts.window,
             },
             ..AdaptiveConfig::default()
@@ -313,82 +317,15 @@ fn settings(opts: &GuardArgs) -> Result<Settings, BrokerError> {
     let period_ns = opts
         .period
         .as_deref()
-        .map(|p| crate::args::time(p, "--period 1333us"))
+        .map(|p| parse::time(p, "--period 1333us"))
         .transpose()?
         .map(|d| d.as_nanos() as u64);
-    let cores = match opts.core.as_deref() {
-        None | Some("auto") => tessera_guard::guard::default_cores(),
-        Some("global") => Cores::Global,
-        Some(n) => Cores::Core(n.parse().map_err(|_| {
-            crate::args::invalid(
-                format!("--core {n:?} is not a core number, \"auto\" or \"global\""),
-                "e.g. --core 1, --core auto (the default), or --core global",
-            )
-        })?),
-    };
     Ok(Settings {
-        cores,
+        cores: parse::cores(opts.core.as_deref())?,
         budgeting,
         reclaim: !opts.no_reclaim,
-        interval: crate::args::time(&opts.interval, "--interval 100ms")?,
+        interval: parse::time(&opts.interval, "--interval 100ms")?,
         period_ns,
         app_share: opts.share.app_share()?,
     })
-}
-
-fn predictor(text: &str) -> Result<PredictorKind, BrokerError> {
-    match text {
-        "max" => Ok(PredictorKind::Max),
-        "mean" => Ok(PredictorKind::Mean),
-        p => p
-            .strip_prefix('p')
-            .and_then(|n| n.parse::<u8>().ok())
-            .filter(|n| (1..=100).contains(n))
-            .map(PredictorKind::Percentile)
-            .ok_or_else(|| {
-                crate::args::invalid(
-                    format!("--predictor {p:?} is not max, mean or pNN"),
-                    "e.g. --predictor max, --predictor mean, --predictor p99",
-                )
-            }),
-    }
-}
-
-/// PipeWire speaks JACK through its own libjack, which the dynamic loader
-/// finds only if it is first on LD_LIBRARY_PATH when the process starts (as
-/// `pw-jack` arranges): so the guard starts itself again that way.
-fn reexec_with_pipewire_jack() -> Result<(), BrokerError> {
-    use std::os::unix::process::CommandExt;
-    const MARK: &str = "TESSERA_GUARD_PW_JACK";
-    if std::env::var_os(MARK).is_some() {
-        return Ok(());
-    }
-    let dir = tessera_guard::monitor::pipewire_jack_dir().ok_or_else(|| {
-        BrokerError::new(
-            "not-found",
-            "PipeWire's JACK library is not installed",
-            "apt-get install pipewire-jack",
-        )
-    })?;
-    let path = match std::env::var("LD_LIBRARY_PATH") {
-        Ok(old) if !old.is_empty() => format!("{}:{old}", dir.display()),
-        _ => dir.display().to_string(),
-    };
-    let exe = std::env::current_exe().map_err(|e| {
-        BrokerError::new(
-            "guard",
-            format!("where is this program: {e}"),
-            "run it by its full path",
-        )
-    })?;
-    let err = std::process::Command::new(exe)
-        .args(std::env::args_os().skip(1))
-        .env("LD_LIBRARY_PATH", path)
-        .env(MARK, "1")
-        .exec();
-    Err(BrokerError::new(
-        "guard",
-        format!("could not restart with PipeWire's libjack: {err}"),
-        "run it under pw-jack: pw-jack tessera guard pipewire",
-    ))
 }

@@ -8,14 +8,15 @@
 //! nor when systemd is not running, and never touch files the Debian
 //! package owns.
 
-use crate::args::invalid;
 use crate::dist::{self, Action, FileOutcome};
+use crate::failure::{failed, Failure};
+use crate::parse::invalid;
 use clap::Args;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use tessera_broker::BrokerError;
+use tessera_broker::{BrokerError, ErrorCode};
 
 pub const INSTALL_EXAMPLES: &str = "Examples:\n  \
     sudo tessera install                      # the files, then systemctl enable --now tessera.service\n  \
@@ -126,7 +127,7 @@ struct Target {
     offline: Option<String>,
 }
 
-pub fn install(args: InstallArgs) -> Result<ExitCode, BrokerError> {
+pub fn install(args: InstallArgs) -> Result<ExitCode, Failure> {
     let target = Target::of(&args.root)?;
     let mut report = Report::new(&target);
     report.files = dist::install(&target.root)?;
@@ -142,7 +143,7 @@ pub fn install(args: InstallArgs) -> Result<ExitCode, BrokerError> {
     crate::show::print(args.json, &report, |r| r.text("installed under"))
 }
 
-pub fn uninstall(args: UninstallArgs) -> Result<ExitCode, BrokerError> {
+pub fn uninstall(args: UninstallArgs) -> Result<ExitCode, Failure> {
     let target = Target::of(&args.root)?;
     let mut report = Report::new(&target);
     // Stopped while its unit is still there to stop it by.
@@ -164,7 +165,7 @@ impl Target {
         })?;
         if root.join(PACKAGE_LIST).exists() {
             return Err(BrokerError::new(
-                "invalid",
+                ErrorCode::Invalid,
                 format!(
                     "the Debian package tessera is installed under {}: its files are dpkg's",
                     root.display()
@@ -186,7 +187,7 @@ impl Target {
     }
 
     /// Runs the steps on the live system, or lists their offline forms.
-    fn tell_systemd(&self, steps: &[Step], report: &mut Report) -> Result<(), BrokerError> {
+    fn tell_systemd(&self, steps: &[Step], report: &mut Report) -> Result<(), Failure> {
         let Some(why) = &self.offline else {
             for step in steps {
                 report.ran.push(systemctl(step.live)?);
@@ -216,18 +217,16 @@ impl Target {
 }
 
 /// Runs `systemctl args`; the command as run, or why it failed.
-fn systemctl(args: &[&str]) -> Result<String, BrokerError> {
+fn systemctl(args: &[&str]) -> Result<String, Failure> {
     let command = format!("systemctl {}", args.join(" "));
     let out = Command::new("systemctl").args(args).output().map_err(|e| {
-        BrokerError::new(
-            "service",
+        failed(
             format!("run `{command}`: {e}"),
             "install systemd's systemctl, or run the command yourself",
         )
     })?;
     if !out.status.success() {
-        return Err(BrokerError::new(
-            "service",
+        return Err(failed(
             format!(
                 "`{command}` failed: {}",
                 String::from_utf8_lossy(&out.stderr).trim()

@@ -4,7 +4,8 @@
 //! elsewhere. Thin: everything lives in `tessera_music`; this file parses
 //! and prints.
 
-use crate::args::invalid;
+use crate::failure::{failed, Failure};
+use crate::parse::invalid;
 use clap::{Args, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -75,7 +76,7 @@ pub struct EmulateArgs {
     pub input: crate::synth::InputArgs,
 }
 
-pub fn run(command: MusicCommand) -> Result<ExitCode, BrokerError> {
+pub fn run(command: MusicCommand) -> Result<ExitCode, Failure> {
     match command {
         MusicCommand::Run(args) => run_app(args),
         MusicCommand::Emulate(args) => emulate(args),
@@ -87,7 +88,7 @@ fn seconds(value: f64, flag: &str) -> Result<Duration, BrokerError> {
         .map_err(|_| invalid(format!("{flag} {value}"), "give a number of seconds ≥ 0"))
 }
 
-fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
+fn run_app(args: RunArgs) -> Result<ExitCode, Failure> {
     let out = args.out.unwrap_or_else(|| {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -102,8 +103,7 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
     options.osc = args.osc;
     options.lan = args.lan;
     if args.lan && !tessera_sys::caps::is_root() {
-        return Err(BrokerError::new(
-            "usage",
+        return Err(failed(
             "--lan creates a network namespace and a veth pair, which needs root",
             "run `sudo tessera music run --lan`, or leave out --lan to run on loopback",
         ));
@@ -130,8 +130,7 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
             args.seconds
         );
     }
-    let outcome = tessera_music::run(&options)
-        .map_err(|e| BrokerError::new("experiment", e.to_string(), ""))?;
+    let outcome = tessera_music::run(&options).map_err(|e| failed(e.to_string(), ""))?;
     if args.json {
         let json = serde_json::to_string_pretty(&outcome.results).unwrap_or_default();
         println!("{json}");
@@ -152,11 +151,10 @@ fn run_app(args: RunArgs) -> Result<ExitCode, BrokerError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn emulate(args: EmulateArgs) -> Result<ExitCode, BrokerError> {
+fn emulate(args: EmulateArgs) -> Result<ExitCode, Failure> {
     let duration = seconds(args.seconds, "--seconds")?;
     let config = EmulatorConfig::new(args.to, duration, crate::synth::gesture(&args.input)?);
-    let report =
-        emulator::run(&config).map_err(|e| BrokerError::new("experiment", e.to_string(), ""))?;
+    let report = emulator::run(&config).map_err(|e| failed(e.to_string(), ""))?;
     print_emulator(&report);
     Ok(ExitCode::SUCCESS)
 }

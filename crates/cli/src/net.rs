@@ -3,7 +3,9 @@
 //! peer. Thin: the service lives in `tessera_services::net`, the streamer
 //! in `tessera_workloads::streamer`; this file parses and prints.
 
-use crate::args::invalid;
+use crate::failure::Failure;
+use crate::netclient::{refused, ServiceArgs};
+use crate::parse::invalid;
 use crate::show;
 use clap::{Args, Subcommand};
 use std::fmt::Write;
@@ -106,26 +108,6 @@ pub enum NetCommand {
     StreamPeer(StreamPeerArgs),
 }
 
-/// Which service: by name through the broker, or at a socket.
-#[derive(Args)]
-pub struct ServiceArgs {
-    #[arg(long, default_value = "net")]
-    pub name: String,
-    /// The service's socket, bypassing the broker's registry.
-    #[arg(long)]
-    pub socket: Option<PathBuf>,
-}
-
-impl ServiceArgs {
-    pub fn connect(&self) -> Result<std::os::unix::net::UnixStream, BrokerError> {
-        match &self.socket {
-            Some(path) => client::connect(path),
-            None => client::connect_by_name(&self.name),
-        }
-        .map_err(refused)
-    }
-}
-
 #[derive(Args)]
 pub struct StreamArgs {
     #[command(flatten)]
@@ -160,16 +142,12 @@ pub struct StreamPeerArgs {
     pub json: bool,
 }
 
-fn refused(e: impl std::fmt::Display) -> BrokerError {
-    BrokerError::new("refused", e.to_string(), "")
-}
-
 /// A rate flag: bits/s, or with kbit, mbit or gbit.
 fn parse_rate(text: &str) -> Result<u64, BrokerError> {
     tessera_scenario::parse_rate(text).map_err(|e| invalid(e, "e.g. 240mbit, 1gbit"))
 }
 
-pub fn serve(args: ServeNetArgs) -> Result<ExitCode, BrokerError> {
+pub fn serve(args: ServeNetArgs) -> Result<ExitCode, Failure> {
     let discipline = match args.discipline.as_str() {
         "mclock" => Discipline::MClock,
         "fifo" => Discipline::Fifo,
@@ -177,7 +155,8 @@ pub fn serve(args: ServeNetArgs) -> Result<ExitCode, BrokerError> {
             return Err(invalid(
                 format!("discipline {other:?}"),
                 "use --discipline mclock or --discipline fifo",
-            ))
+            )
+            .into())
         }
     };
     let options = HostOptions {
@@ -186,9 +165,9 @@ pub fn serve(args: ServeNetArgs) -> Result<ExitCode, BrokerError> {
         discipline,
         link_bps: args.link_rate.as_deref().map(parse_rate).transpose()?,
         device: args.device.clone(),
-        budget_ns: crate::args::time(&args.budget, "--budget 300us")?.as_nanos() as u64,
-        period_ns: crate::args::time(&args.period, "--period 1ms")?.as_nanos() as u64,
-        placement: crate::args::placement(&args.placement)?,
+        budget_ns: crate::parse::time(&args.budget, "--budget 300us")?.as_nanos() as u64,
+        period_ns: crate::parse::time(&args.period, "--period 1ms")?.as_nanos() as u64,
+        placement: crate::parse::placement(&args.placement)?,
         no_cell: args.no_cell,
         cell: args.cell.clone(),
         policy: ServicePolicy {
@@ -210,7 +189,7 @@ pub fn serve(args: ServeNetArgs) -> Result<ExitCode, BrokerError> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn run(command: NetCommand) -> Result<ExitCode, BrokerError> {
+pub fn run(command: NetCommand) -> Result<ExitCode, Failure> {
     match command {
         NetCommand::Status { service, json } => {
             let stream = service.connect()?;
@@ -223,7 +202,7 @@ pub fn run(command: NetCommand) -> Result<ExitCode, BrokerError> {
     }
 }
 
-fn stream(args: StreamArgs) -> Result<ExitCode, BrokerError> {
+fn stream(args: StreamArgs) -> Result<ExitCode, Failure> {
     if let Some(cell) = &args.cell {
         tessera_runtime::CellJoin::connect(cell.clone()).join_current_thread()?;
     }
@@ -255,7 +234,7 @@ fn stream(args: StreamArgs) -> Result<ExitCode, BrokerError> {
     })
 }
 
-fn stream_peer(args: StreamPeerArgs) -> Result<ExitCode, BrokerError> {
+fn stream_peer(args: StreamPeerArgs) -> Result<ExitCode, Failure> {
     let socket = UdpSocket::bind(args.bind)
         .and_then(|s| {
             s.set_read_timeout(Some(Duration::from_millis(50)))

@@ -4,14 +4,15 @@
 //! service lives in `tessera_services::render`, the player in
 //! `tessera_workloads::render_player`; this file parses and prints.
 
-use crate::args::invalid;
+use crate::failure::Failure;
+use crate::parse::invalid;
 use crate::show;
 use clap::{Args, Subcommand};
 use std::fmt::Write;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tessera_broker::{BrokerError, ServicePolicy};
+use tessera_broker::{BrokerError, ErrorCode, ServicePolicy};
 use tessera_services::render::client::{self, Display};
 use tessera_services::render::host::{Host, HostOptions};
 use tessera_services::render::service::Share;
@@ -155,7 +156,7 @@ pub struct PlayArgs {
 }
 
 fn refused(e: impl std::fmt::Display) -> BrokerError {
-    BrokerError::new("refused", e.to_string(), "")
+    BrokerError::new(ErrorCode::Refused, e.to_string(), "")
 }
 
 /// "40%" of a core every 10 ms.
@@ -188,7 +189,7 @@ fn screen(text: &str) -> Result<(usize, usize), BrokerError> {
         })
 }
 
-pub fn serve(args: ServeRenderArgs) -> Result<ExitCode, BrokerError> {
+pub fn serve(args: ServeRenderArgs) -> Result<ExitCode, Failure> {
     let cores = args
         .cores
         .as_deref()
@@ -222,7 +223,7 @@ pub fn serve(args: ServeRenderArgs) -> Result<ExitCode, BrokerError> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn run(command: RenderCommand) -> Result<ExitCode, BrokerError> {
+pub fn run(command: RenderCommand) -> Result<ExitCode, Failure> {
     match command {
         RenderCommand::Status { service, json } => {
             let status = client::status(service.connect()?).map_err(refused)?;
@@ -239,9 +240,9 @@ pub fn run(command: RenderCommand) -> Result<ExitCode, BrokerError> {
     }
 }
 
-fn play(args: PlayArgs) -> Result<ExitCode, BrokerError> {
+fn play(args: PlayArgs) -> Result<ExitCode, Failure> {
     let spec = PlayerSpec {
-        spin_ns: crate::args::time(&args.spin, "--spin 3ms")?
+        spin_ns: crate::parse::time(&args.spin, "--spin 3ms")?
             .as_nanos()
             .min(u128::from(u32::MAX)) as u32,
         bands: args.bands,

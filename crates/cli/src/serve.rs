@@ -1,25 +1,12 @@
-//! `tessera serve …`: the service processes (network, console, render) and
-//! what their commands share: start, then serve until Ctrl-C, SIGTERM or
-//! `--seconds`, then give everything back. Thin: each service's host lives
-//! in `tessera_services`.
+//! What the `tessera serve …` commands (network, console, render) share:
+//! start, then serve until Ctrl-C, SIGTERM or `--seconds`, then give
+//! everything back. Thin: each service's host lives in `tessera_services`.
+//! A leaf: it must never import another module of the cli.
 
-use clap::Subcommand;
+use crate::failure::{failed, Failure};
 use std::time::{Duration, Instant};
 use tessera_broker::BrokerError;
 use tessera_sys::process::{catch_termination, take_termination};
-
-#[derive(Subcommand)]
-pub enum ServeCommand {
-    /// The network service: flows with reservations (mClock), real-time packets first.
-    #[command(after_help = crate::net::SERVE_EXAMPLES)]
-    Net(crate::net::ServeNetArgs),
-    /// The console service: real-time-safe logging, one channel per writer.
-    #[command(after_help = crate::console::EXAMPLES)]
-    Console(crate::console::ServeConsoleArgs),
-    /// The render service of seed 003: per-client reservations, SLAs from probe requests.
-    #[command(after_help = crate::render::SERVE_EXAMPLES)]
-    Render(crate::render::ServeRenderArgs),
-}
 
 /// Starts a service with `start` (SIGINT and SIGTERM are caught first, so
 /// that a stop during the start is not lost), serves until told to stop or
@@ -27,8 +14,8 @@ pub enum ServeCommand {
 pub fn until_stopped<H>(
     seconds: Option<f64>,
     start: impl FnOnce() -> Result<H, BrokerError>,
-) -> Result<H, BrokerError> {
-    catch_termination().map_err(|e| BrokerError::new("internal", e.to_string(), ""))?;
+) -> Result<H, Failure> {
+    catch_termination().map_err(|e| failed(e.to_string(), ""))?;
     let host = start()?;
     let until = seconds.map(|s| Instant::now() + Duration::from_secs_f64(s));
     while take_termination().is_none() && until.is_none_or(|t| Instant::now() < t) {

@@ -1,10 +1,11 @@
 //! `tessera services`: the services registered with the broker, as a table
 //! or `--json`. It only lists; it must never register, open or remove one.
 
+use crate::failure::Failure;
 use crate::show;
 use std::fmt::Write;
 use std::process::ExitCode;
-use tessera_broker::{BrokerError, ServiceInfo, Session};
+use tessera_broker::{ServiceInfo, Session};
 
 pub const EXAMPLES: &str = "Examples:\n  \
     tessera services\n  \
@@ -15,7 +16,7 @@ pub const EXAMPLES: &str = "Examples:\n  \
     always pass).\n\
     See docs/protocol.md.";
 
-pub fn run(json: bool) -> Result<ExitCode, BrokerError> {
+pub fn run(json: bool) -> Result<ExitCode, Failure> {
     let services = Session::connect()?.list_services()?;
     show::print(json, &services, |s| table(s))
 }

@@ -1,9 +1,10 @@
 //! Text output of the commands (the `--json` forms are the serde ones).
 
+use crate::failure::{failed, Failure};
 use serde::Serialize;
 use std::fmt::Write;
 use std::process::ExitCode;
-use tessera_broker::broker::{BrokerError, ResetReport};
+use tessera_broker::broker::ResetReport;
 use tessera_broker::{CellInfo, StatusReport};
 use tessera_policy::{CellPolicy, CoreMode};
 
@@ -12,10 +13,9 @@ pub fn print<T: Serialize>(
     json: bool,
     value: &T,
     text: impl Fn(&T) -> String,
-) -> Result<ExitCode, BrokerError> {
+) -> Result<ExitCode, Failure> {
     if json {
-        let out = serde_json::to_string_pretty(value)
-            .map_err(|e| BrokerError::new("internal", e.to_string(), ""))?;
+        let out = serde_json::to_string_pretty(value).map_err(|e| failed(e.to_string(), ""))?;
         println!("{out}");
     } else {
         print!("{}", text(value));

@@ -3,13 +3,14 @@
 //! the music application's misses sampled each minute. Thin: the work is
 //! in `tessera_experiments::soak`.
 
-use crate::args::invalid;
-use crate::experiment::show_progress;
+use crate::failure::Failure;
+use crate::parse::invalid;
+use crate::progress::show_progress;
 use clap::Args;
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tessera_broker::{BrokerError, Mode};
+use tessera_broker::Mode;
 use tessera_experiments::soak::{self, Progress};
 
 pub const EXAMPLES: &str = "Examples:\n  \
@@ -36,7 +37,7 @@ pub struct SoakArgs {
     pub report: Option<PathBuf>,
 }
 
-pub fn run(args: SoakArgs) -> Result<ExitCode, BrokerError> {
+pub fn run(args: SoakArgs) -> Result<ExitCode, Failure> {
     if let Some(dir) = &args.report {
         let results = soak::rewrite_report(dir).map_err(|e| {
             invalid(
@@ -47,10 +48,7 @@ pub fn run(args: SoakArgs) -> Result<ExitCode, BrokerError> {
         return Ok(print(&results, dir, args.json));
     }
     if args.minutes == 0 {
-        return Err(invalid(
-            "--minutes 0",
-            "give at least 1 minute, e.g. --minutes 60",
-        ));
+        return Err(invalid("--minutes 0", "give at least 1 minute, e.g. --minutes 60").into());
     }
     let mode = Mode::detect();
     if let Some(banner) = mode.banner() {

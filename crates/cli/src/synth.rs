@@ -1,15 +1,14 @@
 //! `tessera synth`: render the Migrator Synthesizer to a WAV file, and
 //! benchmark its DSP against the deadline and against Faust. Thin: the sound
-//! lives in `tessera_synth`; this file parses, times and prints.
+//! and the benchmark live in `tessera_synth`; this file parses and prints.
 
-use crate::args::invalid;
+use crate::failure::{failed, Failure};
+use crate::parse::invalid;
 use clap::{Args, Subcommand};
-use std::hint::black_box;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
 use tessera_broker::BrokerError;
-use tessera_synth::oscillator::Bank;
+use tessera_synth::bench::{self, Timing};
 use tessera_synth::wav::{self, SampleFormat};
 use tessera_synth::{
     Gesture, GesturePlayer, Kernel, PadInput, Synth, SynthConfig, BLOCK, CHANNELS, DEADLINE_NS,
@@ -98,7 +97,7 @@ pub fn gesture(input: &InputArgs) -> Result<Gesture, BrokerError> {
         y: input.y,
         pressure: input.pressure,
     };
-    Ok(Gesture::fixed(crate::args::pads(&input.pads)?, held))
+    Ok(Gesture::fixed(crate::parse::pads(&input.pads)?, held))
 }
 
 #[derive(Args)]
@@ -128,22 +127,19 @@ pub struct BenchArgs {
     pub shape: ShapeArgs,
 }
 
-pub fn run(command: SynthCommand) -> Result<ExitCode, BrokerError> {
+pub fn run(command: SynthCommand) -> Result<ExitCode, Failure> {
     match command {
         SynthCommand::Render(args) => render(args),
         SynthCommand::Bench(args) => bench(args),
     }
 }
 
-fn render(args: RenderArgs) -> Result<ExitCode, BrokerError> {
+fn render(args: RenderArgs) -> Result<ExitCode, Failure> {
     let format = match args.format.as_str() {
         "f32" => SampleFormat::Float32,
         "i16" => SampleFormat::Int16,
         other => {
-            return Err(invalid(
-                format!("format {other:?}"),
-                "--format f32 or --format i16",
-            ))
+            return Err(invalid(format!("format {other:?}"), "--format f32 or --format i16").into())
         }
     };
     let gesture = gesture(&args.input)?;
@@ -152,8 +148,7 @@ fn render(args: RenderArgs) -> Result<ExitCode, BrokerError> {
     let mut player = GesturePlayer::new(gesture);
     let summary =
         wav::render(&mut synth, &mut player, args.seconds, &args.out, format).map_err(|e| {
-            BrokerError::new(
-                "io",
+            failed(
                 format!("{}: {e}", args.out.display()),
                 "check the output path",
             )
@@ -174,137 +169,22 @@ fn render(args: RenderArgs) -> Result<ExitCode, BrokerError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// One timed row: total time and TSC ticks over `work` oscillator-samples.
-struct Timing {
-    ns: f64,
-    ticks: f64,
-    work: f64,
+/// One row of the benchmark's table.
+fn row(name: &str, timing: &Timing) {
+    println!(
+        "{name:<34} {:>8.3} ns  {:>7.3} cycles",
+        timing.ns_per_sample(),
+        timing.ticks_per_sample()
+    );
 }
 
-impl Timing {
-    fn measure(work_per_call: f64, calls: usize, mut call: impl FnMut()) -> Timing {
-        for _ in 0..calls / 10 {
-            call(); // warm caches, branch predictors and clocks
-        }
-        let (start, t0) = (Instant::now(), ticks());
-        for _ in 0..calls {
-            call();
-        }
-        let (t1, elapsed) = (ticks(), start.elapsed());
-        Timing {
-            ns: elapsed.as_nanos() as f64,
-            ticks: (t1 - t0) as f64,
-            work: work_per_call * calls as f64,
-        }
-    }
-
-    fn row(&self, name: &str) {
-        println!(
-            "{name:<34} {:>8.3} ns  {:>7.3} cycles",
-            self.ns / self.work,
-            self.ticks / self.work
-        );
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn ticks() -> u64 {
-    // SAFETY: `rdtsc` exists on every x86_64 CPU (it is in the baseline ISA)
-    // and only reads the time-stamp counter.
-    unsafe { core::arch::x86_64::_rdtsc() }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn ticks() -> u64 {
-    0
-}
-
-/// The oscillator frequencies and amplitude of one object, as a bank and
-/// Faust both play them.
-fn voice_partials(oscillators: usize) -> (Vec<f64>, f32) {
-    let frequencies = (0..oscillators)
-        .map(|i| 110.0 * (i as f64 * 0.037).exp2())
-        .collect();
-    (frequencies, 0.1 * (2.0 / oscillators as f32).sqrt())
-}
-
-fn bench_bank(kernel: Kernel, oscillators: usize, blocks: usize) -> Timing {
-    let (frequencies, amplitude) = voice_partials(oscillators);
-    let mut bank = Bank::new(oscillators);
-    for (i, hz) in frequencies.iter().enumerate() {
-        bank.start(
-            i,
-            amplitude,
-            i as f64,
-            std::f64::consts::TAU * hz / 44_100.0,
-        );
-    }
-    let mut out = [0.0f32; BLOCK];
-    Timing::measure((oscillators * BLOCK) as f64, blocks, || {
-        bank.render(kernel, &mut out);
-        black_box(&out);
-    })
-}
-
-fn bench_faust(oscillators: usize, blocks: usize) -> Option<Timing> {
-    let mut voice = tessera_synth::faust::voice(44_100)?;
-    let (frequencies, amplitude) = voice_partials(oscillators.min(voice.oscillators()));
-    for (i, hz) in frequencies.iter().enumerate() {
-        voice.set_oscillator(i, *hz as f32, amplitude);
-    }
-    let mut out = [0.0f32; BLOCK];
-    Some(Timing::measure(
-        (voice.oscillators() * BLOCK) as f64,
-        blocks,
-        || {
-            voice.render(&mut out);
-            black_box(&out);
-        },
-    ))
-}
-
-/// Block times of the whole synth with `pads` pads pressed, in ns.
-fn bench_full_load(
-    config: SynthConfig,
-    pads: usize,
-    blocks: usize,
-) -> Result<(Vec<u64>, Timing), BrokerError> {
-    let mut synth =
-        Synth::new(config).map_err(|e| invalid(e.to_string(), "see tessera synth bench --help"))?;
-    let mut input = [PadInput::default(); PADS];
-    for (p, pad) in input.iter_mut().enumerate().take(pads) {
-        *pad = PadInput {
-            x: 0.5,
-            y: (p % 4) as f32 / 4.0,
-            pressure: 0.8,
-        };
-    }
-    let mut out = [[0.0f32; CHANNELS]; BLOCK];
-    // Oscillator-samples asked for (ballast included, SIMD padding not).
-    let work = pads as f64 * config_work(synth.config());
-    let mut times = Vec::with_capacity(blocks);
-    let timing = Timing::measure(work, blocks, || {
-        let start = Instant::now();
-        synth.process(&input, &mut out);
-        times.push(start.elapsed().as_nanos() as u64);
-        black_box(&out);
-    });
-    // The warm-up blocks are timed too; keep only the measured ones.
-    let measured = times.split_off(times.len() - blocks);
-    Ok((measured, timing))
-}
-
-/// Oscillator-samples one object renders per block.
-fn config_work(config: &SynthConfig) -> f64 {
-    config.oscillators_per_object as f64 * f64::from(config.work_factor) * BLOCK as f64
-}
-
-fn bench(args: BenchArgs) -> Result<ExitCode, BrokerError> {
+fn bench(args: BenchArgs) -> Result<ExitCode, Failure> {
     if args.pads > PADS || args.blocks == 0 {
         return Err(invalid(
             format!("{} pads, {} blocks", args.pads, args.blocks),
             "--pads 0..=32, --blocks >= 1",
-        ));
+        )
+        .into());
     }
     let oscillators = args.shape.oscillators;
     println!(
@@ -313,20 +193,27 @@ fn bench(args: BenchArgs) -> Result<ExitCode, BrokerError> {
     );
     println!("{:<34} per oscillator-sample", "");
     if let Some(simd) = Kernel::avx2_fma() {
-        bench_bank(simd, oscillators, args.blocks).row("tessera bank, avx2+fma");
+        row(
+            "tessera bank, avx2+fma",
+            &bench::bank(simd, oscillators, args.blocks),
+        );
     } else {
         println!("{:<34} (no AVX2+FMA on this CPU)", "tessera bank, avx2+fma");
     }
-    bench_bank(Kernel::portable(), oscillators, args.blocks).row("tessera bank, portable");
-    match bench_faust(oscillators, args.blocks) {
-        Some(timing) => timing.row("faust migrator.dsp (os.osc)"),
+    row(
+        "tessera bank, portable",
+        &bench::bank(Kernel::portable(), oscillators, args.blocks),
+    );
+    match bench::faust(oscillators, args.blocks) {
+        Some(timing) => row("faust migrator.dsp (os.osc)", &timing),
         None => println!(
             "{:<34} skipped: `faust` was not installed when tessera was built",
             "faust migrator.dsp"
         ),
     }
 
-    let (mut times, timing) = bench_full_load(args.shape.config(), args.pads, args.blocks)?;
+    let load = bench::full_load(args.shape.config(), args.pads, args.blocks)
+        .map_err(|e| invalid(e.to_string(), "see tessera synth bench --help"))?;
     println!(
         "\nfull load: {} pads x {} oscillators (work factor {}), migrations every {} s, kernel {}",
         args.pads,
@@ -335,10 +222,9 @@ fn bench(args: BenchArgs) -> Result<ExitCode, BrokerError> {
         args.shape.migration,
         Kernel::detect().name()
     );
-    timing.row("whole synth (process)");
-    times.sort_unstable();
-    let mean = times.iter().sum::<u64>() as f64 / times.len() as f64;
-    let at = |q: f64| times[((times.len() - 1) as f64 * q) as usize] as f64;
+    row("whole synth (process)", &load.timing);
+    let mean = load.mean_ns();
+    let at = |q: f64| load.quantile_ns(q);
     println!(
         "block time    mean {:>8.1} us  p50 {:>8.1} us  p99 {:>8.1} us  max {:>8.1} us",
         mean / 1e3,
@@ -355,7 +241,7 @@ fn bench(args: BenchArgs) -> Result<ExitCode, BrokerError> {
     );
     println!(
         "cycles: TSC ticks at {:.3} GHz (reference cycles, not core cycles)",
-        timing.ticks / timing.ns
+        load.timing.tick_ghz()
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -6,6 +6,7 @@
 //! (`-b`), one JSON sample per refresh with `--json`. Thin: the samples come
 //! from `tessera_broker::monitor`; this file only sorts and prints.
 
+use crate::failure::{failed, Failure};
 use clap::{Args, ValueEnum};
 use crossterm::event::{self, Event, KeyCode, KeyEvent, KeyModifiers};
 use crossterm::{cursor, execute, terminal};
@@ -14,7 +15,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 use tessera_broker::monitor::{CellSample, Sample};
-use tessera_broker::{BrokerError, Session};
+use tessera_broker::Session;
 
 pub const EXAMPLES: &str = "Examples:\n  \
     tessera top                      # live; keys: c cpu, l load, m misses, x xruns, b budget, n name,\n  \
@@ -61,16 +62,17 @@ struct View {
     delay: Duration,
 }
 
-fn internal(e: impl std::fmt::Display) -> BrokerError {
-    BrokerError::new("internal", e.to_string(), "")
+fn internal(e: impl std::fmt::Display) -> Failure {
+    failed(e.to_string(), "")
 }
 
-pub fn run(args: TopArgs) -> Result<ExitCode, BrokerError> {
+pub fn run(args: TopArgs) -> Result<ExitCode, Failure> {
     if !(args.delay >= 0.1 && args.delay <= 3600.0) {
-        return Err(crate::args::invalid(
+        return Err(crate::parse::invalid(
             format!("a delay of {} s", args.delay),
             "give -d between 0.1 and 3600 seconds",
-        ));
+        )
+        .into());
     }
     let mut view = View {
         sort: args.sort,
@@ -101,7 +103,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode, BrokerError> {
 
 /// The newest sample, taken now if the monitor's is older than the delay
 /// (only the last few seconds of the series are asked for).
-fn latest(session: &mut Session, view: &View) -> Result<Sample, BrokerError> {
+fn latest(session: &mut Session, view: &View) -> Result<Sample, Failure> {
     let fresh_ms = view.delay.as_millis() as u64;
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -119,7 +121,7 @@ fn interactive_loop(
     session: &mut Session,
     view: &mut View,
     iterations: Option<u64>,
-) -> Result<ExitCode, BrokerError> {
+) -> Result<ExitCode, Failure> {
     let mut out = std::io::stdout();
     terminal::enable_raw_mode().map_err(internal)?;
     execute!(out, terminal::EnterAlternateScreen, cursor::Hide).map_err(internal)?;
@@ -148,7 +150,7 @@ fn interactive_loop(
 }
 
 /// Waits one delay, taking keys as they come; false when told to quit.
-fn wait_for_keys(view: &mut View) -> Result<bool, BrokerError> {
+fn wait_for_keys(view: &mut View) -> Result<bool, Failure> {
     let until = std::time::Instant::now() + view.delay;
     loop {
         let left = until.saturating_duration_since(std::time::Instant::now());
@@ -270,10 +272,40 @@ fn render(sample: &Sample, view: &View, broker: &str) -> String {
             }
         }
     }
+    render_unguaranteed(&mut out, sample);
     for change in &sample.changes {
         let _ = writeln!(out, "adapted: {change}");
     }
     out
+}
+
+/// The real-time threads outside every cell, as the daemon reported them:
+/// RTKit's fallback left them on SCHED_RR, with nothing guaranteed.
+fn render_unguaranteed(out: &mut String, sample: &Sample) {
+    if sample.unguaranteed.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "UNGUARANTEED: real-time without a reservation (admission refused; RTKit's SCHED_RR)"
+    );
+    let _ = writeln!(
+        out,
+        "{:<8} {:<28} {:>8} {:>6} {:<12} WHY",
+        "TID", "THREAD", "PID", "UID", "POLICY"
+    );
+    for t in &sample.unguaranteed {
+        let policy = format!("SCHED_RR {}", t.priority);
+        let _ = writeln!(
+            out,
+            "{:<8} {:<28} {:>8} {:>6} {policy:<12} {}",
+            t.tid,
+            truncate(&t.name, 28),
+            t.pid,
+            t.uid,
+            t.why
+        );
+    }
 }
 
 fn sort_name(key: SortKey) -> &'static str {
@@ -298,4 +330,55 @@ fn mark(cell: &CellSample) -> &'static str {
 
 fn truncate(text: &str, width: usize) -> String {
     text.chars().take(width).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_broker::monitor::UnguaranteedThread;
+
+    fn view() -> View {
+        View {
+            sort: SortKey::Cpu,
+            threads: false,
+            delay: Duration::from_secs(1),
+        }
+    }
+
+    fn sample(unguaranteed: Vec<UnguaranteedThread>) -> Sample {
+        Sample {
+            t_unix_ms: 0,
+            t_mono_ns: 0,
+            interval_ns: 1_000_000_000,
+            cells: Vec::new(),
+            unguaranteed,
+            changes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn threads_left_on_rtkits_sched_rr_are_labelled_unguaranteed() {
+        let thread = UnguaranteedThread {
+            pid: 4000,
+            tid: 4001,
+            uid: 1000,
+            name: "data-loop.0".into(),
+            priority: 20,
+            why: "over uid 1000's quota".into(),
+        };
+        let text = render(&sample(vec![thread]), &view(), "daemon");
+        assert!(text.contains("UNGUARANTEED"), "{text}");
+        let row = text.lines().find(|l| l.starts_with("4001")).expect(&text);
+        assert!(
+            row.contains("data-loop.0") && row.contains("SCHED_RR 20"),
+            "{row}"
+        );
+        assert!(row.contains("over uid 1000's quota"), "{row}");
+    }
+
+    #[test]
+    fn without_such_threads_there_is_no_unguaranteed_section() {
+        let text = render(&sample(Vec::new()), &view(), "daemon");
+        assert!(!text.contains("UNGUARANTEED"), "{text}");
+    }
 }

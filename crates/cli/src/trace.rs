@@ -1,10 +1,11 @@
 //! `tessera trace window`: where a time-triggered cell's thread runs within
 //! its period, as a text timeline, a summary, or JSON.
 
+use crate::failure::Failure;
 use clap::Args;
 use std::process::ExitCode;
 use std::time::Duration;
-use tessera_broker::{BrokerError, Session};
+use tessera_broker::Session;
 
 #[derive(Args)]
 #[command(
@@ -32,11 +33,11 @@ pub struct WindowArgs {
     pub json: bool,
 }
 
-pub fn window(args: WindowArgs) -> Result<ExitCode, BrokerError> {
+pub fn window(args: WindowArgs) -> Result<ExitCode, Failure> {
     let mut session = Session::connect()?;
     let (runtime, period) = (
-        crate::args::time(&args.runtime, "--runtime 2ms")?,
-        crate::args::time(&args.period, "--period 10ms")?,
+        crate::parse::time(&args.runtime, "--runtime 2ms")?,
+        crate::parse::time(&args.period, "--period 10ms")?,
     );
     let seconds = Duration::from_secs_f64(args.seconds.clamp(0.05, 600.0));
     eprintln!(

@@ -3,32 +3,31 @@
 //! service are in tessera-workloads and tessera-services; this prints what
 //! they measured.
 
-use crate::args::invalid;
-use crate::experiment::LoadCommon;
+use crate::failure::Failure;
+use crate::parse::invalid;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tessera_broker::BrokerError;
+use std::time::Duration;
 use tessera_measure::Summary;
-use tessera_scenario::parse_duration;
 use tessera_workloads::video::{self, VideoSpec};
 use tessera_workloads::{LoadReport, Window};
 
 /// Runs `players` CIF players at `fps` into a gui of `gui_threads` threads
-/// and prints frames, misses and response percentiles per player.
+/// for `run_for` and prints frames, misses and response percentiles per player.
 pub fn load(
     players: usize,
     fps: f64,
     gui_threads: usize,
     dir: Option<PathBuf>,
-    common: &LoadCommon,
-) -> Result<ExitCode, BrokerError> {
-    let run_for =
-        parse_duration(&common.duration).map_err(|e| invalid(e, "e.g. --duration 10s"))?;
+    run_for: Duration,
+    json: bool,
+) -> Result<ExitCode, Failure> {
     if !(1..=64).contains(&players) || !(1..=64).contains(&gui_threads) {
         return Err(invalid(
             "--players and --gui-threads must be 1–64",
             "e.g. --players 2 --gui-threads 1",
-        ));
+        )
+        .into());
     }
     let dir = dir.unwrap_or_else(std::env::temp_dir);
     let spec = VideoSpec {
@@ -58,7 +57,7 @@ pub fn load(
         .collect();
     let service = Summary::from_samples(&service_us, None);
     let gui_load = LoadReport::from(&gui);
-    if common.json {
+    if json {
         let json = serde_json::json!({
             "players": rows,
             "gui": {

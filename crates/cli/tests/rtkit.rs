@@ -339,6 +339,19 @@ fn past_the_quota_a_request_falls_back_to_rtkits_own_answer_or_is_refused() {
     let policy = sched::get_policy(p).unwrap();
     assert_eq!(policy, Policy::RoundRobin { priority: 10 });
     assert!(d.daemon_log().contains("UNGUARANTEED"));
+    // The daemon reports the thread in its samples (a sample taken just
+    // before the grant may come first), and `tessera top` labels it.
+    wait_until("the daemon reports the thread unguaranteed", || {
+        let sample = d.m.json(&["top", "--json", "-n", "1", "-d", "0.1"]);
+        sample["unguaranteed"].as_array().is_some_and(|threads| {
+            threads
+                .iter()
+                .any(|t| t["tid"] == p && t["priority"] == 10 && t["uid"] == d.user.uid)
+        })
+    });
+    let text = d.m.ok(&["top", "-b", "-n", "1", "-d", "0.1"]);
+    let row = text.lines().find(|l| l.starts_with(&p.to_string()));
+    assert!(text.contains("UNGUARANTEED") && row.is_some(), "{text}");
 
     std::fs::write(
         d.m.dir.join("daemon.toml"),

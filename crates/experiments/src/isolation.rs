@@ -16,7 +16,7 @@
 use crate::cells::{setup_thread, Cells};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tessera_broker::{BrokerError, Session};
+use tessera_broker::{BrokerError, ErrorCode, Session};
 use tessera_measure::{ConfigurationResult, RunResults};
 use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest};
 use tessera_workloads::{PeriodicSpec, PeriodicStats, PeriodicTask};
@@ -87,7 +87,7 @@ pub struct Outcome {
 }
 
 fn err(message: impl Into<String>) -> BrokerError {
-    BrokerError::new("experiment", message, "")
+    BrokerError::new(ErrorCode::Experiment, message, "")
 }
 
 fn cell(
@@ -212,7 +212,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Outcome, Br
     let core = opts.core.unwrap_or(*cores.last().unwrap_or(&0));
     if !cores.contains(&core) {
         return Err(BrokerError::new(
-            "invalid",
+            ErrorCode::Invalid,
             format!("core {core} is not online ({cores:?})"),
             "pick an online core",
         ));

@@ -20,7 +20,7 @@ use crate::render;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_broker::{BrokerError, Session};
+use tessera_broker::{BrokerError, ErrorCode, Session};
 use tessera_graph::{
     nodes, Budget, BudgetProbe, CycleRecord, Engine, EngineConfig, Graph, Profile, StreamConfig,
     TimerDriver,
@@ -59,7 +59,7 @@ pub struct Outcome {
 }
 
 fn err(message: impl Into<String>) -> BrokerError {
-    BrokerError::new("experiment", message, "")
+    BrokerError::new(ErrorCode::Experiment, message, "")
 }
 
 /// Runs every configuration of `scenario` and writes results and report

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tessera_broker::{BrokerError, Session};
+use tessera_broker::{BrokerError, ErrorCode, Session};
 use tessera_measure::{ConfigurationResult, MachineInfo, RunResults};
 use tessera_music::app::DEADLINE;
 use tessera_music::windows::WindowSummary;
@@ -241,7 +241,7 @@ pub struct Outcome {
 }
 
 fn err(message: impl Into<String>) -> BrokerError {
-    BrokerError::new("experiment", message, "")
+    BrokerError::new(ErrorCode::Experiment, message, "")
 }
 
 /// The demo's configuration with Group 2 (the cells', or its best-effort

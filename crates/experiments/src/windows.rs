@@ -14,7 +14,7 @@
 
 use serde::Serialize;
 use std::time::Duration;
-use tessera_broker::{BrokerError, Session};
+use tessera_broker::{BrokerError, ErrorCode, Session};
 use tessera_policy::CellRequest;
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 
@@ -127,10 +127,16 @@ fn run_spinner(
             let elapsed = spin(origin, duration.as_nanos() as u64, window, &mut intervals);
             Ok((intervals, elapsed))
         })
-        .map_err(|e| BrokerError::new("kernel", format!("start the tracing thread: {e}"), ""))?;
+        .map_err(|e| {
+            BrokerError::new(
+                ErrorCode::Kernel,
+                format!("start the tracing thread: {e}"),
+                "",
+            )
+        })?;
     spinner.join().unwrap_or_else(|_| {
         Err(BrokerError::new(
-            "internal",
+            ErrorCode::Internal,
             "the tracing thread panicked",
             "",
         ))

@@ -17,34 +17,54 @@
 //! * The ready queue's head packs the cycle's 32-bit tag with the index of
 //!   the next slot to claim, so a thread that read the head in cycle n cannot
 //!   claim a slot of cycle n+1 with a stale value (the compare-exchange fails
-//!   on the tag). The driver resets slots, counters and the cycle's data, then
-//!   stores the new head with `Release`: a claim (`Acquire`) sees the reset.
+//!   on the tag). The driver resets slots, counters ([`arm`]) and the cycle's
+//!   data, then stores the new head with `Release`: a claim (`Acquire`) sees
+//!   the reset, and never a slot as the previous cycle left it.
 //! * Worker sleep is a Dekker pair on `SeqCst` operations: a sleeper
 //!   increments `sleepers`, reads `seq`, re-checks the queue, then waits on
 //!   `seq`; a producer pushes, increments `seq`, then reads `sleepers` and
-//!   wakes. Either the sleeper sees the pushed node, or the producer sees the
-//!   sleeper and `futex_wait` fails on the changed `seq`; no wake-up is lost.
+//!   wakes. In the single total order of `SeqCst` operations, either the
+//!   producer's increment comes before the sleeper's read of `seq` — the
+//!   sleeper then reads the new `seq`, which acquires the push, and its
+//!   re-check finds the node — or the sleeper's increment of `sleepers`
+//!   comes before the producer's read of it — the producer then wakes it,
+//!   and `futex_wait` either fails on the changed `seq` or is woken (the
+//!   kernel compares and queues atomically with respect to a wake). No
+//!   wake-up is lost; a stop flag stored before the notify is seen the same
+//!   way.
 //! * The cycle ends when `remaining` (nodes not finished) reaches zero; every
 //!   runner decrements it with `AcqRel` after its last access to the cycle's
 //!   data, and the last one stores the cycle's tag into `done` with `Release`.
 //!   The driver loads `done` with `Acquire`, so the whole cycle happens-before
 //!   anything the driver does next (recycling buffers, retiring the graph).
+//!
+//! `tests/loom.rs` drives these types over loom's atomics and a model futex
+//! (`sync`, under `cfg(loom)`, where this module is public for it). Each
+//! ordering named above is needed: weakened one at a time (`AcqRel` to
+//! `Release` or `Acquire`, `Release` and `Acquire` to `Relaxed`, `SeqCst`
+//! to `Release`, `Acquire` or `Relaxed`), each makes a model fail.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tessera_sys::futex;
+use crate::sync::{futex, AtomicU32, AtomicU64, Ordering};
+
+/// Arms a node's activation counter for the coming cycle: the node waits
+/// for `predecessors` signals. Driver only, between cycles; published by the
+/// ready queue's [`ReadyQueue::reset`].
+pub fn arm(counter: &AtomicU32, predecessors: u32) {
+    counter.store(predecessors, Ordering::Relaxed);
+}
 
 /// Brings a node's activation counter one step closer to zero; `true` for the
 /// caller that made it zero and must now make the node ready.
-pub(crate) fn signal(counter: &AtomicU32) -> bool {
+pub fn signal(counter: &AtomicU32) -> bool {
     counter.fetch_sub(1, Ordering::AcqRel) == 1
 }
 
 /// The nodes made ready in the current cycle, in the order they became
 /// ready. Each node enters at most once per cycle, so a slot per node is
 /// enough and the queue never wraps within a cycle.
-pub(crate) struct ReadyQueue {
+pub struct ReadyQueue {
     /// Cycle tag (high 32 bits) and index of the next slot to claim.
     head: AtomicU64,
     /// Next slot to fill.
@@ -54,7 +74,7 @@ pub(crate) struct ReadyQueue {
 }
 
 impl ReadyQueue {
-    pub(crate) fn new(capacity: usize) -> Self {
+    pub fn new(capacity: usize) -> Self {
         ReadyQueue {
             head: AtomicU64::new(0),
             tail: AtomicU32::new(0),
@@ -64,7 +84,7 @@ impl ReadyQueue {
 
     /// Empties the queue for the cycle tagged `tag`. Driver only, between
     /// cycles; `used` is the number of slots the last cycle filled.
-    pub(crate) fn reset(&self, tag: u32, used: usize) {
+    pub fn reset(&self, tag: u32, used: usize) {
         for slot in &self.slots[..used] {
             slot.store(0, Ordering::Relaxed);
         }
@@ -73,13 +93,13 @@ impl ReadyQueue {
     }
 
     /// Makes the node at `position` ready.
-    pub(crate) fn push(&self, position: u32) {
+    pub fn push(&self, position: u32) {
         let slot = self.tail.fetch_add(1, Ordering::Relaxed) as usize;
         self.slots[slot].store(position + 1, Ordering::Release);
     }
 
     /// Claims the next ready node, if one is ready.
-    pub(crate) fn claim(&self) -> Option<u32> {
+    pub fn claim(&self) -> Option<u32> {
         loop {
             let head = self.head.load(Ordering::Acquire);
             let filled = self.filled(head)?;
@@ -93,7 +113,7 @@ impl ReadyQueue {
         }
     }
 
-    pub(crate) fn has_ready(&self) -> bool {
+    pub fn has_ready(&self) -> bool {
         self.filled(self.head.load(Ordering::Acquire)).is_some()
     }
 
@@ -108,7 +128,7 @@ impl ReadyQueue {
 
 /// Sleep and wake-up of idle worker threads.
 #[derive(Default)]
-pub(crate) struct WorkerWake {
+pub struct WorkerWake {
     seq: AtomicU32,
     sleepers: AtomicU32,
 }
@@ -116,7 +136,7 @@ pub(crate) struct WorkerWake {
 impl WorkerWake {
     /// Wakes up to `count` sleeping workers after work was pushed (or the
     /// engine is shutting down). No system call when nobody sleeps.
-    pub(crate) fn notify(&self, count: u32) {
+    pub fn notify(&self, count: u32) {
         self.seq.fetch_add(1, Ordering::SeqCst);
         if count > 0 && self.sleepers.load(Ordering::SeqCst) > 0 {
             futex::wake(&self.seq, count);
@@ -125,7 +145,7 @@ impl WorkerWake {
 
     /// Sleeps until notified or `timeout`, unless `has_work` says there is
     /// something to do after announcing the sleep.
-    pub(crate) fn sleep(&self, has_work: impl Fn() -> bool, timeout: Duration) {
+    pub fn sleep(&self, has_work: impl Fn() -> bool, timeout: Duration) {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         let seq = self.seq.load(Ordering::SeqCst);
         if !has_work() {
@@ -137,20 +157,20 @@ impl WorkerWake {
 
 /// Nodes still to finish in the cycle, and the driver's end-of-cycle wait.
 #[derive(Default)]
-pub(crate) struct CycleEnd {
+pub struct CycleEnd {
     remaining: AtomicU32,
     done: AtomicU32,
 }
 
 impl CycleEnd {
     /// Driver only, between cycles.
-    pub(crate) fn reset(&self, nodes: u32) {
+    pub fn reset(&self, nodes: u32) {
         self.remaining.store(nodes, Ordering::Relaxed);
     }
 
     /// Records a finished node; the runner of the last one ends the cycle
     /// tagged `tag` and wakes the driver.
-    pub(crate) fn node_finished(&self, tag: u32) {
+    pub fn node_finished(&self, tag: u32) {
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.done.store(tag, Ordering::Release);
             futex::wake(&self.done, 1);
@@ -159,7 +179,7 @@ impl CycleEnd {
 
     /// Driver: waits until the cycle tagged `tag` has ended or `timeout`
     /// passed; `true` if it ended.
-    pub(crate) fn wait(&self, tag: u32, timeout: Duration) -> bool {
+    pub fn wait(&self, tag: u32, timeout: Duration) -> bool {
         let done = self.done.load(Ordering::Acquire);
         if done == tag {
             return true;

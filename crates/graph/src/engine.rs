@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use tessera_rtguard::RtGuard;
 use tessera_sys::clock;
 
-use crate::activation::{signal, CycleEnd, ReadyQueue, WorkerWake};
+use crate::activation::{arm, signal, CycleEnd, ReadyQueue, WorkerWake};
 use crate::cell::CycleCell;
 use crate::driver::{CycleStart, Driver, DriverError};
 use crate::graph::{CompiledGraph, CompiledNode, Graph, GraphError, Limits};
@@ -692,7 +692,7 @@ impl DriverLoop {
         let shared = &*self.shared;
         let graph = current_graph(shared);
         for node in graph.nodes.iter() {
-            node.counter.store(node.predecessors, Ordering::Relaxed);
+            arm(&node.counter, node.predecessors);
             // SAFETY: no node runs between cycles.
             *unsafe { node.timing.get_mut() } = NodeTiming {
                 signalled_ns: start_ns,

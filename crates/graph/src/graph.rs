@@ -7,13 +7,13 @@
 //! allocate. The engine publishes compiled graphs through `switch`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use crate::cell::CycleCell;
 use crate::node::{Node, NodeId, NodeName};
 use crate::port::{EventBuffer, PortDirection, PortId, PortKind, PortSpec};
 use crate::profiler::NodeTiming;
+use crate::sync::AtomicU32;
 use crate::StreamConfig;
 
 /// A node's processing state, shared between the graph description and the

@@ -33,6 +33,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// Public only to the loom model (`tests/loom.rs`), which drives the real
+// activation protocol over loom's atomics.
+#[cfg(loom)]
+pub mod activation;
+#[cfg(not(loom))]
 mod activation;
 mod cell;
 pub mod driver;
@@ -45,6 +50,7 @@ mod port;
 pub mod profiler;
 pub mod ring;
 mod switch;
+mod sync;
 mod xrun;
 
 pub use driver::{

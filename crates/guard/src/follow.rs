@@ -35,6 +35,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::process::{Child, Command, ExitStatus};
 use std::time::Duration;
+use tessera_broker::ErrorCode;
 use tessera_broker::Session;
 use tessera_policy::{Bandwidth, Budget};
 use tessera_sys::proc::Pid;
@@ -490,7 +491,7 @@ impl Follower {
                 }),
                 // Gone already, or dropped by the broker as exited.
                 Ok(()) => {}
-                Err(e) if e.code == "not-found" => {}
+                Err(e) if e.code == ErrorCode::NotFound => {}
                 Err(e) => out.push(FollowEvent::Failed {
                     pid: t.pid,
                     tid,
@@ -772,14 +773,14 @@ impl Follower {
                     policy,
                 });
             }
-            Err(e) if e.code == "refused" => {
+            Err(e) if e.code == ErrorCode::Refused => {
                 let was_waiting = self.role_of(tid) == Some(Role::Waiting);
                 self.set_role(pid, tid, &name, Role::Waiting);
                 if !was_waiting {
                     out.push(self.no_reservation(pid, tid, name, from));
                 }
             }
-            Err(e) => self.failed(pid, tid, name, e, out),
+            Err(e) => self.failed(pid, tid, name, e.into(), out),
         }
     }
 
@@ -840,7 +841,7 @@ impl Follower {
             false => self.session.attach_cpuset_only(&self.cell, pid, Some(tid)),
         };
         if let Err(e) = attached {
-            return self.failed(pid, tid, name, e, out);
+            return self.failed(pid, tid, name, e.into(), out);
         }
         let role = if join { Role::Joined } else { Role::BestEffort };
         self.set_role(pid, tid, &name, role);
@@ -871,7 +872,7 @@ impl Follower {
         }
         t.role = Role::Outside;
         if let Err(e) = self.session.detach(tid) {
-            if e.code != "not-found" {
+            if e.code != ErrorCode::NotFound {
                 let (pid, name) = (t.pid, t.name.clone());
                 out.push(FollowEvent::Failed {
                     pid,
@@ -889,12 +890,12 @@ impl Follower {
         pid: Pid,
         tid: Tid,
         name: String,
-        e: tessera_broker::BrokerError,
+        e: GuardError,
         out: &mut Vec<FollowEvent>,
     ) {
         // A thread that exited while being placed is not a failure, and
         // nothing to follow.
-        if e.code == "not-found" && sched::get_policy(tid).is_err() {
+        if not_found(&e) && sched::get_policy(tid).is_err() {
             self.threads.remove(&tid);
             return;
         }
@@ -903,8 +904,8 @@ impl Follower {
             pid,
             tid,
             name,
-            message: e.message,
-            fix: e.fix,
+            message: e.message(),
+            fix: e.fix().to_string(),
         });
     }
 
@@ -1029,6 +1030,16 @@ fn could_not_run(program: &str, e: &std::io::Error) -> GuardError {
     )
 }
 
+/// Whether the broker or the kernel no longer knew what was asked for (a
+/// thread that exited meanwhile).
+fn not_found(e: &GuardError) -> bool {
+    match e {
+        GuardError::Broker(e) => e.code == ErrorCode::NotFound,
+        GuardError::Kernel(e) => e.kind == tessera_sys::ErrorKind::NotFound,
+        GuardError::Missing { .. } | GuardError::Failed { .. } => false,
+    }
+}
+
 /// Follows the child waiting at the gate; its main thread must be in the
 /// cell before it may exec.
 fn place_at_gate(
@@ -1060,11 +1071,11 @@ fn place_at_gate(
                 String::new(),
             )
         });
-    Err(tessera_broker::BrokerError::new(
-        "refused",
+    Err(GuardError::Broker(tessera_broker::BrokerError::new(
+        ErrorCode::Refused,
         format!("cell {cell:?}: {}", why.0),
         why.1,
-    ))
+    )))
 }
 
 impl Launched {

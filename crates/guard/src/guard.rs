@@ -124,12 +124,14 @@ pub enum Kind {
     Graph,
     /// At a normal policy, busy: part of its application's share.
     Share,
+    /// The thread that runs the guard's own loop.
+    Guard,
 }
 
 impl Kind {
     /// The threads an audio cycle passes through, kept together.
     fn is_graph(self) -> bool {
-        self != Kind::Share
+        matches!(self, Kind::RealTime | Kind::Graph)
     }
 
     /// Its name in the record and the status (as serialised).
@@ -138,12 +140,13 @@ impl Kind {
             Kind::RealTime => "real-time",
             Kind::Graph => "graph",
             Kind::Share => "share",
+            Kind::Guard => "guard",
         }
     }
 
     /// The kind of a name written by [`Kind::name`].
     pub fn from_name(name: &str) -> Option<Kind> {
-        [Kind::RealTime, Kind::Graph, Kind::Share]
+        [Kind::RealTime, Kind::Graph, Kind::Share, Kind::Guard]
             .into_iter()
             .find(|k| k.name() == name)
     }
@@ -434,7 +437,7 @@ impl Guard {
         let tid = proc::current_tid();
         let seed = Bandwidth::from_fraction(share::BUSY);
         log.push(format!("reserving the guard's own loop (thread {tid})"));
-        self.reserve(me, tid, Kind::Share, Some(seed), log);
+        self.reserve(me, tid, Kind::Guard, Some(seed), log);
     }
 
     /// Whether the guarded server still runs.
@@ -515,7 +518,7 @@ impl Guard {
                 if kind == Kind::RealTime {
                     let server = self.server.pid;
                     self.bump(
-                        |r| r.pid == server && r.tid != tid && r.kind != Kind::Share,
+                        |r| r.pid == server && r.tid != tid && r.kind.is_graph(),
                         Adaptive::on_join,
                     );
                 }
@@ -547,7 +550,7 @@ impl Guard {
         seed: Option<Bandwidth>,
     ) -> Result<Reserved, GuardError> {
         let mut controller = match kind {
-            Kind::Share => share_controller(&self.settings.budgeting)?,
+            Kind::Share | Kind::Guard => share_controller(&self.settings.budgeting)?,
             _ => self.controller()?,
         };
         if let Some(used) = seed {
@@ -603,7 +606,7 @@ impl Guard {
         let attached = self.session.attach(cell, pid, Some(tid));
         if let Err(e) = attached {
             let _ = self.session.destroy_cell(cell);
-            return Err(e);
+            return Err(e.into());
         }
         Ok(())
     }
@@ -612,8 +615,8 @@ impl Guard {
     /// for a shared thread that does not cycle, its reservation period.
     fn cycle_ns(&self, kind: Kind) -> u64 {
         match kind {
-            Kind::Share => share::PERIOD_NS,
-            _ => self.period_ns,
+            Kind::Share | Kind::Guard => share::PERIOD_NS,
+            Kind::RealTime | Kind::Graph => self.period_ns,
         }
     }
 
@@ -646,12 +649,11 @@ impl Guard {
     /// thread its part of the application's floor if more.
     fn floor_ns(&self, r: &Reserved, extra: usize) -> u64 {
         let min = r.controller.bounds().0;
-        let own_loop = r.pid == proc::current_pid();
         let share = match (r.kind, self.settings.app_share) {
             (Kind::Share, Some(share)) => share,
             // The guard's own loop holds the default floor even when the
             // user asked for real-time threads only.
-            (Kind::Share, None) if own_loop => AppShare::default(),
+            (Kind::Guard, _) => AppShare::default(),
             _ => return min,
         };
         let threads = self
@@ -754,12 +756,11 @@ impl Guard {
             .sum();
         for s in sampled.into_iter().filter(Sampled::is_busy) {
             log.push(format!(
-                "thread {} ({}) of {} is busy at a normal policy (ran {} of a CPU, waited {} for one): reserving it in its application's share",
+                "thread {} ({}) of {} is busy at a normal policy ({} of a CPU): reserving it in its application's share",
                 s.tid,
                 proc::thread_name(s.pid, s.tid),
                 proc::process_name(s.pid),
-                s.used,
-                s.waited
+                s.used
             ));
             self.reserve(s.pid, s.tid, Kind::Share, Some(s.used), log);
         }
@@ -842,7 +843,7 @@ impl Guard {
                 period as f64 / 1000.0
             ));
             self.period_ns = period;
-            for r in self.reserved.values_mut().filter(|r| r.kind != Kind::Share) {
+            for r in self.reserved.values_mut().filter(|r| r.kind.is_graph()) {
                 let _ = r.controller.set_audio_period(period);
             }
         }
@@ -929,12 +930,12 @@ impl Guard {
     fn observe(&mut self) {
         for r in self.reserved.values_mut() {
             let since = r.usage.age();
-            if r.kind == Kind::Share && since < share::WINDOW {
+            if !r.kind.is_graph() && since < share::WINDOW {
                 continue;
             }
             let cycle = match r.kind {
-                Kind::Share => share::PERIOD_NS,
-                _ => self.period_ns,
+                Kind::Share | Kind::Guard => share::PERIOD_NS,
+                Kind::RealTime | Kind::Graph => self.period_ns,
             };
             if (since.as_nanos() as u64) < cycle {
                 continue;
@@ -944,8 +945,8 @@ impl Guard {
             };
             let elapsed = (delta.elapsed_ns / cycle).max(1);
             let cycles = match r.kind {
-                Kind::Share => elapsed,
-                _ => elapsed.min(delta.woken.max(1)),
+                Kind::Share | Kind::Guard => elapsed,
+                Kind::RealTime | Kind::Graph => elapsed.min(delta.woken.max(1)),
             };
             r.controller.observe(delta.cpu_ns, cycles);
             r.used_ns = delta.cpu_ns.div_ceil(elapsed) * r.controller.fragments();
@@ -1321,6 +1322,7 @@ impl Kind {
             Kind::RealTime => "real-time",
             Kind::Graph => "runs the graph",
             Kind::Share => "application share",
+            Kind::Guard => "the guard's own loop",
         }
     }
 }

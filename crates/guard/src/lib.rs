@@ -18,9 +18,7 @@ pub mod share_cells;
 pub mod supervise;
 pub mod watch;
 
-pub use tessera_broker::BrokerError as GuardError;
+pub mod error;
 
-/// A guard's error: what went wrong and the fix.
-pub(crate) fn fail(message: impl Into<String>, fix: impl Into<String>) -> GuardError {
-    GuardError::new("guard", message, fix)
-}
+pub(crate) use error::fail;
+pub use error::GuardError;

@@ -204,6 +204,42 @@ pub fn pipewire_jack_dir() -> Option<PathBuf> {
     .find(|dir| dir.join("libjack.so.0").exists())
 }
 
+/// PipeWire speaks JACK through its own libjack, which the dynamic loader
+/// finds only if it is first on LD_LIBRARY_PATH when the process starts (as
+/// `pw-jack` arranges): so a guard of PipeWire starts its program again that
+/// way, with the same arguments. Returns at once in the restarted program;
+/// otherwise returns only with why it could not restart.
+pub fn reexec_with_pipewire_jack() -> Result<(), GuardError> {
+    use std::os::unix::process::CommandExt;
+    const MARK: &str = "TESSERA_GUARD_PW_JACK";
+    if std::env::var_os(MARK).is_some() {
+        return Ok(());
+    }
+    let dir = pipewire_jack_dir().ok_or_else(|| GuardError::Missing {
+        message: "PipeWire's JACK library is not installed".into(),
+        fix: "apt-get install pipewire-jack".into(),
+    })?;
+    let path = match std::env::var("LD_LIBRARY_PATH") {
+        Ok(old) if !old.is_empty() => format!("{}:{old}", dir.display()),
+        _ => dir.display().to_string(),
+    };
+    let exe = std::env::current_exe().map_err(|e| {
+        fail(
+            format!("where is this program: {e}"),
+            "run it by its full path",
+        )
+    })?;
+    let err = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env("LD_LIBRARY_PATH", path)
+        .env(MARK, "1")
+        .exec();
+    Err(fail(
+        format!("could not restart with PipeWire's libjack: {err}"),
+        "run it under pw-jack: pw-jack tessera guard pipewire",
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

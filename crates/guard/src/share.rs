@@ -70,6 +70,15 @@ pub struct AppShare {
     pub floor: Bandwidth,
 }
 
+impl AppShare {
+    /// A share of `pct` % of one CPU; None outside 0–100 %.
+    pub fn percent(pct: f64) -> Option<AppShare> {
+        (0.0..=100.0).contains(&pct).then(|| AppShare {
+            floor: Bandwidth::from_fraction(pct / 100.0),
+        })
+    }
+}
+
 impl Default for AppShare {
     fn default() -> AppShare {
         AppShare {
@@ -78,26 +87,17 @@ impl Default for AppShare {
     }
 }
 
-/// What a thread used over the window that closed, and how long it
-/// waited runnable for a CPU.
+/// What a thread used over the window that closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sampled {
     pub pid: Pid,
     pub tid: Tid,
     pub used: Bandwidth,
-    pub waited: Bandwidth,
 }
 
 impl Sampled {
-    /// Busy: it ran at least [`BUSY`] of a CPU, or it ran a fifth of that
-    /// and, with its time waiting runnable for a CPU, reaches it — a
-    /// thread starved by the load looks idle by its CPU time alone, while
-    /// a thread that barely runs (a main loop, a notification thread) may
-    /// wait more than it runs without needing a share.
     pub fn is_busy(&self) -> bool {
-        let busy = Bandwidth::from_fraction(BUSY);
-        self.used >= busy
-            || (self.used >= Bandwidth::from_fraction(BUSY / 5.0) && self.used + self.waited >= busy)
+        self.used >= Bandwidth::from_fraction(BUSY)
     }
 }
 
@@ -131,12 +131,10 @@ impl Busy {
             let Ok(delta) = usage.advance() else {
                 continue;
             };
-            let per_window = |ns: u64| Bandwidth::of(ns, delta.elapsed_ns.max(1));
             sampled.push(Sampled {
                 pid,
                 tid,
-                used: per_window(delta.cpu_ns),
-                waited: per_window(delta.waited_ns),
+                used: Bandwidth::of(delta.cpu_ns, delta.elapsed_ns.max(1)),
             });
             self.readings.insert(tid, (pid, usage));
         }
@@ -247,27 +245,6 @@ mod tests {
     }
 
     #[test]
-    fn a_starved_thread_is_busy_by_the_time_it_waited_an_idle_one_is_not() {
-        let starved = Sampled {
-            pid: 1,
-            tid: 2,
-            used: Bandwidth::from_fraction(0.002),
-            waited: Bandwidth::from_fraction(0.01),
-        };
-        assert!(starved.is_busy());
-        let unstarved = Sampled {
-            waited: Bandwidth::ZERO,
-            ..starved
-        };
-        assert!(!unstarved.is_busy());
-        let barely_runs = Sampled {
-            used: Bandwidth::from_fraction(0.0002),
-            ..starved
-        };
-        assert!(!barely_runs.is_busy());
-    }
-
-    #[test]
     fn a_spinning_thread_keeps_the_machine_busy() {
         let mut machine = MachineBusy::default();
         assert!(machine.sample().is_none());
@@ -277,6 +254,15 @@ mod tests {
         }
         let busy = machine.sample().expect("a second sample");
         assert!(busy >= Bandwidth::from_fraction(0.5), "{busy}");
+    }
+
+    #[test]
+    fn a_share_is_a_percentage_of_one_cpu() {
+        let two = AppShare::percent(2.0).expect("2 % is a share");
+        assert_eq!(two.floor, Bandwidth::from_fraction(0.02));
+        assert_eq!(AppShare::percent(2.0), Some(AppShare::default()));
+        assert!(AppShare::percent(0.0).is_some() && AppShare::percent(100.0).is_some());
+        assert!(AppShare::percent(100.5).is_none() && AppShare::percent(f64::NAN).is_none());
     }
 
     #[test]

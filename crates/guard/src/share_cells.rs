@@ -86,7 +86,7 @@ impl ShareCells {
         session.create_cell(request, true)?;
         if let Err(e) = session.attach(&cell, pid, Some(tid)) {
             let _ = session.destroy_cell(&cell);
-            return Err(e);
+            return Err(e.into());
         }
         self.cells.insert(
             tid,

@@ -14,6 +14,10 @@
 //! guard's controller (`tessera_policy::Adaptive`) asks admission for the
 //! budget (degraded to what fits, never refused).
 //!
+//! The threads left on RTKit's SCHED_RR (the fifo fallback) are reported
+//! to the broker after every change ([`Broker::set_unguaranteed`]), so that
+//! its monitor's samples, and `tessera top`, label them unguaranteed.
+//!
 //! It must never hold the broker's lock across a call to the bus, and never
 //! leave a thread it gave up on with a policy it set: a reservation goes
 //! back through the broker, RTKit's own answers back to SCHED_OTHER.
@@ -23,8 +27,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_broker::config::RtkitFallback;
+use tessera_broker::monitor::UnguaranteedThread;
 use tessera_broker::state::{Owner, ProcessId};
-use tessera_broker::{Broker, BrokerError};
+use tessera_broker::{Broker, BrokerError, ErrorCode};
 use tessera_policy::{Adaptive, AdaptiveConfig, Budget, CellRequest, Placement};
 use tessera_sys::proc::{self, ThreadUsage};
 use tessera_sys::sched::{self, Policy, Tid};
@@ -153,6 +158,14 @@ impl Grants {
         limits::check_rttime(&self.limits, target.pid)?;
         self.check_thread_count(&target)?;
         self.release(target.tid);
+        let granted = self.grant_realtime(target, priority);
+        self.report_unguaranteed();
+        granted
+    }
+
+    /// A reservation for `target`, whose previous grant is released, or
+    /// the fallback's answer.
+    fn grant_realtime(&mut self, target: Target, priority: u32) -> Result<GrantKind, RtkitError> {
         let held = match self.reserve(&target) {
             Ok(r) => Held::Reserved(Box::new(r)),
             Err(refusal) => self.fall_back(&target, priority, refusal)?,
@@ -183,6 +196,7 @@ impl Grants {
             .admit(caller.uid, Instant::now(), &self.limits)?;
         let target = Target::check(caller, pid, tid)?;
         self.release(target.tid);
+        self.report_unguaranteed();
         sched::set_policy_reset_on_fork(target.tid, &Policy::Other { nice }).map_err(|e| {
             RtkitError::failed(format!("set thread {}'s nice level: {e}", target.tid), "")
         })?;
@@ -203,6 +217,7 @@ impl Grants {
             // back the SCHED_RR it had before its reservation.
             let _ = sched::set_policy(*tid, &Policy::Other { nice: 0 });
         }
+        self.report_unguaranteed();
         Ok(tids.len())
     }
 
@@ -248,6 +263,7 @@ impl Grants {
                 log.push(line);
             }
         }
+        self.report_unguaranteed();
         log
     }
 
@@ -307,6 +323,27 @@ impl Grants {
             .collect()
     }
 
+    /// Tells the broker which threads are left on RTKit's SCHED_RR, for
+    /// its monitor's samples (`tessera top` labels them unguaranteed).
+    fn report_unguaranteed(&self) {
+        let threads = self
+            .threads
+            .values()
+            .filter_map(|g| match &g.held {
+                Held::Unguaranteed { priority, why, .. } => Some(UnguaranteedThread {
+                    pid: g.target.pid,
+                    tid: g.target.tid,
+                    uid: g.target.uid,
+                    name: proc::thread_name(g.target.pid, g.target.tid),
+                    priority: *priority,
+                    why: why.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        self.broker().set_unguaranteed(threads);
+    }
+
     fn check_thread_count(&self, target: &Target) -> Result<(), RtkitError> {
         let held = self
             .threads
@@ -331,7 +368,7 @@ impl Grants {
     /// trip to the kernel, so the first try is the one that usually fits).
     fn reserve(&mut self, target: &Target) -> Result<Reservation, BrokerError> {
         let mut controller = Adaptive::new(self.controller, INITIAL_PERIOD_NS)
-            .map_err(|e| BrokerError::new("invalid", e.to_string(), e.fix.clone()))?;
+            .map_err(|e| BrokerError::new(ErrorCode::Invalid, e.to_string(), e.fix.clone()))?;
         let cell = format!("{CELL_PREFIX}{}", target.tid);
         let wanted = controller.wanted();
         let least = Budget::new(controller.bounds().0, wanted.period_ns);
@@ -530,7 +567,7 @@ fn observe(r: &mut Reservation) -> Result<(), BrokerError> {
         if (period as f64 - current as f64).abs() > PERIOD_CHANGE * current as f64 {
             r.controller
                 .set_audio_period(period)
-                .map_err(|e| BrokerError::new("invalid", e.to_string(), e.fix.clone()))?;
+                .map_err(|e| BrokerError::new(ErrorCode::Invalid, e.to_string(), e.fix.clone()))?;
         }
     }
     let period = r.controller.report().audio_period_ns;

@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tessera_broker::{BrokerError, Mode};
+use tessera_broker::{BrokerError, ErrorCode, Mode};
 use tessera_sys::clock::monotonic_ns;
 use tessera_sys::event::{EventFd, TimerFd};
 use tessera_sys::sched::{self, Policy};
@@ -385,7 +385,7 @@ fn worker_main(
 fn join_cell(index: usize, cell: Option<&CellJoin>) -> Result<Setup, String> {
     let refused = match cell.map(CellJoin::join_current_thread) {
         None | Some(Ok(())) => None,
-        Some(Err(e)) if e.code == "permission" => Some(format!(
+        Some(Err(e)) if e.code == ErrorCode::Permission => Some(format!(
             "worker {index} could not join cell {:?}, so it runs best-effort: {e}",
             cell.map_or("", CellJoin::cell)
         )),

@@ -9,16 +9,18 @@
 //! to the SLABS's 8 output channels, one 32-frame block at a time.
 //!
 //! This crate owns the sound and its control surface (OSC, gestures, WAV). It
-//! never touches threads, sockets or clocks: the graph engine and the network
+//! never touches threads or sockets, and only its benchmark ([`bench`]) reads
+//! clocks: the graph engine and the network
 //! service call [`Synth::process`] once per SLABS package, and that call never
 //! allocates, locks or blocks.
 //!
 //! Modules, bottom up: [`rng`] (seeded PRNG), [`table`] (pitch distributions),
 //! [`oscillator`] (SIMD bank), [`object`] (one pad's voice), [`voice`]
 //! (activation), [`mixer`], [`synth`] (the whole), and the edges [`osc`],
-//! [`gesture`], [`wav`]; [`faust`] holds the Faust reference voice when
+//! [`gesture`], [`wav`]; [`bench`] times the DSP; [`faust`] holds the Faust reference voice when
 //! Debian's `faust` was installed at build time.
 
+pub mod bench;
 pub mod faust;
 pub mod gesture;
 pub mod mixer;

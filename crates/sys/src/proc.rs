@@ -105,16 +105,12 @@ fn stat_value<T: std::str::FromStr>(pid: Pid, index: usize) -> Result<T> {
         })
 }
 
-/// What a thread did between two readings: its CPU time, how long it
-/// waited runnable for a CPU, and how often it gave up the CPU of its own
-/// accord (an audio thread waits once a cycle).
+/// What a thread did between two readings: its CPU time, and how often it
+/// gave up the CPU of its own accord (an audio thread waits once a cycle).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UsageDelta {
     pub elapsed_ns: u64,
     pub cpu_ns: u64,
-    /// Time on a run queue, ready but not running (`schedstat`'s second
-    /// value): a starved thread's demand its CPU time does not show.
-    pub waited_ns: u64,
     pub woken: u64,
 }
 
@@ -153,10 +149,12 @@ impl ThreadCounters {
         })
     }
 
-    /// The thread's CPU time and run-queue wait in ns (`schedstat`).
-    pub fn schedstat(&mut self) -> Result<(u64, u64)> {
+    /// The thread's CPU time in ns (the first value of `schedstat`).
+    pub fn cpu_ns(&mut self) -> Result<u64> {
         let text = reread(&self.schedstat, &mut self.buf, "schedstat")?;
-        parse_schedstat(text)
+        text.split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
             .ok_or_else(|| counter_error("schedstat", "the kernel needs CONFIG_SCHED_INFO"))
     }
 
@@ -193,12 +191,6 @@ fn reread<'a>(file: &std::fs::File, buf: &'a mut Vec<u8>, name: &str) -> Result<
     std::str::from_utf8(&buf[..len]).map_err(|_| counter_error(name, "not text"))
 }
 
-/// `schedstat`'s first two values: time on the CPU, time waiting for one.
-fn parse_schedstat(text: &str) -> Option<(u64, u64)> {
-    let mut values = text.split_whitespace().map(|v| v.parse().ok());
-    Some((values.next()??, values.next()??))
-}
-
 fn counter_error(name: &str, what: &str) -> Error {
     Error::new(ErrorKind::Io, format!("read a thread's {name}"), what, "")
 }
@@ -212,7 +204,6 @@ pub struct ThreadUsage {
     tid: Tid,
     at: std::time::Instant,
     cpu_ns: u64,
-    waited_ns: u64,
     switches: u64,
     counters: Option<ThreadCounters>,
 }
@@ -235,21 +226,20 @@ impl ThreadUsage {
             tid,
             at: std::time::Instant::now(),
             cpu_ns: 0,
-            waited_ns: 0,
             switches: 0,
             counters,
         };
-        if let Ok(((cpu_ns, waited_ns), switches)) = usage.read() {
-            (usage.cpu_ns, usage.waited_ns, usage.switches) = (cpu_ns, waited_ns, switches);
+        if let Ok((cpu_ns, switches)) = usage.read() {
+            (usage.cpu_ns, usage.switches) = (cpu_ns, switches);
         }
         usage
     }
 
-    fn read(&mut self) -> Result<((u64, u64), u64)> {
+    fn read(&mut self) -> Result<(u64, u64)> {
         match self.counters.as_mut() {
-            Some(c) => Ok((c.schedstat()?, c.voluntary_switches()?)),
+            Some(c) => Ok((c.cpu_ns()?, c.voluntary_switches()?)),
             None => Ok((
-                thread_schedstat(self.pid, self.tid)?,
+                thread_cpu_ns(self.pid, self.tid)?,
                 thread_voluntary_switches(self.pid, self.tid)?,
             )),
         }
@@ -263,14 +253,13 @@ impl ThreadUsage {
     /// What the thread did since the last reading; Err when it is gone.
     pub fn advance(&mut self) -> Result<UsageDelta> {
         let now = std::time::Instant::now();
-        let ((cpu, waited), switches) = self.read()?;
+        let (cpu, switches) = self.read()?;
         let delta = UsageDelta {
             elapsed_ns: now.duration_since(self.at).as_nanos() as u64,
             cpu_ns: cpu.saturating_sub(self.cpu_ns),
-            waited_ns: waited.saturating_sub(self.waited_ns),
             woken: switches.saturating_sub(self.switches),
         };
-        (self.at, self.cpu_ns, self.waited_ns, self.switches) = (now, cpu, waited, switches);
+        (self.at, self.cpu_ns, self.switches) = (now, cpu, switches);
         Ok(delta)
     }
 }
@@ -366,22 +355,19 @@ pub fn thread_name(pid: Pid, tid: Tid) -> String {
 /// CPU time a thread of another process has run, in ns (the first field
 /// of its schedstat; `pthread_getcpuclockid` works only inside the process).
 pub fn thread_cpu_ns(pid: Pid, tid: Tid) -> Result<u64> {
-    thread_schedstat(pid, tid).map(|(cpu, _)| cpu)
-}
-
-/// Thread `tid`'s CPU time and time waiting runnable for a CPU, in ns
-/// (`/proc/PID/task/TID/schedstat`).
-pub fn thread_schedstat(pid: Pid, tid: Tid) -> Result<(u64, u64)> {
     let path = PathBuf::from(format!("/proc/{pid}/task/{tid}/schedstat"));
     let text = read_text(&path)?;
-    parse_schedstat(&text).ok_or_else(|| {
-        Error::new(
-            ErrorKind::Io,
-            format!("read {}", path.display()),
-            "empty schedstat",
-            "the kernel needs CONFIG_SCHED_INFO",
-        )
-    })
+    text.split_whitespace()
+        .next()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Io,
+                format!("read {}", path.display()),
+                "empty schedstat",
+                "the kernel needs CONFIG_SCHED_INFO",
+            )
+        })
 }
 
 /// How many times a thread of another process gave up the CPU of its own
@@ -603,7 +589,7 @@ mod tests {
         assert!(delta.cpu_ns > 0 && delta.elapsed_ns >= delta.cpu_ns / 2);
         // Kept-open files read the same as a fresh read.
         let mut counters = ThreadCounters::open(pid, tid).unwrap();
-        let (kept, _) = counters.schedstat().unwrap();
+        let kept = counters.cpu_ns().unwrap();
         assert!(thread_cpu_ns(pid, tid).unwrap() >= kept);
         assert!(counters.voluntary_switches().is_ok());
     }

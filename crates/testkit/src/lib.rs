@@ -116,7 +116,7 @@ pub fn start_daemon(paths: &Paths, config: Config) {
     std::thread::spawn(move || {
         let outcome = daemon::run(paths, config, move |_, _| {
             let _ = ready.send(Ok(()));
-            Ok(())
+            Ok::<(), tessera_broker::BrokerError>(())
         });
         let _ = tx.send(outcome);
     });

@@ -386,6 +386,7 @@ mod tests {
             t_mono_ns: t_s * 1_000_000_000,
             interval_ns: 1_000_000_000,
             cells,
+            unguaranteed: Vec::new(),
             changes: Vec::new(),
         }
     }

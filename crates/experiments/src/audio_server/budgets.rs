@@ -19,8 +19,9 @@ pub const BUDGET: &str = "budget (all guarded threads)";
 pub const THREAD_SET: &str = "budget set per thread";
 pub const THREAD_PREDICTED: &str = "budget predicted per thread";
 pub const THREAD_USED: &str = "budget used per thread";
-/// The application shares' bandwidth reserved ÷ used (issue 21's goal:
-/// at most 1.5).
+/// The bandwidth reserved ÷ used of the applications' threads their
+/// programs did not make real-time — busy ones (shares) and ones adopted
+/// in step with the graph — issue 21's goal: at most 1.5.
 pub const SHARES_RATIO: &str = "application shares: reserved ÷ used";
 
 /// One row of the record, its time moved onto the run's (s from t0).
@@ -120,13 +121,13 @@ pub(super) fn metrics(
     (metrics, ratio, notes)
 }
 
-/// The application shares' bandwidth reserved ÷ used over `rows`, as a
-/// metric and a note; None when no share used anything.
+/// [`SHARES_RATIO`] over `rows`, as a metric and a note; None when those
+/// threads used nothing.
 pub(super) fn shares(rows: &[&BudgetRow]) -> Option<(Metric, String)> {
-    let ratio = reserved_per_used(rows, |r| r.kind == Kind::Share)?;
+    let ratio = reserved_per_used(rows, not_real_time)?;
     let note = format!(
-        "application shares: reserved ÷ used {ratio:.2} ({} threads)",
-        threads_of_kind(rows, Kind::Share)
+        "application shares: reserved ÷ used {ratio:.2} ({} threads not real-time)",
+        threads_where(rows, not_real_time)
     );
     let metric = Metric {
         name: SHARES_RATIO.into(),
@@ -152,12 +153,15 @@ fn reserved_per_used(rows: &[&BudgetRow], which: fn(&BudgetRow) -> bool) -> Opti
     (used > 0.0).then(|| sum(|r| r.set_ns) / used)
 }
 
-fn threads_of_kind(rows: &[&BudgetRow], kind: Kind) -> usize {
-    let tids: std::collections::BTreeSet<i32> = rows
-        .iter()
-        .filter(|r| r.kind == kind)
-        .map(|r| r.tid)
-        .collect();
+/// An application's thread reserved though its program did not make it
+/// real-time (not the guard's own loop).
+fn not_real_time(r: &BudgetRow) -> bool {
+    matches!(r.kind, Kind::Share | Kind::Graph)
+}
+
+fn threads_where(rows: &[&BudgetRow], which: fn(&BudgetRow) -> bool) -> usize {
+    let tids: std::collections::BTreeSet<i32> =
+        rows.iter().filter(|r| which(r)).map(|r| r.tid).collect();
     tids.len()
 }
 
