@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tessera_broker::monitor::Sample;
 use tessera_broker::Session;
-use tessera_measure::Metric;
+use tessera_measure::{Counter, Metric};
 use tessera_music::protocol;
 use tessera_policy::{Budget, CellRequest, Placement};
 use tessera_runtime::{
@@ -426,8 +426,9 @@ pub(crate) fn metrics(
     data: DemandData,
     scenario: &Scenario,
     t0: u64,
-) -> (Vec<Metric>, Vec<String>) {
+) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
     let mut notes = data.notes;
+    let mut counters = Vec::new();
     let video_period = data.subject.video.period().as_nanos() as u64;
     let mut groups = vec![Group {
         name: VIDEO,
@@ -462,19 +463,31 @@ pub(crate) fn metrics(
     let (metrics, monitor_notes) = series::metrics(&data.samples, &window, &groups, &group_of);
     notes.extend(monitor_notes);
     if let Some(music) = data.music {
-        // Its own figures (Δt, cycles, xruns), kept as notes: the daemon's
-        // monitor holds what the adaptation saw.
-        let (_, music_notes) = music::metrics(music, scenario.warmup);
+        // Its own figures (Δt, cycles, xruns), kept as notes and counters
+        // named "music: …": the daemon's monitor holds what the adaptation
+        // saw.
+        let (_, music_counters, music_notes) = music::metrics(music, scenario.warmup);
+        counters.extend(prefixed("music", music_counters));
         notes.extend(music_notes.into_iter().map(|n| format!("music: {n}")));
     }
     if let Some(jack) = data.jack {
         // Its own figures (cycles, xruns, late cycles as the clients saw
-        // them), kept as notes: its budget metrics are the guard's view,
-        // which the daemon's adaptation overrides.
-        let (_, jack_notes) = audio_server::metrics(jack, scenario, t0);
+        // them), kept as notes and counters named "jack: …": its budget
+        // metrics are the guard's view, which the daemon's adaptation
+        // overrides.
+        let (_, jack_counters, jack_notes) = audio_server::metrics(jack, scenario, t0);
+        counters.extend(prefixed("jack", jack_counters));
         notes.extend(jack_notes.into_iter().map(|n| format!("jack: {n}")));
     }
-    (metrics, notes)
+    (metrics, counters, notes)
+}
+
+/// Counters of a program of the run named as its notes are: "jack: …".
+fn prefixed(program: &str, counters: Vec<Counter>) -> impl Iterator<Item = Counter> + '_ {
+    counters.into_iter().map(move |c| Counter {
+        name: format!("{program}: {}", c.name),
+        ..c
+    })
 }
 
 /// A cell of the music application's that is the same in every

@@ -37,7 +37,7 @@ use crate::runner::{note_cell, setup_for, within_cell};
 use crate::servers::{program_beside_us, unique, OwnedChild};
 use tessera_aes67::JitterCounters;
 use tessera_graph::ThreadSetup;
-use tessera_measure::{Metric, RunResults};
+use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults};
 use tessera_scenario::{
     aes67_role, Aes67Subject, Configuration, Scenario, Sched, ServicePlan, Subject,
 };
@@ -586,6 +586,26 @@ fn add(sum: &mut StreamCounts, d: &StreamCounts) {
     sum.service_gone |= d.service_gone;
 }
 
+/// A hop direction's counts: "aes67 a → b received", …
+fn direction_counters((hop, c): &(String, StreamCounts)) -> Vec<Counter> {
+    let j = &c.jitter;
+    Counter::counts(
+        [
+            ("sent", c.sent),
+            ("service full", c.send_full),
+            ("received", j.received),
+            ("lost", j.lost),
+            ("late", j.late),
+            ("duplicates", j.duplicates),
+            ("reordered", j.reordered),
+            ("too early", j.too_early),
+            ("frames silent", c.silent_frames),
+            ("resyncs", c.resyncs),
+        ]
+        .map(|(what, n)| (format!("aes67 {}: {what}", hop.replace('-', " → ")), n)),
+    )
+}
+
 fn direction_note((hop, c): &(String, StreamCounts)) -> String {
     let j = &c.jitter;
     let gone = if c.service_gone {
@@ -629,31 +649,129 @@ fn packet_ages_ns(window: &Window) -> impl Iterator<Item = u64> {
     })
 }
 
-/// `values` per host as "12.3 / 11.0" (hosts a / b).
-fn per_host(values: impl Iterator<Item = f64>) -> String {
-    values
-        .map(|v| format!("{v:.1}"))
-        .collect::<Vec<_>>()
-        .join(" / ")
+/// `values` per host as "12.3 / 11.0 (a / b)".
+fn per_host(hosts: &[HostFigures], value: fn(&HostFigures) -> f64) -> String {
+    let values: Vec<String> = hosts.iter().map(|h| format!("{:.1}", value(h))).collect();
+    let names: Vec<&str> = hosts.iter().map(|h| h.name).collect();
+    format!("{} ({})", values.join(" / "), names.join(" / "))
 }
 
-/// The subject's metrics and notes, over the measured window.
-pub(crate) fn metrics(data: Aes67Data) -> (Vec<Metric>, Vec<String>) {
+/// The measured window's figures the report's table shows, a counter each.
+#[derive(Debug, Clone, PartialEq)]
+struct Figures {
+    markers_lost: u64,
+    markers_written: u64,
+    packets_lost: u64,
+    packets_late: u64,
+    /// In the hosts' order.
+    hosts: Vec<HostFigures>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct HostFigures {
+    name: &'static str,
+    xruns: u64,
+    /// CPU time over the window, % of a core.
+    service_cpu: f64,
+    graph_cpu: f64,
+}
+
+const MARKERS_LOST: &str = "aes67 markers lost";
+const MARKERS_WRITTEN: &str = "aes67 markers written";
+const PACKETS_LOST: &str = "aes67 packets lost";
+const PACKETS_LATE: &str = "aes67 packets late";
+/// A host's counters: "aes67 xruns a", …
+const XRUNS: &str = "aes67 xruns";
+const SERVICE_CPU: &str = "aes67 service CPU";
+const GRAPH_CPU: &str = "aes67 graph CPU";
+const PERCENT_OF_A_CORE: &str = "% of a core";
+
+fn host_counter(what: &str, host: &str) -> String {
+    format!("{what} {host}")
+}
+
+impl Figures {
+    fn markers(&self) -> String {
+        format!("{} of {}", self.markers_lost, self.markers_written)
+    }
+
+    fn packets(&self) -> String {
+        format!("{} / {}", self.packets_lost, self.packets_late)
+    }
+
+    fn xruns(&self) -> String {
+        per_host(&self.hosts, |h| h.xruns as f64)
+    }
+
+    fn service_cpu(&self) -> String {
+        per_host(&self.hosts, |h| h.service_cpu)
+    }
+
+    fn graph_cpu(&self) -> String {
+        per_host(&self.hosts, |h| h.graph_cpu)
+    }
+
+    fn counters(&self) -> Vec<Counter> {
+        let mut counters = Counter::counts([
+            (MARKERS_LOST, self.markers_lost),
+            (MARKERS_WRITTEN, self.markers_written),
+            (PACKETS_LOST, self.packets_lost),
+            (PACKETS_LATE, self.packets_late),
+        ]);
+        for h in &self.hosts {
+            counters.extend([
+                Counter::count(host_counter(XRUNS, h.name), h.xruns),
+                Counter::new(
+                    host_counter(SERVICE_CPU, h.name),
+                    h.service_cpu,
+                    PERCENT_OF_A_CORE,
+                ),
+                Counter::new(
+                    host_counter(GRAPH_CPU, h.name),
+                    h.graph_cpu,
+                    PERCENT_OF_A_CORE,
+                ),
+            ]);
+        }
+        counters
+    }
+
+    /// The figures of a configuration's counters; None if it has none.
+    fn from_result(result: &ConfigurationResult) -> Option<Figures> {
+        let hosts = tessera_scenario::aes67::HOST_NAMES
+            .iter()
+            .map_while(|&name| {
+                let value = |what| Some(result.counter(&host_counter(what, name))?.value);
+                Some(HostFigures {
+                    name,
+                    xruns: result.count(&host_counter(XRUNS, name))?,
+                    service_cpu: value(SERVICE_CPU)?,
+                    graph_cpu: value(GRAPH_CPU)?,
+                })
+            })
+            .collect();
+        Some(Figures {
+            markers_lost: result.count(MARKERS_LOST)?,
+            markers_written: result.count(MARKERS_WRITTEN)?,
+            packets_lost: result.count(PACKETS_LOST)?,
+            packets_late: result.count(PACKETS_LATE)?,
+            hosts,
+        })
+    }
+}
+
+/// The subject's metrics, counters and notes, over the measured window.
+pub(crate) fn metrics(data: Aes67Data) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
     let mut notes = vec![
         format!("aes67: {}", data.about.describe),
         format!("aes67 media clock: {}", data.about.clock),
         format!("{STREAMS_NOTE}{}", data.about.streams),
     ];
-    let hosts = data.about.names.join(" / ");
     let deadline_us = data.about.deadline.as_nanos() as f64 / 1000.0;
     let mut metrics = Vec::new();
+    let mut counters = Vec::new();
     if let Some(w) = &data.window {
         let a = (&w.start[0].0, &w.end[0].0);
-        notes.push(format!(
-            "{MARKERS_NOTE}{} of {}",
-            a.1.markers_lost.saturating_sub(a.0.markers_lost),
-            a.1.markers_written.saturating_sub(a.0.markers_written)
-        ));
         let directions = per_direction(w);
         let total = directions
             .iter()
@@ -661,30 +779,35 @@ pub(crate) fn metrics(data: Aes67Data) -> (Vec<Metric>, Vec<String>) {
                 add(&mut s, c);
                 s
             });
-        notes.push(format!(
-            "{PACKETS_NOTE}{} / {}",
-            total.jitter.lost, total.jitter.late
-        ));
-        notes.extend(directions.iter().map(direction_note));
-        let xruns = w
-            .start
+        let share =
+            |(s, e): (u64, u64)| e.saturating_sub(s) as f64 * 100.0 / w.length_ns.max(1) as f64;
+        let hosts = data
+            .about
+            .names
             .iter()
-            .zip(&w.end)
-            .map(|((s, _), (e, _))| e.xruns.saturating_sub(s.xruns));
-        notes.push(format!(
-            "{XRUNS_NOTE}{} ({hosts})",
-            per_host(xruns.map(|x| x as f64))
-        ));
-        let share = |pick: fn(&(u64, u64)) -> u64| {
-            let used = w
-                .start
-                .iter()
-                .zip(&w.end)
-                .map(move |((_, s), (_, e))| pick(e).saturating_sub(pick(s)));
-            per_host(used.map(|ns| ns as f64 * 100.0 / w.length_ns.max(1) as f64))
+            .zip(w.start.iter().zip(&w.end))
+            .map(|(&name, ((s, s_cpu), (e, e_cpu)))| HostFigures {
+                name,
+                xruns: e.xruns.saturating_sub(s.xruns),
+                service_cpu: share((s_cpu.0, e_cpu.0)),
+                graph_cpu: share((s_cpu.1, e_cpu.1)),
+            })
+            .collect();
+        let figures = Figures {
+            markers_lost: a.1.markers_lost.saturating_sub(a.0.markers_lost),
+            markers_written: a.1.markers_written.saturating_sub(a.0.markers_written),
+            packets_lost: total.jitter.lost,
+            packets_late: total.jitter.late,
+            hosts,
         };
-        notes.push(format!("{SERVICE_CPU_NOTE}{} ({hosts})", share(|c| c.0)));
-        notes.push(format!("{GRAPH_CPU_NOTE}{} ({hosts})", share(|c| c.1)));
+        notes.push(format!("{MARKERS_NOTE}{}", figures.markers()));
+        notes.push(format!("{PACKETS_NOTE}{}", figures.packets()));
+        notes.extend(directions.iter().map(direction_note));
+        counters.extend(directions.iter().flat_map(direction_counters));
+        notes.push(format!("{XRUNS_NOTE}{}", figures.xruns()));
+        notes.push(format!("{SERVICE_CPU_NOTE}{}", figures.service_cpu()));
+        notes.push(format!("{GRAPH_CPU_NOTE}{}", figures.graph_cpu()));
+        counters.extend(figures.counters());
         metrics.push(latency_metric(
             METRIC,
             Some(deadline_us),
@@ -710,7 +833,7 @@ pub(crate) fn metrics(data: Aes67Data) -> (Vec<Metric>, Vec<String>) {
         }
     }
     notes.extend(data.services);
-    (metrics, notes)
+    (metrics, counters, notes)
 }
 
 /// The report's AES67 section: a row per configuration. Empty for other
@@ -723,6 +846,8 @@ pub fn report_section(results: &RunResults) -> String {
         deadline = deadline.or(m.deadline);
         let s = &m.summary;
         let within = within_cell(s.misses);
+        let figures = Figures::from_result(c);
+        let cell = |f: fn(&Figures) -> String| figures.as_ref().map_or("–".into(), f);
         let ages = c.metric(AGE_METRIC).map_or("–".into(), |a| {
             let a = &a.summary;
             format!(
@@ -740,11 +865,11 @@ pub fn report_section(results: &RunResults) -> String {
             s.p50 / 1000.0,
             s.p999 / 1000.0,
             s.max / 1000.0,
-            note_cell(&c.notes, MARKERS_NOTE),
-            note_cell(&c.notes, PACKETS_NOTE),
-            note_cell(&c.notes, XRUNS_NOTE),
-            note_cell(&c.notes, SERVICE_CPU_NOTE),
-            note_cell(&c.notes, GRAPH_CPU_NOTE),
+            cell(Figures::markers),
+            cell(Figures::packets),
+            cell(Figures::xruns),
+            cell(Figures::service_cpu),
+            cell(Figures::graph_cpu),
         );
     }
     if rows.is_empty() {
@@ -815,6 +940,46 @@ mod tests {
                 [239, 69, 13, 3]
             ]
             .map(Ipv4Addr::from)
+        );
+    }
+
+    #[test]
+    fn the_tables_counts_are_rendered_from_the_counters() {
+        let host = |name, xruns, service_cpu| HostFigures {
+            name,
+            xruns,
+            service_cpu,
+            graph_cpu: 3.25,
+        };
+        let figures = Figures {
+            markers_lost: 1,
+            markers_written: 500,
+            packets_lost: 2,
+            packets_late: 3,
+            hosts: vec![host("a", 4, 12.5), host("b", 0, 11.0)],
+        };
+        let result = ConfigurationResult {
+            name: "guarded".into(),
+            notes: vec![format!("{STREAMS_NOTE}2")],
+            metrics: vec![latency_metric(
+                METRIC,
+                Some(8000.0),
+                [1_000_000].into_iter(),
+            )],
+            counters: figures.counters(),
+        };
+        assert_eq!(result.count("aes67 xruns a"), Some(4));
+        assert_eq!(Figures::from_result(&result), Some(figures));
+        let results = RunResults {
+            configurations: vec![result],
+            ..RunResults::start("aes67")
+        };
+        let section = report_section(&results);
+        assert!(
+            section.contains(
+                "| 1 of 500 | 2 / 3 | 4.0 / 0.0 (a / b) | 12.5 / 11.0 (a / b) | 3.2 / 3.2 (a / b) |"
+            ),
+            "{section}"
         );
     }
 

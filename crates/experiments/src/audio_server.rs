@@ -29,7 +29,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_measure::Metric;
+use tessera_measure::{Counter, Metric};
 use tessera_scenario::{
     AudioServerSubject, Configuration, Scenario, ServerKind, ServerSched, Subject,
 };
@@ -262,7 +262,11 @@ impl AudioServerRun {
 }
 
 /// The metrics and notes of a finished run; `t0` is the run's origin.
-pub fn metrics(data: AudioServerData, scenario: &Scenario, t0: u64) -> (Vec<Metric>, Vec<String>) {
+pub fn metrics(
+    data: AudioServerData,
+    scenario: &Scenario,
+    t0: u64,
+) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
     let window = figures::Window {
         from_ns: t0 + scenario.warmup.as_nanos() as u64,
         to_ns: t0 + scenario.total().as_nanos() as u64,
@@ -273,7 +277,7 @@ pub fn metrics(data: AudioServerData, scenario: &Scenario, t0: u64) -> (Vec<Metr
         Ok(record) => record,
         Err(e) => {
             notes.insert(0, format!("not measured: {e}"));
-            return (Vec::new(), notes);
+            return (Vec::new(), Vec::new(), notes);
         }
     };
     let (mut metrics, mut headline, more) = figures::measure(&record, &data.subject, &window);
@@ -294,7 +298,7 @@ pub fn metrics(data: AudioServerData, scenario: &Scenario, t0: u64) -> (Vec<Metr
     }
     headline.sched = data.sched.describe();
     notes.insert(0, headline.note());
-    (metrics, notes)
+    (metrics, headline.counters(), notes)
 }
 
 /// The core the server and its clients start pinned to: the scenario's

@@ -232,19 +232,25 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Outcome, Br
         // A configuration the broker refuses is reported, not fatal: the
         // others still compare under the same conditions.
         let result = match run_configuration(config, opts.seconds, core, opts.task_budget) {
-            Ok(stats) => ConfigurationResult {
-                name: config.name().to_string(),
-                notes: vec![format!(
-                    "{} releases, {} missed their deadline ({:.2} %), {} served late by an overrunning job",
-                    stats.released(),
-                    stats.misses(),
-                    100.0 * stats.misses() as f64 / stats.released().max(1) as f64,
-                    stats.skipped
-                )],
-                metrics: vec![crate::runner::task_metric(&stats, METRIC, Duration::ZERO, Duration::ZERO).0],
-            },
+            Ok(stats) => {
+                let (metric, counters, _) =
+                    crate::runner::task_metric(&stats, METRIC, Duration::ZERO, Duration::ZERO);
+                ConfigurationResult {
+                    name: config.name().to_string(),
+                    counters,
+                    notes: vec![format!(
+                        "{} releases, {} missed their deadline ({:.2} %), {} served late by an overrunning job",
+                        stats.released(),
+                        stats.misses(),
+                        100.0 * stats.misses() as f64 / stats.released().max(1) as f64,
+                        stats.skipped
+                    )],
+                    metrics: vec![metric],
+                }
+            }
             Err(e) => ConfigurationResult {
                 name: config.name().to_string(),
+                counters: Vec::new(),
                 notes: vec![format!("not run: {e}")],
                 metrics: Vec::new(),
             },

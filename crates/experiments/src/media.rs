@@ -12,7 +12,7 @@
 
 use crate::runner::{latency_histogram, load_window, setup_for, task_metric};
 use std::time::Duration;
-use tessera_measure::{Metric, Series};
+use tessera_measure::{Counter, Metric, Series};
 use tessera_scenario::{Configuration, LoadKind, Scenario};
 use tessera_services::render::{Render, RenderConfig, RenderReport, RenderService};
 use tessera_workloads::video::{self, VideoLoad, VideoReport, VideoSpec};
@@ -111,21 +111,27 @@ impl Media {
     }
 }
 
-/// The metrics and notes of what ran, warm-up left out: per video "<name>
-/// frame response time", per gui "<name> service time".
+/// The metrics, counters and notes of what ran, warm-up left out: per
+/// video "<name> frame response time" and its frames' counts, per gui
+/// "<name> service time".
 pub(crate) fn collect(
     data: &MediaData,
     scenario: &Scenario,
     t0: u64,
-) -> (Vec<Metric>, Vec<String>) {
-    let (mut metrics, mut notes) = (Vec::new(), Vec::new());
+) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
+    let (mut metrics, mut counters, mut notes) = (Vec::new(), Vec::new(), Vec::new());
     for v in &data.videos {
         let start = scenario
             .load(&v.frames.name)
             .map_or(Duration::ZERO, |l| l.start);
         let name = format!("{} frame response time", v.frames.name);
-        let (metric, note) = task_metric(&v.frames, &name, start, scenario.warmup);
+        let (metric, frame_counters, note) = task_metric(&v.frames, &name, start, scenario.warmup);
         metrics.push(metric);
+        counters.extend(frame_counters);
+        counters.extend(Counter::counts([
+            (format!("{} frames queued", v.frames.name), v.queued),
+            (format!("{} frames refused", v.frames.name), v.refused),
+        ]));
         notes.push(format!(
             "{note}; {} frames queued, {} refused by the gui",
             v.queued, v.refused
@@ -138,7 +144,7 @@ pub(crate) fn collect(
         notes.push(LoadReport::from(gui).describe());
         notes.push(gui.describe());
     }
-    (metrics, notes)
+    (metrics, counters, notes)
 }
 
 /// A gui's service time over the frames made ready after `measure_from`,

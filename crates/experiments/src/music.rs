@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::net_service::{ServiceData, ServiceRun};
 use crate::runner::{cell_name, setup_for};
-use tessera_measure::{Metric, Series};
+use tessera_measure::{Counter, Metric, Series};
 use tessera_music::app::{App, AppConfig, AppReport, Roles, ThreadHook, Timings, DEADLINE};
 use tessera_music::emulator::{self, held_pads, EmulatorConfig, EmulatorReport};
 use tessera_music::lan::{self, Lan, LanError, Shaping};
@@ -27,6 +27,7 @@ use tessera_music::windows::WindowSummary;
 use tessera_music::{protocol, EMULATOR_METRIC, LATENESS_METRIC, RESPONSE_METRIC, SERVICE_METRIC};
 use tessera_runtime::CellJoin;
 use tessera_scenario::{Configuration, MusicSubject, Scenario, Sched, Subject};
+use tessera_services::network::NetworkReport;
 use tessera_synth::Gesture;
 
 /// The seed's §4.1 experiment as shipped (scenarios/seed-4.1.toml).
@@ -384,14 +385,20 @@ impl MusicData {
     }
 }
 
-/// The subject's metrics and notes.
-pub(crate) fn metrics(data: MusicData, warmup: Duration) -> (Vec<Metric>, Vec<String>) {
+/// The subject's metrics, counters and notes.
+pub(crate) fn metrics(
+    data: MusicData,
+    warmup: Duration,
+) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
     let deadline_us = DEADLINE.as_nanos() as f64 / 1000.0;
     let mut metrics = Vec::new();
+    let mut counters = Vec::new();
     let mut notes = Vec::new();
     if let Some(service) = &data.service {
-        let (service_metrics, service_notes) = crate::net_service::metrics(service);
+        let (service_metrics, service_counters, service_notes) =
+            crate::net_service::metrics(service);
         metrics.extend(service_metrics);
+        counters.extend(service_counters);
         notes.extend(service_notes);
     }
     let through_service = data.service.is_some();
@@ -415,6 +422,10 @@ pub(crate) fn metrics(data: MusicData, warmup: Duration) -> (Vec<Metric>, Vec<St
                 }
                 Timings::Windows { window, .. } => {
                     notes.push(windows_note(&app, window));
+                    counters.extend(Counter::counts([
+                        ("Δt windows", app.windows.len() as u64),
+                        ("Δt windows lost", app.lost_windows),
+                    ]));
                     worst_per_window(&app.windows, window)
                 }
             }];
@@ -435,6 +446,17 @@ pub(crate) fn metrics(data: MusicData, warmup: Duration) -> (Vec<Metric>, Vec<St
                 "console: {} lines, {} dropped",
                 app.console.lines, app.console.dropped
             ));
+            counters.extend(Counter::counts([
+                ("synth cycles", app.cycles),
+                ("synth xruns", app.xruns),
+                ("synth node panics", app.node_panics),
+                ("synth malformed packages", app.malformed_packages),
+                ("Δt misses", app.misses),
+                ("Δt misses with a slow sender", app.sender_misses),
+                ("console lines", app.console.lines),
+                ("console lines dropped", app.console.dropped),
+            ]));
+            counters.extend(network_counters(&app.network));
         }
         Err(e) => notes.push(format!("the application: {e}")),
     }
@@ -461,10 +483,51 @@ pub(crate) fn metrics(data: MusicData, warmup: Duration) -> (Vec<Metric>, Vec<St
                 emulator::nominal_packet_rate(),
                 emulator.slipped_packages
             ));
+            counters.extend(Counter::counts([
+                ("SLABS packages sent", emulator.packages_sent),
+                ("SLABS packages answered", emulator.answered),
+                ("SLABS unexpected answers", emulator.unexpected),
+                ("SLABS packages slipped", emulator.slipped_packages),
+            ]));
+            counters.push(Counter::new(
+                "SLABS packet rate",
+                emulator.achieved_packet_rate(),
+                "packets/s",
+            ));
         }
         Err(e) => notes.push(e),
     }
-    (metrics, notes)
+    (metrics, counters, notes)
+}
+
+/// The network service's counts (as its note says them) as counters.
+fn network_counters(n: &NetworkReport) -> Vec<Counter> {
+    let us = |name, ns: f64| Counter::new(name, ns / 1000.0, "us");
+    let mut counters = Counter::counts([
+        ("network datagrams", n.datagrams),
+        ("network packages handed over", n.packages),
+        ("network packages answered", n.answered),
+        ("network datagrams lost", n.dropped_packets),
+        ("network incomplete packages", n.incomplete_packages),
+        (
+            "network packages without room in the synth cell",
+            n.packages_lost,
+        ),
+        ("network answers lost", n.outputs_lost),
+        ("network send errors", n.send_errors),
+    ]);
+    counters.extend([
+        us(
+            "network CPU per package",
+            n.cpu_ns as f64 / n.packages.max(1) as f64,
+        ),
+        us(
+            "network socket wait mean",
+            n.socket_wait_total_ns as f64 / n.datagrams.max(1) as f64,
+        ),
+        us("network socket wait max", n.socket_wait_max_ns as f64),
+    ]);
+    counters
 }
 
 /// What a run of `Timings::Windows` kept.
@@ -517,4 +580,35 @@ fn worst_per_bucket(timings: &[tessera_services::network::PackageTiming]) -> Ser
     }
     series.push(bucket.0 as f64 * 0.1, bucket.1 as f64 / 1000.0);
     series
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_network_services_counts_are_counters() {
+        let report = NetworkReport {
+            datagrams: 4000,
+            packages: 1000,
+            answered: 998,
+            dropped_packets: 3,
+            packages_lost: 2,
+            cpu_ns: 5_000_000,
+            socket_wait_total_ns: 8_000_000,
+            socket_wait_max_ns: 40_000,
+            ..NetworkReport::default()
+        };
+        let counters = network_counters(&report);
+        let value = |name: &str| counters.iter().find(|c| c.name == name).map(|c| c.value);
+        assert_eq!(value("network packages handed over"), Some(1000.0));
+        assert_eq!(value("network datagrams lost"), Some(3.0));
+        assert_eq!(
+            value("network packages without room in the synth cell"),
+            Some(2.0)
+        );
+        assert_eq!(value("network CPU per package"), Some(5.0));
+        assert_eq!(value("network socket wait mean"), Some(2.0));
+        assert_eq!(value("network socket wait max"), Some(40.0));
+    }
 }

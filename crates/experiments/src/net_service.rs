@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tessera_measure::{LatencyHistogram, Metric};
+use tessera_measure::{Counter, LatencyHistogram, Metric};
 use tessera_music::app::{ServiceFlow, DEADLINE};
 use tessera_music::lan::{Lan, LanError};
 use tessera_scenario::{Sched, ServicePlan};
@@ -270,9 +270,10 @@ fn music_flow(status: &Status) -> Option<&FlowStatus> {
 /// Δt as the service measured it, its misses counted exactly by the
 /// service against the deadline; notes on the service, the flows and the
 /// streamer.
-pub(crate) fn metrics(data: &ServiceData) -> (Vec<Metric>, Vec<String>) {
+pub(crate) fn metrics(data: &ServiceData) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
     let mut notes = vec![plan_note(&data.plan)];
     let mut metrics = Vec::new();
+    let mut counters = Vec::new();
     match &data.status {
         Ok(status) => {
             notes.push(format!(
@@ -286,6 +287,7 @@ pub(crate) fn metrics(data: &ServiceData) -> (Vec<Metric>, Vec<String>) {
                 status.real_time
             ));
             notes.extend(status.flows.iter().map(flow_note));
+            counters.extend(status.flows.iter().flat_map(flow_counters));
             if let Some(music) = music_flow(status) {
                 metrics.push(response_metric(music));
             }
@@ -293,18 +295,24 @@ pub(crate) fn metrics(data: &ServiceData) -> (Vec<Metric>, Vec<String>) {
         Err(e) => notes.push(format!("the network service's counters: {e}")),
     }
     match &data.streamer {
-        Some(Ok(s)) => notes.push(format!(
-            "abusive streamer: sent {:.1} Mbit/s, received {:.1} Mbit/s",
-            s.sent_mbps(),
-            s.received_mbps()
-        )),
+        Some(Ok(s)) => {
+            notes.push(format!(
+                "abusive streamer: sent {:.1} Mbit/s, received {:.1} Mbit/s",
+                s.sent_mbps(),
+                s.received_mbps()
+            ));
+            counters.extend([
+                Counter::new("abusive streamer sent", s.sent_mbps(), "Mbit/s"),
+                Counter::new("abusive streamer received", s.received_mbps(), "Mbit/s"),
+            ]);
+        }
         Some(Err(e)) => notes.push(format!("abusive streamer: {e}")),
         None => {}
     }
     if let Some(Err(e)) = &data.peer {
         notes.push(format!("the streamer's peer: {e}"));
     }
-    (metrics, notes)
+    (metrics, counters, notes)
 }
 
 fn plan_note(plan: &ServicePlan) -> String {
@@ -345,6 +353,26 @@ pub(crate) fn flow_note(f: &FlowStatus) -> String {
     )
 }
 
+/// A flow's counts, as [`flow_note`] says them: "flow music: in packets", …
+pub(crate) fn flow_counters(f: &FlowStatus) -> Vec<Counter> {
+    let name = |what| format!("flow {}: {what}", f.name);
+    let mut counters = Counter::counts([
+        (name("in packets"), f.received.packets),
+        (name("in dropped by the service"), f.received.drops),
+        (name("in dropped by its full socket"), f.received.overflowed),
+        (name("out packets"), f.sent.packets),
+        (name("out dropped"), f.sent.drops),
+    ]);
+    let us = |what, ns: u64| Counter::new(name(what), ns as f64 / 1e3, "us");
+    counters.extend([
+        Counter::new(name("in bytes"), f.received.bytes as f64, "bytes"),
+        Counter::new(name("out bytes"), f.sent.bytes as f64, "bytes"),
+        us("in queueing p99", f.received.queueing.p99_ns),
+        us("out queueing p99", f.sent.queueing.p99_ns),
+    ]);
+    counters
+}
+
 /// The service's response histogram as a latency metric (each bucket at
 /// its top, within 1/64), misses as the service counted them.
 fn response_metric(music: &FlowStatus) -> Metric {
@@ -358,4 +386,44 @@ fn response_metric(music: &FlowStatus) -> Metric {
     let mut metric = Metric::latency(SERVICE_RESPONSE_METRIC, Some(deadline_us), histogram);
     metric.summary.misses = Some(music.late_responses);
     metric
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_services::net::Class;
+
+    #[test]
+    fn a_flows_counts_are_counters_beside_its_note() {
+        let mut flow = FlowStatus {
+            id: 1,
+            name: "music".into(),
+            client_pid: 42,
+            class: Class::RealTime,
+            reservation_bps: 1_000_000,
+            weight: 1,
+            limit_bps: None,
+            local: "127.0.0.1:9000".parse().unwrap(),
+            received: Default::default(),
+            sent: Default::default(),
+            response: Default::default(),
+            response_buckets: Vec::new(),
+            late_responses: 0,
+            rtp: None,
+        };
+        flow.received.packets = 1000;
+        flow.received.overflowed = 3;
+        flow.received.queueing.p99_ns = 25_000;
+        flow.sent.drops = 2;
+        let counters = flow_counters(&flow);
+        let value = |name: &str| counters.iter().find(|c| c.name == name).map(|c| c.value);
+        assert_eq!(value("flow music: in packets"), Some(1000.0));
+        assert_eq!(
+            value("flow music: in dropped by its full socket"),
+            Some(3.0)
+        );
+        assert_eq!(value("flow music: out dropped"), Some(2.0));
+        assert_eq!(value("flow music: in queueing p99"), Some(25.0));
+        assert!(flow_note(&flow).contains("1000 packets, 0 dropped by the service and 3"));
+    }
 }

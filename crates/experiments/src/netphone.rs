@@ -25,10 +25,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::music::role;
-use crate::net_service::{await_listening, flow_note, spawn_service};
+use crate::net_service::{await_listening, flow_counters, flow_note, spawn_service};
 use crate::runner::{latency_histogram, note_cell, setup_for, within_cell};
 use crate::servers::{program_beside_us, unique, OwnedChild};
-use tessera_measure::{Metric, RunResults, Series, Summary};
+use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series, Summary};
 use tessera_scenario::{
     Configuration, NetphoneSettings, Scenario, Sched, ServicePlan, Subject,
     NETPHONE_ROLES as ROLES, NETPHONE_SERVICE_ROLE as SERVICE_ROLE,
@@ -253,38 +253,96 @@ impl NetphoneRun {
     }
 }
 
-/// The subject's metrics and notes, for the packets whose T1 came after
-/// the warm-up.
-pub(crate) fn metrics(data: NetphoneData, warmup: Duration) -> (Vec<Metric>, Vec<String>) {
+/// The packets' counts after the warm-up, a counter each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Packets {
+    sent: u64,
+    lost: u64,
+    unstamped: u64,
+    out_of_order: u64,
+    refused: u64,
+    unexpected: u64,
+}
+
+const SENT: &str = "netphone packets sent";
+const LOST: &str = "netphone packets lost";
+const UNSTAMPED: &str = "netphone packets without a transmit stamp";
+const OUT_OF_ORDER: &str = "netphone packets stamped out of order";
+const REFUSED: &str = "netphone sends refused";
+const UNEXPECTED: &str = "netphone unexpected datagrams";
+
+impl Packets {
+    /// The report's cell and the note's text after [`PACKETS_NOTE`].
+    fn describe(&self) -> String {
+        format!(
+            "{} sent after the warm-up, {} lost, {} without a transmit stamp, {} \
+             stamped out of order; {} sends refused, {} unexpected datagrams",
+            self.sent, self.lost, self.unstamped, self.out_of_order, self.refused, self.unexpected
+        )
+    }
+
+    fn counters(&self) -> Vec<Counter> {
+        Counter::counts([
+            (SENT, self.sent),
+            (LOST, self.lost),
+            (UNSTAMPED, self.unstamped),
+            (OUT_OF_ORDER, self.out_of_order),
+            (REFUSED, self.refused),
+            (UNEXPECTED, self.unexpected),
+        ])
+    }
+
+    fn from_result(result: &ConfigurationResult) -> Option<Packets> {
+        Some(Packets {
+            sent: result.count(SENT)?,
+            lost: result.count(LOST)?,
+            unstamped: result.count(UNSTAMPED)?,
+            out_of_order: result.count(OUT_OF_ORDER)?,
+            refused: result.count(REFUSED)?,
+            unexpected: result.count(UNEXPECTED)?,
+        })
+    }
+}
+
+/// The subject's metrics, counters and notes, for the packets whose T1
+/// came after the warm-up.
+pub(crate) fn metrics(
+    data: NetphoneData,
+    warmup: Duration,
+) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
     let report = &data.report;
     let from = data.t0_realtime + warmup.as_nanos() as u64;
     let measured: Vec<&Record> = report.records.iter().filter(|r| r.t1_ns >= from).collect();
     let delivered: Vec<&Record> = measured.iter().copied().filter(|r| r.delivered()).collect();
+    let count = |n: usize| n as u64;
+    let packets = Packets {
+        sent: count(measured.len()),
+        lost: count(measured.len() - delivered.len()),
+        unstamped: count(delivered.iter().filter(|r| r.t2_ns.is_none()).count()),
+        out_of_order: count(delivered.iter().filter(|r| !in_order(r)).count()),
+        refused: report.send_errors,
+        unexpected: report.unexpected,
+    };
     let mut notes = vec![
         format!("{STREAM_NOTE}{}; {}", data.settings.describe(), data.roles),
-        format!(
-            "{PACKETS_NOTE}{} sent after the warm-up, {} lost, {} without a transmit stamp, {} \
-             stamped out of order; {} sends refused, {} unexpected datagrams",
-            measured.len(),
-            measured.len() - delivered.len(),
-            delivered.iter().filter(|r| r.t2_ns.is_none()).count(),
-            delivered.iter().filter(|r| !in_order(r)).count(),
-            report.send_errors,
-            report.unexpected
-        ),
+        format!("{PACKETS_NOTE}{}", packets.describe()),
     ];
     if let Some(seed) = data.seed {
         notes.push(format!("{SEED_NOTE}{}", seed.describe()));
     }
     notes.extend(report.flood.as_ref().map(|f| f.describe()));
     notes.extend(data.service.as_ref().map(ServiceWatch::describe));
+    let mut counters = packets.counters();
     match &report.service {
-        Some(Ok(flow)) => notes.push(format!(
-            "{SERVICE_NOTE}the speaker's flow reserved {:.2} Mbit/s, limited to {:.2}; {}",
-            flow.reservation_bps as f64 / 1e6,
-            flow.limit_bps.unwrap_or(flow.reservation_bps) as f64 / 1e6,
-            flow_note(flow)
-        )),
+        Some(Ok(flow)) => {
+            notes.push(format!(
+                "{SERVICE_NOTE}the speaker's flow reserved {:.2} Mbit/s, limited to {:.2}; {}",
+                flow.reservation_bps as f64 / 1e6,
+                flow.limit_bps.unwrap_or(flow.reservation_bps) as f64 / 1e6,
+                flow_note(flow)
+            ));
+            counters.extend(flow_counters(flow));
+        }
         Some(Err(e)) => notes.push(format!("{SERVICE_NOTE}the speaker's flow's counters: {e}")),
         None => {}
     }
@@ -313,7 +371,7 @@ pub(crate) fn metrics(data: NetphoneData, warmup: Duration) -> (Vec<Metric>, Vec
         part(NETWORK_METRIC, |r| Some(r.t3_ns?.saturating_sub(r.t2_ns?))),
         part(RECEIVER_METRIC, |r| Some(r.t4_ns? - r.t3_ns?)),
     ];
-    (metrics, notes)
+    (metrics, counters, notes)
 }
 
 /// Whether a delivered packet's stamps are in the order it travelled:
@@ -447,7 +505,7 @@ pub fn report_section(results: &RunResults) -> String {
             "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {within} | {} |",
             c.name,
             note_cell(&c.notes, STREAM_NOTE),
-            note_cell(&c.notes, PACKETS_NOTE),
+            Packets::from_result(c).map_or("–".into(), |p| p.describe()),
             s.min / 1000.0,
             s.max / 1000.0,
             s.mean / 1000.0,
@@ -492,6 +550,39 @@ mod tests {
         assert_eq!(number(100, true, true, false), Some(7));
         assert_eq!(number(500, true, false, true), Some(8));
         assert_eq!(number(100, false, false, false), None, "a mixture");
+    }
+
+    #[test]
+    fn the_packets_cell_is_rendered_from_the_counters() {
+        let packets = Packets {
+            sent: 6000,
+            lost: 2,
+            unstamped: 0,
+            out_of_order: 1,
+            refused: 0,
+            unexpected: 3,
+        };
+        let delays = latency_histogram([1_000_000, 2_000_000].into_iter());
+        let result = ConfigurationResult {
+            name: "tessera".into(),
+            notes: vec![format!("{PACKETS_NOTE}{}", packets.describe())],
+            metrics: vec![Metric::latency(METRIC, None, delays)],
+            counters: packets.counters(),
+        };
+        assert_eq!(result.count(LOST), Some(2));
+        assert_eq!(Packets::from_result(&result), Some(packets));
+        let results = RunResults {
+            configurations: vec![result],
+            ..RunResults::start("netphone")
+        };
+        let section = report_section(&results);
+        assert!(
+            section.contains(
+                "| 6000 sent after the warm-up, 2 lost, 0 without a transmit stamp, 1 stamped \
+                 out of order; 0 sends refused, 3 unexpected datagrams |"
+            ),
+            "{section}"
+        );
     }
 
     fn record(seq: u64, t1_ns: u64, delay_ns: u64) -> Record {

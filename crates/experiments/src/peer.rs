@@ -380,6 +380,7 @@ fn results(options: &Options, figures: &[Figures]) -> RunResults {
         ));
         results.configurations.push(ConfigurationResult {
             name: f.name.clone(),
+            counters: Vec::new(),
             notes,
             metrics,
         });

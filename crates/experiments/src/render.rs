@@ -36,7 +36,7 @@ use crate::runner::{latency_histogram, setup_for};
 use crate::servers::{await_ready, log_tail, program_beside_us, spawn_after, unique, OwnedChild};
 use tessera_broker::Session;
 use tessera_measure::plot::{self, Labelled, RangeBar, RangeGroup, RangePanel};
-use tessera_measure::{Metric, RunResults, Series, Summary};
+use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series, Summary};
 use tessera_scenario::{
     Configuration, PlayerGroup, RenderServer, RenderSettings, Scenario, Subject,
 };
@@ -58,10 +58,13 @@ const PATIENCE: Duration = Duration::from_secs(30);
 const WATCH_EVERY: Duration = Duration::from_secs(1);
 /// A player that starts this much after the common start is reported late.
 const LATE_START: Duration = Duration::from_millis(1);
-/// Note prefixes the report section reads.
+/// How the note naming the server begins (the report takes the server's
+/// name from it).
 const RENDER_NOTE: &str = "render: ";
 const GROUP_NOTE: &str = "group ";
 const PLAYER_NOTE: &str = "player ";
+/// The counter of the cores the server ran on.
+const CORES: &str = "render cores";
 
 /// A temporary directory, removed when dropped.
 struct TempDir(PathBuf);
@@ -430,18 +433,76 @@ impl ConfigRow {
         )
     }
 
-    fn parse(note: &str) -> Option<ConfigRow> {
-        let rest = note.strip_prefix(RENDER_NOTE)?;
-        let (server, rest) = rest.split_once(" on ")?;
-        let (cores, rest) = rest.split_once(" core")?;
-        let players = rest.split_once("; players: ")?.1.split(';').next()?;
+    /// The row of a configuration's counters and the server named by its
+    /// note; None if it is not a render configuration.
+    fn from_result(result: &ConfigurationResult, groups: &[GroupRow]) -> Option<ConfigRow> {
+        let server = result
+            .notes
+            .iter()
+            .find_map(|n| n.strip_prefix(RENDER_NOTE)?.split_once(" on "))?
+            .0;
         Some(ConfigRow {
             server: server.into(),
-            cores: cores.parse().ok()?,
-            players: players.into(),
+            cores: result.count(CORES)? as usize,
+            players: players(groups.iter().map(|g| (g.name.as_str(), g.count))),
         })
     }
 }
+
+/// The groups that played and how many players each: "cheap ×8 + 60fps ×4".
+fn players<'a>(groups: impl Iterator<Item = (&'a str, usize)>) -> String {
+    groups
+        .map(|(name, count)| format!("{name} ×{count}"))
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+/// A counter's name: "group cheap: frames", "player cheap-1: service mean".
+fn counter_name(of: &str, name: &str, what: &str) -> String {
+    format!("{of} {name}: {what}")
+}
+
+/// The counters of one group or player of a configuration.
+struct Figures<'a> {
+    result: &'a ConfigurationResult,
+    /// [`GROUP`] or [`PLAYER`].
+    of: &'static str,
+    name: &'a str,
+}
+
+impl Figures<'_> {
+    fn value(&self, what: &str) -> Option<f64> {
+        let name = counter_name(self.of, self.name, what);
+        Some(self.result.counter(&name)?.value)
+    }
+
+    fn count(&self, what: &str) -> Option<usize> {
+        Some(self.value(what)? as usize)
+    }
+}
+
+/// What the counters of groups and players count.
+const GROUP: &str = "group";
+const PLAYER: &str = "player";
+const G_PLAYERS: &str = "players";
+const G_FPS: &str = "fps";
+const G_SPIN: &str = "spin";
+const G_SLOW: &str = "service over the deadline";
+const FRAMES: &str = "frames";
+const SHOWN: &str = "shown";
+const MISSED: &str = "missed";
+const LATE: &str = "shown after the next release";
+const NOT_SENT: &str = "not sent";
+const LOST: &str = "lost";
+const P_MIN: &str = "service min";
+const P_MEAN: &str = "service mean";
+const P_P99: &str = "service p99";
+const P_MAX: &str = "service max";
+const P_BOUND: &str = "SLA bound";
+const P_OVER: &str = "over the SLA bound";
+const P_CPU: &str = "server CPU per frame";
+const P_STARTED: &str = "started after the common start";
+const P_THROTTLED: &str = "throttled (server's count)";
 
 /// A group's totals.
 #[derive(Debug, Clone, PartialEq)]
@@ -478,18 +539,41 @@ impl GroupRow {
         )
     }
 
-    fn parse(note: &str) -> Option<GroupRow> {
-        let (name, rest) = note.strip_prefix(GROUP_NOTE)?.split_once(": ")?;
-        let f = fields(rest);
+    /// The row's figures, and the players' frames shown late, not sent and
+    /// lost, as counters.
+    fn counters(&self, late: usize, not_sent: usize, lost: usize) -> Vec<Counter> {
+        let name = |what| counter_name(GROUP, &self.name, what);
+        let count = |what, n: usize| Counter::count(name(what), n as u64);
+        vec![
+            count(G_PLAYERS, self.count),
+            Counter::new(name(G_FPS), self.fps, "frames/s"),
+            Counter::new(name(G_SPIN), self.spin_us, "us"),
+            count(FRAMES, self.frames),
+            count(SHOWN, self.shown),
+            count(MISSED, self.missed),
+            count(G_SLOW, self.slow),
+            count(LATE, late),
+            count(NOT_SENT, not_sent),
+            count(LOST, lost),
+        ]
+    }
+
+    /// The group `name`'s row of a configuration's counters.
+    fn from_result(result: &ConfigurationResult, name: &str) -> Option<GroupRow> {
+        let f = Figures {
+            result,
+            of: GROUP,
+            name,
+        };
         Some(GroupRow {
             name: name.into(),
-            count: number(&f, "players")?,
-            fps: number(&f, "fps")?,
-            spin_us: number(&f, "spin_us")?,
-            frames: number(&f, "frames")?,
-            shown: number(&f, "shown")?,
-            missed: number(&f, "missed")?,
-            slow: number(&f, "slow")?,
+            count: f.count(G_PLAYERS)?,
+            fps: f.value(G_FPS)?,
+            spin_us: f.value(G_SPIN)?,
+            frames: f.count(FRAMES)?,
+            shown: f.count(SHOWN)?,
+            missed: f.count(MISSED)?,
+            slow: f.count(G_SLOW)?,
         })
     }
 
@@ -520,7 +604,6 @@ struct PlayerRow {
     cpu: f64,
     /// How long after the common start it started playing (ms).
     started_ms: f64,
-    sla: String,
 }
 
 impl PlayerRow {
@@ -547,11 +630,10 @@ impl PlayerRow {
             bound,
             cpu: ms(report.cpu_mean_us),
             started_ms: report.started_ns.saturating_sub(start_at) as f64 / 1e6,
-            sla: report.sla_note.clone(),
         }
     }
 
-    fn note(&self) -> String {
+    fn note(&self, sla: &str) -> String {
         let bound = match self.bound {
             Some((ms, over)) => format!("bound {ms:.3}, over {over}"),
             None => "bound –, over –".into(),
@@ -559,7 +641,7 @@ impl PlayerRow {
         format!(
             "{PLAYER_NOTE}{} (group {}): frames {}, shown {}, late {}, not sent {}, lost {}, \
              missed {}; ms min {:.3}, mean {:.3}, p99 {:.3}, max {:.3}, {bound}; server CPU per \
-             frame cpu_ms {:.3}; started_ms {:.1}; SLA: {}",
+             frame cpu_ms {:.3}; started_ms {:.1}; SLA: {sla}",
             self.name,
             self.group,
             self.frames,
@@ -574,59 +656,67 @@ impl PlayerRow {
             self.max,
             self.cpu,
             self.started_ms,
-            self.sla
         )
     }
 
-    fn parse(note: &str) -> Option<PlayerRow> {
-        let (head, rest) = note.strip_prefix(PLAYER_NOTE)?.split_once(": ")?;
-        let (name, group) = head.split_once(" (group ")?;
-        let (numbers, sla) = rest.split_once("; SLA: ")?;
-        let f = fields(numbers);
-        let bound = match (number(&f, "bound"), number(&f, "over")) {
-            (Some(ms), Some(over)) => Some((ms, over)),
-            _ => None,
+    /// The row's figures as counters (times in ms).
+    fn counters(&self) -> Vec<Counter> {
+        let name = |what| counter_name(PLAYER, &self.name, what);
+        let count = |what, n: usize| Counter::count(name(what), n as u64);
+        let ms = |what, value| Counter::new(name(what), value, "ms");
+        let mut counters = vec![
+            count(FRAMES, self.frames),
+            count(SHOWN, self.shown),
+            count(LATE, self.late),
+            count(NOT_SENT, self.not_sent),
+            count(LOST, self.lost),
+            count(MISSED, self.missed),
+            ms(P_MIN, self.min),
+            ms(P_MEAN, self.mean),
+            ms(P_P99, self.p99),
+            ms(P_MAX, self.max),
+            ms(P_CPU, self.cpu),
+            ms(P_STARTED, self.started_ms),
+        ];
+        if let Some((bound, over)) = self.bound {
+            counters.extend([ms(P_BOUND, bound), count(P_OVER, over)]);
+        }
+        counters
+    }
+
+    /// The player `name`'s row of a configuration's counters.
+    fn from_result(result: &ConfigurationResult, name: &str, group: &str) -> Option<PlayerRow> {
+        let f = Figures {
+            result,
+            of: PLAYER,
+            name,
         };
         Some(PlayerRow {
             name: name.into(),
-            group: group.strip_suffix(')')?.into(),
-            frames: number(&f, "frames")?,
-            shown: number(&f, "shown")?,
-            late: number(&f, "late")?,
-            not_sent: number(&f, "sent")?,
-            lost: number(&f, "lost")?,
-            missed: number(&f, "missed")?,
-            min: number(&f, "min")?,
-            mean: number(&f, "mean")?,
-            p99: number(&f, "p99")?,
-            max: number(&f, "max")?,
-            bound,
-            cpu: number(&f, "cpu_ms")?,
-            started_ms: number(&f, "started_ms")?,
-            sla: sla.into(),
+            group: group.into(),
+            frames: f.count(FRAMES)?,
+            shown: f.count(SHOWN)?,
+            late: f.count(LATE)?,
+            not_sent: f.count(NOT_SENT)?,
+            lost: f.count(LOST)?,
+            missed: f.count(MISSED)?,
+            min: f.value(P_MIN)?,
+            mean: f.value(P_MEAN)?,
+            p99: f.value(P_P99)?,
+            max: f.value(P_MAX)?,
+            bound: f.value(P_BOUND).zip(f.count(P_OVER)),
+            cpu: f.value(P_CPU)?,
+            started_ms: f.value(P_STARTED)?,
         })
     }
-}
-
-/// "key value" pairs of a note, split at commas and semicolons; the key
-/// is the word before the value.
-fn fields(text: &str) -> Vec<(&str, &str)> {
-    text.split([',', ';'])
-        .filter_map(|part| part.trim().rsplit_once(' '))
-        .map(|(key, value)| (key.rsplit(' ').next().unwrap_or(key), value))
-        .collect()
-}
-
-fn number<T: std::str::FromStr>(fields: &[(&str, &str)], key: &str) -> Option<T> {
-    fields.iter().find(|(k, _)| *k == key)?.1.parse().ok()
 }
 
 fn percent(part: usize, whole: usize) -> f64 {
     100.0 * part as f64 / whole.max(1) as f64
 }
 
-/// Each group's metric and the configuration's notes.
-pub(crate) fn metrics(data: RenderData) -> (Vec<Metric>, Vec<String>) {
+/// Each group's metric, the configuration's counters and notes.
+pub(crate) fn metrics(data: RenderData) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
     let where_ = match (&data.settings.cores, data.settings.server) {
         (Some(c), RenderServer::Service) => format!("CPU {}, partitioned", cpu_list(c)),
         (None, RenderServer::Service) => "global EDF on the shared CPUs".into(),
@@ -636,13 +726,9 @@ pub(crate) fn metrics(data: RenderData) -> (Vec<Metric>, Vec<String>) {
     let row = ConfigRow {
         server: data.settings.server.name().into(),
         cores: data.cores,
-        players: data
-            .groups
-            .iter()
-            .map(|g| format!("{} ×{}", g.name, g.count))
-            .collect::<Vec<_>>()
-            .join(" + "),
+        players: players(data.groups.iter().map(|g| (g.name.as_str(), g.count))),
     };
+    let mut counters = vec![Counter::count(CORES, row.cores as u64)];
     let mut notes = vec![
         row.note(&data.settings, &where_),
         format!("server: {}", data.summary),
@@ -654,6 +740,10 @@ pub(crate) fn metrics(data: RenderData) -> (Vec<Metric>, Vec<String>) {
         .filter(|s| s.server == ServerKind::Render)
     {
         notes.push(agreed_note(s));
+        counters.extend([
+            Counter::new(SLA_CORES, s.committed_cores, "cores"),
+            Counter::new(CAPACITY_CORES, s.capacity_cores, "cores"),
+        ]);
     }
     let mut metrics = Vec::new();
     let mut player_notes = Vec::new();
@@ -671,9 +761,13 @@ pub(crate) fn metrics(data: RenderData) -> (Vec<Metric>, Vec<String>) {
         for (name, report) in &reports {
             match report {
                 Ok(r) => {
-                    let mut note = PlayerRow::of(&group.name, r, data.start_at).note();
+                    let row = PlayerRow::of(&group.name, r, data.start_at);
+                    let mut note = row.note(&r.sla_note);
+                    counters.extend(row.counters());
                     if let Some(c) = data.seen.clients.get(*name) {
                         let _ = write!(note, "; server's count: {} throttled", c.throttled);
+                        let throttled = counter_name(PLAYER, &row.name, P_THROTTLED);
+                        counters.push(Counter::count(throttled, c.throttled));
                     }
                     player_notes.push(note);
                 }
@@ -697,8 +791,12 @@ pub(crate) fn metrics(data: RenderData) -> (Vec<Metric>, Vec<String>) {
                 .filter(|&&ns| ns > group.period().as_nanos() as u64)
                 .count(),
         };
-        notes.push(row.note(group, sum(|r| r.late), sum(|r| r.not_sent), sum(|r| r.lost)));
-        notes.push(send_delay_note(group, &ok));
+        let (late, not_sent, lost) = (sum(|r| r.late), sum(|r| r.not_sent), sum(|r| r.lost));
+        notes.push(row.note(group, late, not_sent, lost));
+        counters.extend(row.counters(late, not_sent, lost));
+        let (delay_note, delay_counters) = send_delays(group, &ok);
+        notes.push(delay_note);
+        counters.extend(delay_counters);
         metrics.push(group_metric(group, &ok, data.start_at));
     }
     let late: Vec<String> = data
@@ -722,8 +820,12 @@ pub(crate) fn metrics(data: RenderData) -> (Vec<Metric>, Vec<String>) {
         notes.push(format!("the server's status, last failure: {e}"));
     }
     notes.extend(data.notes);
-    (metrics, notes)
+    (metrics, counters, notes)
 }
+
+/// The counters of the SLAs' cores at their most and the server's cores.
+const SLA_CORES: &str = "render SLAs' cores at their most";
+const CAPACITY_CORES: &str = "render capacity in cores";
 
 fn agreed_note(s: &Status) -> String {
     let shares: Vec<String> = s
@@ -742,8 +844,9 @@ fn agreed_note(s: &Status) -> String {
 /// How late the group's players sent their frames after their releases
 /// (t_req − release; a frame's release is the last one before it was
 /// sent, exact for delays under a period): a player's own lateness, which
-/// counts against its deadline but not in the service time.
-fn send_delay_note(group: &PlayerGroup, reports: &[&PlayerReport]) -> String {
+/// counts against its deadline but not in the service time. A note and
+/// the same figures as counters.
+fn send_delays(group: &PlayerGroup, reports: &[&PlayerReport]) -> (String, Vec<Counter>) {
     let period = group.period().as_nanos() as u64;
     let mut delays: Vec<u64> = reports
         .iter()
@@ -759,7 +862,15 @@ fn send_delay_note(group: &PlayerGroup, reports: &[&PlayerReport]) -> String {
         delays.get(i).map_or(0.0, |&ns| ns as f64 / 1e6)
     };
     let over = |ms: u64| delays.iter().filter(|&&d| d > ms * 1_000_000).count();
-    format!(
+    let name = |what| counter_name(GROUP, &group.name, what);
+    let counters = vec![
+        Counter::new(name("send delay p50"), at(0.5), "ms"),
+        Counter::new(name("send delay p99"), at(0.99), "ms"),
+        Counter::new(name("send delay max"), at(1.0), "ms"),
+        Counter::count(name("frames sent over 1 ms late"), over(1) as u64),
+        Counter::count(name("frames sent over 5 ms late"), over(5) as u64),
+    ];
+    let note = format!(
         "{} sent its frames after their releases by p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; \
          {} frames over 1 ms late, {} over 5 ms (the players' own lateness, SCHED_OTHER \
          processes beside the server: it counts against their deadlines, not in the service \
@@ -770,7 +881,8 @@ fn send_delay_note(group: &PlayerGroup, reports: &[&PlayerReport]) -> String {
         at(1.0),
         over(1),
         over(5)
-    )
+    );
+    (note, counters)
 }
 
 /// A group's service times: exact summary, every frame in the histogram, a
@@ -828,17 +940,32 @@ impl Configured<'_> {
     }
 }
 
+/// The render configurations of a run, from their counters: the groups
+/// are those with a service-time metric, their players its series.
 fn configured(results: &RunResults) -> Vec<Configured<'_>> {
     results
         .configurations
         .iter()
         .filter_map(|c| {
-            let row = c.notes.iter().find_map(|n| ConfigRow::parse(n))?;
+            let played: Vec<(&str, &Metric)> = c
+                .metrics
+                .iter()
+                .filter_map(|m| Some((m.name.strip_prefix(METRIC_PREFIX)?, m)))
+                .collect();
+            let groups: Vec<GroupRow> = played
+                .iter()
+                .filter_map(|(group, _)| GroupRow::from_result(c, group))
+                .collect();
+            let players = played
+                .iter()
+                .flat_map(|(group, m)| m.series.iter().map(move |s| (*group, s.name.as_str())))
+                .filter_map(|(group, player)| PlayerRow::from_result(c, player, group))
+                .collect();
             Some(Configured {
                 name: &c.name,
-                row,
-                groups: c.notes.iter().filter_map(|n| GroupRow::parse(n)).collect(),
-                players: c.notes.iter().filter_map(|n| PlayerRow::parse(n)).collect(),
+                row: ConfigRow::from_result(c, &groups)?,
+                groups,
+                players,
             })
         })
         .collect()
@@ -1161,7 +1288,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn notes_read_back_as_written() {
+    fn counters_read_back_as_written() {
         let player = PlayerRow {
             name: "60fps-3".into(),
             group: "60fps".into(),
@@ -1178,44 +1305,42 @@ mod tests {
             bound: Some((16.667, 1)),
             cpu: 3.1,
             started_ms: 0.0,
-            sla: "cell \"render-1-client-3\", 3600 µs every 16666 µs; (SCHED_DEADLINE)".into(),
         };
-        assert_eq!(PlayerRow::parse(&player.note()), Some(player.clone()));
+        let sla = "cell \"render-1-client-3\", 3600 µs every 16666 µs; (SCHED_DEADLINE)";
+        assert!(player.note(sla).ends_with(sla));
         let best_effort = PlayerRow {
+            name: "60fps-4".into(),
             bound: None,
-            sla: "best-effort (no probes asked)".into(),
-            ..player
+            ..player.clone()
         };
-        assert_eq!(PlayerRow::parse(&best_effort.note()), Some(best_effort));
         let group = GroupRow {
-            name: "cheap".into(),
-            count: 8,
-            fps: 30.0,
+            name: "60fps".into(),
+            count: 2,
+            fps: 60.0,
             spin_us: 0.0,
-            frames: 8000,
-            shown: 7990,
-            missed: 12,
+            frames: 2000,
+            shown: 1996,
+            missed: 6,
             slow: 3,
         };
         let spec = PlayerGroup {
-            name: "cheap".into(),
-            count: 8,
-            fps: 30.0,
+            name: "60fps".into(),
+            count: 2,
+            fps: 60.0,
             frames: 1000,
             spin: Duration::ZERO,
             probes: 25,
             outstanding: 1,
         };
-        assert_eq!(GroupRow::parse(&group.note(&spec, 10, 2, 0)), Some(group));
         let row = ConfigRow {
             server: "service".into(),
             cores: 2,
-            players: "30fps ×4 + 60fps ×4".into(),
+            players: "60fps ×2".into(),
         };
         let settings = RenderSettings {
             server: RenderServer::Service,
             cores: None,
-            groups: vec!["30fps".into(), "60fps".into()],
+            groups: vec!["60fps".into()],
             count: None,
             sla: true,
             best_effort: 10.0,
@@ -1223,8 +1348,41 @@ mod tests {
             scale: 1.0,
         };
         let note = row.note(&settings, "global EDF on the shared CPUs");
-        assert_eq!(ConfigRow::parse(&note), Some(row));
         assert!(note.contains("best-effort 10 %"), "{note}");
+        let mut counters = vec![Counter::count(CORES, 2)];
+        counters.extend(group.counters(2, 4, 0));
+        counters.extend(player.counters());
+        counters.extend(best_effort.counters());
+        let series = |name: &str| Series::with_capacity(name, "ms", 0);
+        let result = ConfigurationResult {
+            name: "service, 2 cores".into(),
+            notes: vec![note, group.note(&spec, 2, 4, 0)],
+            metrics: vec![Metric {
+                series: vec![series("60fps-3"), series("60fps-4")],
+                ..Metric::latency(
+                    format!("{METRIC_PREFIX}60fps"),
+                    Some(16_667.0),
+                    latency_histogram(std::iter::empty()),
+                )
+            }],
+            counters,
+        };
+        assert_eq!(result.count("group 60fps: not sent"), Some(4));
+        assert_eq!(
+            result
+                .counter("player 60fps-3: service mean")
+                .map(|c| c.value),
+            Some(4.25)
+        );
+        let results = RunResults {
+            configurations: vec![result],
+            ..RunResults::start("render")
+        };
+        let all = configured(&results);
+        assert_eq!(all.len(), 1);
+        assert_eq!(all[0].row, row);
+        assert_eq!(all[0].groups, [group]);
+        assert_eq!(all[0].players, [player, best_effort]);
     }
 
     #[test]

@@ -25,7 +25,9 @@ use tessera_graph::{
     nodes, Budget, BudgetProbe, CycleRecord, Engine, EngineConfig, Graph, Profile, StreamConfig,
     TimerDriver,
 };
-use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults, Series, Summary};
+use tessera_measure::{
+    ConfigurationResult, Counter, LatencyHistogram, Metric, RunResults, Series, Summary,
+};
 use tessera_scenario::{
     Configuration, GraphNode, Interference, LoadKind, Scenario, Sched, Subject, Tool,
 };
@@ -117,6 +119,7 @@ pub fn run(
 fn not_run(config: &Configuration, why: String) -> ConfigurationResult {
     ConfigurationResult {
         name: config.name.clone(),
+        counters: Vec::new(),
         notes: vec![format!("not run: {why}")],
         metrics: Vec::new(),
     }
@@ -728,21 +731,25 @@ fn collect(
         }
     )];
     let mut metrics = Vec::new();
+    let mut counters = Vec::new();
     let warmup = scenario.warmup.as_nanos() as u64;
     match finished.subject {
         Some(SubjectData::Task(stats)) => {
-            let (metric, note) = task_metric(
+            let (metric, task_counters, note) = task_metric(
                 &stats,
                 subject_metric_name(&scenario.subject),
                 Duration::ZERO,
                 scenario.warmup,
             );
             metrics.push(metric);
+            counters.extend(task_counters);
             notes.push(note);
         }
         Some(SubjectData::Graph(profile, panics)) => {
-            let (graph_metrics, note) = graph_metrics(&profile, t0 + warmup, t0);
+            let (graph_metrics, graph_counters, note) = graph_metrics(&profile, t0 + warmup, t0);
             metrics.extend(graph_metrics);
+            counters.extend(graph_counters);
+            counters.push(Counter::count(GRAPH_PANICS, panics));
             notes.push(format!("{note}, {panics} node panics"));
         }
         Some(SubjectData::Cyclictest(Ok(h))) => {
@@ -754,42 +761,55 @@ fn collect(
                 "cyclictest: {} samples (its own warm-up excluded: it starts after the warm-up)",
                 h.count()
             ));
+            counters.push(Counter::count(CYCLICTEST_SAMPLES, h.count()));
             metrics.push(Metric::latency(probe::METRIC, period_us, h));
         }
         Some(SubjectData::Cyclictest(Err(e))) => notes.push(format!("cyclictest failed: {e}")),
         Some(SubjectData::Music(data)) => {
-            let (music_metrics, music_notes) = music::metrics(*data, scenario.warmup);
+            let (music_metrics, music_counters, music_notes) =
+                music::metrics(*data, scenario.warmup);
             metrics.extend(music_metrics);
+            counters.extend(music_counters);
             notes.extend(music_notes);
         }
         Some(SubjectData::AudioServer(data)) => {
-            let (audio_metrics, audio_notes) = audio_server::metrics(*data, scenario, t0);
+            let (audio_metrics, audio_counters, audio_notes) =
+                audio_server::metrics(*data, scenario, t0);
             metrics.extend(audio_metrics);
+            counters.extend(audio_counters);
             notes.extend(audio_notes);
         }
         Some(SubjectData::NetworkApp(data)) => {
-            let (app_metrics, app_notes) = audio_server::network_app::metrics(*data, scenario, t0);
+            let (app_metrics, app_counters, app_notes) =
+                audio_server::network_app::metrics(*data, scenario, t0);
             metrics.extend(app_metrics);
+            counters.extend(app_counters);
             notes.extend(app_notes);
         }
         Some(SubjectData::Netphone(data)) => {
-            let (phone_metrics, phone_notes) = netphone::metrics(*data, scenario.warmup);
+            let (phone_metrics, phone_counters, phone_notes) =
+                netphone::metrics(*data, scenario.warmup);
             metrics.extend(phone_metrics);
+            counters.extend(phone_counters);
             notes.extend(phone_notes);
         }
         Some(SubjectData::Render(data)) => {
-            let (render_metrics, render_notes) = render::metrics(*data);
+            let (render_metrics, render_counters, render_notes) = render::metrics(*data);
             metrics.extend(render_metrics);
+            counters.extend(render_counters);
             notes.extend(render_notes);
         }
         Some(SubjectData::Demand(data)) => {
-            let (demand_metrics, demand_notes) = adaptation::metrics(*data, scenario, t0);
+            let (demand_metrics, demand_counters, demand_notes) =
+                adaptation::metrics(*data, scenario, t0);
             metrics.extend(demand_metrics);
+            counters.extend(demand_counters);
             notes.extend(demand_notes);
         }
         Some(SubjectData::Aes67(data)) => {
-            let (aes67_metrics, aes67_notes) = aes67::metrics(*data);
+            let (aes67_metrics, aes67_counters, aes67_notes) = aes67::metrics(*data);
             metrics.extend(aes67_metrics);
+            counters.extend(aes67_counters);
             notes.extend(aes67_notes);
         }
         None => {}
@@ -798,22 +818,26 @@ fn collect(
         let start = scenario
             .load(&stats.name)
             .map_or(Duration::ZERO, |l| l.start);
-        let (metric, note) = task_metric(
+        let (metric, task_counters, note) = task_metric(
             stats,
             &format!("{} response time", stats.name),
             start,
             scenario.warmup,
         );
         metrics.push(metric);
+        counters.extend(task_counters);
         metrics.push(slack_metric(stats, start, scenario.warmup));
         notes.push(note);
     }
-    let (media_metrics, media_notes) = media::collect(&finished.media, scenario, t0);
+    let (media_metrics, media_counters, media_notes) =
+        media::collect(&finished.media, scenario, t0);
     metrics.extend(media_metrics);
+    counters.extend(media_counters);
     notes.extend(media_notes);
     notes.extend(finished.notes);
     ConfigurationResult {
         name: config.name.clone(),
+        counters,
         notes,
         metrics,
     }
@@ -838,12 +862,14 @@ fn measured(stats: &PeriodicStats, start: Duration, warmup: Duration) -> Vec<(f6
         .collect()
 }
 
+/// A periodic task's response times, its counts of jobs measured, late
+/// and served late ("NAME jobs measured", …) and a note saying them.
 pub(crate) fn task_metric(
     stats: &PeriodicStats,
     name: &str,
     start: Duration,
     warmup: Duration,
-) -> (Metric, String) {
+) -> (Metric, Vec<Counter>, String) {
     let samples = measured(stats, start, warmup);
     let hist = latency_histogram(samples.iter().map(|(_, r)| (r * 1000.0) as u64));
     let mut series = Series::with_capacity(name, "us", samples.len());
@@ -871,7 +897,15 @@ pub(crate) fn task_metric(
         ..Metric::latency(name, Some(stats.deadline_us), hist)
     };
     metric.summary.misses = Some(late as u64);
-    (metric, note)
+    let counters = Counter::counts(
+        [
+            (JOBS_MEASURED, samples.len() as u64),
+            (JOBS_LATE, late as u64),
+            (JOBS_SERVED_LATE, stats.skipped),
+        ]
+        .map(|(what, n)| (format!("{} {what}", stats.name), n)),
+    );
+    (metric, counters, note)
 }
 
 /// Slack: deadline − response time of each job (negative: a miss), the
@@ -895,9 +929,25 @@ fn slack_metric(stats: &PeriodicStats, start: Duration, warmup: Duration) -> Met
     }
 }
 
+/// Counters of a periodic task ("NAME jobs late"), of the graph subject,
+/// of cyclictest.
+const JOBS_MEASURED: &str = "jobs measured";
+const JOBS_LATE: &str = "jobs late";
+const JOBS_SERVED_LATE: &str = "jobs served late";
+const GRAPH_CYCLES: &str = "graph cycles";
+const GRAPH_XRUNS: &str = "graph xruns";
+const GRAPH_SKIPPED: &str = "graph periods skipped";
+const GRAPH_PANICS: &str = "graph node panics";
+const CYCLICTEST_SAMPLES: &str = "cyclictest samples";
+
 /// Driver end, period, node end times and budget of the cycles that
-/// started after `measure_from` (absolute ns); times in s from `t0`.
-fn graph_metrics(profile: &Profile, measure_from: u64, t0: u64) -> (Vec<Metric>, String) {
+/// started after `measure_from` (absolute ns), times in s from `t0`; the
+/// cycles measured, xruns and periods skipped.
+fn graph_metrics(
+    profile: &Profile,
+    measure_from: u64,
+    t0: u64,
+) -> (Vec<Metric>, Vec<Counter>, String) {
     let cycles: Vec<&CycleRecord> = profile
         .cycles
         .iter()
@@ -948,6 +998,11 @@ fn graph_metrics(profile: &Profile, measure_from: u64, t0: u64) -> (Vec<Metric>,
         "{} cycles measured, {xruns} xruns, {skipped} periods skipped",
         cycles.len()
     );
+    let counters = Counter::counts([
+        (GRAPH_CYCLES, cycles.len() as u64),
+        (GRAPH_XRUNS, xruns as u64),
+        (GRAPH_SKIPPED, skipped),
+    ]);
     let mut metrics = vec![
         Metric {
             series: vec![driver_end],
@@ -996,7 +1051,7 @@ fn graph_metrics(profile: &Profile, measure_from: u64, t0: u64) -> (Vec<Metric>,
         histogram: None,
         series: budget,
     });
-    (metrics, note)
+    (metrics, counters, note)
 }
 
 /// Where a run's files go by default: results/<scenario file stem>-<unix time>.
@@ -1008,4 +1063,59 @@ pub fn default_out_dir(scenario: &Scenario) -> PathBuf {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     PathBuf::from(format!("results/{stem}-{now}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(counters: &[Counter], name: &str) -> Option<f64> {
+        counters.iter().find(|c| c.name == name).map(|c| c.value)
+    }
+
+    #[test]
+    fn a_tasks_counters_are_its_jobs_measured_and_late() {
+        let stats = PeriodicStats {
+            name: "hog".into(),
+            // Released every ms; the first after the 1 ms warm-up is job 1.
+            response_us: vec![100.0, 200.0, 1500.0, 300.0, 1200.0],
+            late: 2,
+            skipped: 1,
+            deadline_us: 1000.0,
+            period_us: 1000.0,
+            setup_error: None,
+        };
+        let warmup = Duration::from_millis(1);
+        let (metric, counters, note) = task_metric(&stats, "hog", Duration::ZERO, warmup);
+        assert_eq!(
+            note,
+            "hog: 4 jobs measured, 2 late (1 served late by an overrunning job)"
+        );
+        assert_eq!(metric.summary.misses, Some(2));
+        assert_eq!(count(&counters, "hog jobs measured"), Some(4.0));
+        assert_eq!(count(&counters, "hog jobs late"), Some(2.0));
+        assert_eq!(count(&counters, "hog jobs served late"), Some(1.0));
+    }
+
+    #[test]
+    fn the_graphs_counters_are_its_measured_cycles() {
+        let cycle = |k: u64, xrun, skipped_periods| CycleRecord {
+            cycle: k,
+            start_ns: k * 1_000_000,
+            period_ns: 1_000_000,
+            deadline_ns: 1_000_000,
+            xrun,
+            skipped_periods,
+            ..CycleRecord::default()
+        };
+        let profile = Profile {
+            cycles: vec![cycle(0, true, 0), cycle(1, true, 2), cycle(2, false, 1)],
+            nodes: Vec::new(),
+        };
+        let (_, counters, note) = graph_metrics(&profile, 1_000_000, 0);
+        assert_eq!(note, "2 cycles measured, 1 xruns, 3 periods skipped");
+        assert_eq!(count(&counters, GRAPH_CYCLES), Some(2.0));
+        assert_eq!(count(&counters, GRAPH_XRUNS), Some(1.0));
+        assert_eq!(count(&counters, GRAPH_SKIPPED), Some(3.0));
+    }
 }

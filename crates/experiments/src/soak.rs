@@ -526,19 +526,24 @@ fn collect(
             .join(", ")
     )];
     let mut metrics = Vec::new();
+    let mut counters = Vec::new();
     let mut windows = Vec::new();
     if let Some(data) = finished.music {
         windows = data.windows();
-        let (music_metrics, music_notes) = music::metrics(data, scenario.warmup);
+        let (music_metrics, music_counters, music_notes) = music::metrics(data, scenario.warmup);
         metrics.extend(music_metrics);
+        counters.extend(music_counters);
         notes.extend(music_notes);
     }
-    let (media_metrics, media_notes) = crate::media::collect(&finished.media, scenario, t0);
+    let (media_metrics, media_counters, media_notes) =
+        crate::media::collect(&finished.media, scenario, t0);
     metrics.extend(media_metrics);
+    counters.extend(media_counters);
     notes.extend(media_notes);
     notes.extend(finished.notes);
     let result = ConfigurationResult {
         name: config.name.clone(),
+        counters,
         notes,
         metrics,
     };

@@ -89,11 +89,7 @@ fn short_run(test: &str, text: &str) -> Option<tessera_measure::ConfigurationRes
 
 fn assert_cycles_recorded(result: &tessera_measure::ConfigurationResult) {
     let notes = result.notes.join("; ");
-    let headline = result
-        .notes
-        .iter()
-        .find_map(|n| Headline::parse(n))
-        .unwrap_or_else(|| panic!("no headline: {notes}"));
+    let headline = Headline::from_result(result).unwrap_or_else(|| panic!("no headline: {notes}"));
     // 2.5 s measured at 1333 µs: about 1875 cycles.
     assert!(headline.cycles > 1000, "{notes}");
     let e2e = result.metric(END_TO_END).expect("end-to-end");

@@ -22,7 +22,7 @@ pub use histogram::LatencyHistogram;
 pub use machine::MachineInfo;
 pub use plot::{PlotError, PlotFiles};
 pub use report::{summary_table, write_report, ReportError, ReportFiles};
-pub use results::{ConfigurationResult, Metric, ResultsError, RunResults};
+pub use results::{ConfigurationResult, Counter, Metric, ResultsError, RunResults};
 pub use series::Series;
 pub use stats::Summary;
 

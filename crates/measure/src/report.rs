@@ -341,6 +341,7 @@ mod tests {
     fn config(name: &str, s: Summary) -> ConfigurationResult {
         ConfigurationResult {
             name: name.into(),
+            counters: Vec::new(),
             notes: vec![],
             metrics: vec![Metric {
                 name: "response time".into(),

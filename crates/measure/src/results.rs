@@ -1,5 +1,6 @@
 //! The results data model that experiment runs write as JSON: a run, its
-//! configurations, their metrics (summary, histogram, raw series).
+//! configurations, their metrics (summary, histogram, raw series) and
+//! counters (one figure each: xruns, packets lost, cycles, ratios).
 //!
 //! Owns the file format and its load/save errors. It must never compute
 //! statistics itself ([`crate::stats`] does) nor format reports.
@@ -42,6 +43,20 @@ pub struct ConfigurationResult {
     /// Facts a reader needs, e.g. "best-effort mode: no CAP_SYS_NICE".
     pub notes: Vec<String>,
     pub metrics: Vec<Metric>,
+    /// Every count the subject reports, as data (the notes may say the
+    /// same in words); absent from files written before counters were.
+    #[serde(default)]
+    pub counters: Vec<Counter>,
+}
+
+/// One figure of a configuration: a count ("xruns", unit "count") or a
+/// quantity that is not a sample of a distribution ("reserved ÷ used",
+/// unit "ratio").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Counter {
+    pub name: String,
+    pub value: f64,
+    pub unit: String,
 }
 
 /// One measured quantity (e.g. "response time") in one configuration.
@@ -124,7 +139,42 @@ impl ConfigurationResult {
     pub fn metric(&self, name: &str) -> Option<&Metric> {
         self.metrics.iter().find(|m| m.name == name)
     }
+
+    pub fn counter(&self, name: &str) -> Option<&Counter> {
+        self.counters.iter().find(|c| c.name == name)
+    }
+
+    /// The value of the counter `name` as a whole count.
+    pub fn count(&self, name: &str) -> Option<u64> {
+        self.counter(name).map(|c| c.value as u64)
+    }
 }
+
+impl Counter {
+    /// A whole count of events or items, unit "count".
+    pub fn count(name: impl Into<String>, value: u64) -> Counter {
+        Counter::new(name, value as f64, COUNT)
+    }
+
+    /// Counts of (name, value) pairs, in order.
+    pub fn counts<N: Into<String>>(pairs: impl IntoIterator<Item = (N, u64)>) -> Vec<Counter> {
+        pairs
+            .into_iter()
+            .map(|(name, value)| Counter::count(name, value))
+            .collect()
+    }
+
+    pub fn new(name: impl Into<String>, value: f64, unit: impl Into<String>) -> Counter {
+        Counter {
+            name: name.into(),
+            value,
+            unit: unit.into(),
+        }
+    }
+}
+
+/// The unit of a [`Counter::count`].
+pub const COUNT: &str = "count";
 
 impl Metric {
     /// A latency metric in microseconds, summarised from its histogram.
@@ -189,6 +239,10 @@ mod tests {
                     series: vec![series],
                     ..Metric::latency("response time", Some(1405.9), histogram)
                 }],
+                counters: vec![
+                    Counter::count("xruns", 3),
+                    Counter::new("reserved ÷ used", 1.5, "ratio"),
+                ],
             }],
             ..RunResults::start("music-isolation")
         }
@@ -207,6 +261,12 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         assert_eq!(back, run);
         assert_eq!(back.metric_names(), vec!["response time"]);
+        assert_eq!(back.configurations[0].count("xruns"), Some(3));
+        assert_eq!(
+            back.configurations[0].counter("reserved ÷ used"),
+            Some(&Counter::new("reserved ÷ used", 1.5, "ratio"))
+        );
+        assert_eq!(back.configurations[0].counter("late"), None);
         assert_eq!(
             back.configurations[0]
                 .metric("response time")
@@ -215,6 +275,18 @@ mod tests {
                 .count,
             100
         );
+    }
+
+    #[test]
+    fn files_without_counters_still_load() {
+        let mut json = serde_json::to_value(sample_run()).unwrap();
+        json["configurations"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("counters");
+        let back: RunResults = serde_json::from_value(json).unwrap();
+        assert!(back.configurations[0].counters.is_empty());
+        assert_eq!(back.configurations[0].notes, ["best-effort mode"]);
     }
 
     #[test]

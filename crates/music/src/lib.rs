@@ -259,6 +259,7 @@ fn results(
     ));
     results.configurations.push(ConfigurationResult {
         name: network_name(options.lan).into(),
+        counters: Vec::new(),
         notes: configuration_notes,
         metrics: vec![
             Metric::latency(RESPONSE_METRIC, deadline_us, app.response.clone()),

@@ -465,6 +465,7 @@ mod tests {
             let (metrics, _) = metrics(&samples, &window, &groups, &|_| Some(0));
             tessera_measure::ConfigurationResult {
                 name: name.into(),
+                counters: Vec::new(),
                 notes: vec![adapting.into()],
                 metrics,
             }

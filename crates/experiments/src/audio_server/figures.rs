@@ -13,7 +13,7 @@
 use super::super::peer_record::PeerRecord;
 use crate::runner::latency_histogram;
 use std::fmt::Write as _;
-use tessera_measure::{Metric, RunResults, Series, Summary};
+use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series, Summary};
 use tessera_scenario::AudioServerSubject;
 
 pub const END_TO_END: &str = "cycle end-to-end";
@@ -45,9 +45,10 @@ impl Window {
     }
 }
 
-/// One configuration's headline figures. They travel in its notes (one
-/// line, [`Headline::note`]), so the report's section can be rewritten
-/// from results.json.
+/// One configuration's headline figures. They travel as its counters
+/// ([`Headline::counters`]) beside a note saying them in words
+/// ([`Headline::note`], which also names the scheduling), so the report's
+/// section can be rewritten from results.json.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Headline {
     pub sched: String,
@@ -63,6 +64,13 @@ pub struct Headline {
 }
 
 const HEADLINE: &str = "audio server";
+pub const CYCLES: &str = "audio server cycles";
+pub const XRUNS: &str = "audio server xruns";
+pub const LATE: &str = "audio server late cycles";
+pub const INCOMPLETE: &str = "audio server incomplete cycles";
+pub const FAILED: &str = "audio server failed cycles";
+pub const LOST: &str = "audio server periods lost";
+pub const RESERVED_PER_USED: &str = "audio server reserved ÷ used";
 
 impl Headline {
     pub fn note(&self) -> String {
@@ -76,30 +84,42 @@ impl Headline {
         )
     }
 
-    pub fn parse(note: &str) -> Option<Headline> {
-        let (sched, figures) = note.strip_prefix(HEADLINE)?.trim().split_once(": ")?;
-        let mut headline = Headline {
+    /// The figures as counters (the ratio only when there is one).
+    pub fn counters(&self) -> Vec<Counter> {
+        let mut counters = Counter::counts([
+            (CYCLES, self.cycles),
+            (XRUNS, self.xruns),
+            (LATE, self.late),
+            (INCOMPLETE, self.incomplete),
+            (FAILED, self.failed),
+            (LOST, self.lost),
+        ]);
+        counters.extend(
+            self.reserved_per_used
+                .map(|r| Counter::new(RESERVED_PER_USED, r, "ratio")),
+        );
+        counters
+    }
+
+    /// The headline of a configuration's counters, its scheduling named
+    /// by its note; None if the configuration has no headline.
+    pub fn from_result(result: &ConfigurationResult) -> Option<Headline> {
+        let count = |name| result.count(name);
+        let sched = result
+            .notes
+            .iter()
+            .find_map(|n| n.strip_prefix(HEADLINE)?.trim().split_once(": "))
+            .map_or("", |(sched, _)| sched);
+        Some(Headline {
             sched: sched.to_string(),
-            ..Headline::default()
-        };
-        for part in figures.split(", ") {
-            if let Some(ratio) = part.strip_prefix("reserved ÷ used ") {
-                headline.reserved_per_used = ratio.parse().ok();
-                continue;
-            }
-            let (number, what) = part.split_once(' ')?;
-            let number: u64 = number.parse().ok()?;
-            match what {
-                "cycles" => headline.cycles = number,
-                "xruns" => headline.xruns = number,
-                "late cycles" => headline.late = number,
-                "incomplete cycles" => headline.incomplete = number,
-                "failed cycles" => headline.failed = number,
-                "periods lost" => headline.lost = number,
-                _ => return None,
-            }
-        }
-        Some(headline)
+            cycles: count(CYCLES)?,
+            xruns: count(XRUNS)?,
+            late: count(LATE)?,
+            incomplete: count(INCOMPLETE)?,
+            failed: count(FAILED)?,
+            lost: count(LOST)?,
+            reserved_per_used: result.counter(RESERVED_PER_USED).map(|c| c.value),
+        })
     }
 
     /// Cycles that failed — late, incomplete, or lost altogether — as a
@@ -310,7 +330,7 @@ pub fn report_section(results: &RunResults) -> String {
         .configurations
         .iter()
         .filter_map(|c| {
-            let headline = c.notes.iter().find_map(|n| Headline::parse(n))?;
+            let headline = Headline::from_result(c)?;
             let p99 = c.metric(END_TO_END).map(|m| m.summary.p99);
             Some((c.name.as_str(), headline, p99))
         })
@@ -465,7 +485,7 @@ mod tests {
     }
 
     #[test]
-    fn headline_notes_round_trip_and_feed_the_section() {
+    fn headline_counters_round_trip_and_feed_the_section() {
         let h = Headline {
             sched: "guard:reclaim".into(),
             cycles: 1000,
@@ -476,7 +496,6 @@ mod tests {
             lost: 1,
             reserved_per_used: Some(1.5),
         };
-        assert_eq!(Headline::parse(&h.note()), Some(h.clone()));
         let fifo = Headline {
             sched: "fifo:15".into(),
             xruns: 50,
@@ -485,17 +504,21 @@ mod tests {
             reserved_per_used: None,
             ..h.clone()
         };
-        assert_eq!(Headline::parse(&fifo.note()), Some(fifo.clone()));
         let mut results = RunResults::start("t");
         for (name, headline) in [("fifo", &fifo), ("guard", &h)] {
-            results
-                .configurations
-                .push(tessera_measure::ConfigurationResult {
-                    name: name.into(),
-                    notes: vec!["subject x".into(), headline.note()],
-                    metrics: vec![],
-                });
+            let result = ConfigurationResult {
+                name: name.into(),
+                counters: headline.counters(),
+                notes: vec!["subject x".into(), headline.note()],
+                metrics: vec![],
+            };
+            assert_eq!(Headline::from_result(&result).as_ref(), Some(headline));
+            results.configurations.push(result);
         }
+        let guard = &results.configurations[1];
+        assert_eq!(guard.count(XRUNS), Some(2));
+        assert_eq!(guard.counter(RESERVED_PER_USED).map(|c| c.value), Some(1.5));
+        assert_eq!(results.configurations[0].counter(RESERVED_PER_USED), None);
         let section = report_section(&results);
         assert!(
             section.contains("| guard | guard:reclaim | 1000 | 2 | 3 | 0 | 3 | 1 | – | 1.50 |"),

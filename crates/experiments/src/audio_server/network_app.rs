@@ -28,7 +28,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tessera_measure::Metric;
+use tessera_measure::{Counter, Metric};
 use tessera_scenario::{AudioServerSubject, Configuration, NetworkApp, Scenario, ServerSched};
 use tessera_sys::clock::monotonic_ns;
 use tessera_workloads::lan::{End, HostId, Lan};
@@ -331,14 +331,18 @@ fn read_record(host: &Host, t0: Option<u64>) -> Result<PeerRecord, String> {
         .and_then(|text| PeerRecord::parse(&text))
 }
 
-/// The metrics and notes of a finished run; `t0` is the run's origin.
-pub fn metrics(data: NetworkAppData, scenario: &Scenario, t0: u64) -> (Vec<Metric>, Vec<String>) {
+/// The metrics, counters and notes of a finished run; `t0` is the run's origin.
+pub fn metrics(
+    data: NetworkAppData,
+    scenario: &Scenario,
+    t0: u64,
+) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
     let window = figures::Window {
         from_ns: t0 + scenario.warmup.as_nanos() as u64,
         to_ns: t0 + scenario.total().as_nanos() as u64,
         t0_ns: t0,
     };
-    let (metrics, mut notes) = figures::measure(&data, &window);
+    let (metrics, counters, mut notes) = figures::measure(&data, &window);
     notes.extend(data.notes);
-    (metrics, notes)
+    (metrics, counters, notes)
 }

@@ -195,11 +195,7 @@ fn figures(
     result: ConfigurationResult,
     duration_s: f64,
 ) -> Result<Trial, String> {
-    let headline = result
-        .notes
-        .iter()
-        .find_map(|n| Headline::parse(n))
-        .ok_or_else(|| result.notes.join("; "))?;
+    let headline = Headline::from_result(&result).ok_or_else(|| result.notes.join("; "))?;
     let refused = match result.notes.iter().find(|n| n.starts_with(OTHER_PERIOD)) {
         Some(note) => Some(note.clone()),
         None if headline.cycles == 0 => Some("no cycle was measured".to_string()),
@@ -299,10 +295,17 @@ mod tests {
         }
     }
 
-    fn result(notes: Vec<String>) -> ConfigurationResult {
+    /// A configuration's result with the headline's counters and note,
+    /// and `notes` after them.
+    fn result(headline: Option<&Headline>, notes: &[String]) -> ConfigurationResult {
         ConfigurationResult {
             name: "plain".into(),
-            notes,
+            counters: headline.map(Headline::counters).unwrap_or_default(),
+            notes: headline
+                .map(Headline::note)
+                .into_iter()
+                .chain(notes.iter().cloned())
+                .collect(),
             metrics: Vec::new(),
         }
     }
@@ -310,14 +313,14 @@ mod tests {
     #[test]
     fn jack_counts_its_xruns_and_pipewire_its_skipped_and_late_cycles() {
         let h = headline(2, 5, 1);
-        let jack = figures(ServerKind::Jack, 256, result(vec![h.note()]), 3.0).unwrap();
+        let jack = figures(ServerKind::Jack, 256, result(Some(&h), &[]), 3.0).unwrap();
         assert_eq!((jack.failures, jack.held), (2, false));
-        let pw = figures(ServerKind::PipeWire, 256, result(vec![h.note()]), 3.0).unwrap();
+        let pw = figures(ServerKind::PipeWire, 256, result(Some(&h), &[]), 3.0).unwrap();
         assert_eq!((pw.failures, pw.xruns, pw.late, pw.skipped), (6, 2, 5, 1));
         let clean = figures(
             ServerKind::Jack,
             256,
-            result(vec![headline(0, 3, 0).note()]),
+            result(Some(&headline(0, 3, 0)), &[]),
             3.0,
         );
         assert!(
@@ -328,18 +331,18 @@ mod tests {
 
     #[test]
     fn a_size_the_server_did_not_run_never_holds() {
-        let notes = vec![
-            headline(0, 0, 0).note(),
-            format!("{OTHER_PERIOD} 32 frames at 48000 Hz, not the scenario's 16 at 48000"),
-        ];
-        let trial = figures(ServerKind::PipeWire, 16, result(notes), 3.0).unwrap();
+        let notes = [format!(
+            "{OTHER_PERIOD} 32 frames at 48000 Hz, not the scenario's 16 at 48000"
+        )];
+        let other_size = result(Some(&headline(0, 0, 0)), &notes);
+        let trial = figures(ServerKind::PipeWire, 16, other_size, 3.0).unwrap();
         assert!(!trial.held);
         assert!(trial.refused.unwrap().contains("32 frames"));
         let silent = Headline {
             cycles: 0,
             ..headline(0, 0, 0)
         };
-        let trial = figures(ServerKind::Jack, 16, result(vec![silent.note()]), 3.0).unwrap();
+        let trial = figures(ServerKind::Jack, 16, result(Some(&silent), &[]), 3.0).unwrap();
         assert_eq!(trial.refused.as_deref(), Some("no cycle was measured"));
     }
 
@@ -348,7 +351,7 @@ mod tests {
         let e = figures(
             ServerKind::Jack,
             64,
-            result(vec!["not measured: the clients never started".into()]),
+            result(None, &["not measured: the clients never started".into()]),
             1.0,
         )
         .unwrap_err();

@@ -2,11 +2,11 @@
 //! the run: the client's own underruns, late packets, packets received and
 //! cycles (from its counters over time), jackd's xruns (as the client was
 //! notified of them), and the CPU the guards reserved (Σ set ÷ period of
-//! every thread in their records, averaged). Each count is a metric of its
-//! own (its value is the one sample; its series the count over time), so
-//! results.json carries the figures as data; [`NetworkFigures`] reads them
-//! back, and the report's section compares the configurations with the
-//! issue's goal.
+//! every thread in their records, averaged). Each count is a counter and a
+//! metric of its own (its value is the one sample; its series the count
+//! over time), so results.json carries the figures as data;
+//! [`NetworkFigures`] reads them back, and the report's section compares
+//! the configurations with the issue's goal.
 //!
 //! It computes and states; it must never run anything, and never call a
 //! result good or bad beyond saying whether the stated goal was met.
@@ -16,7 +16,7 @@ use crate::audio_server::budgets::{self, BudgetRow, SHARES_RATIO};
 use crate::peer_record::{NetSnapshot, PeerRecord};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use tessera_measure::{ConfigurationResult, Metric, RunResults, Series, Summary};
+use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series, Summary};
 
 const UNDERRUNS: &str = "underruns";
 const LATE: &str = "late packets";
@@ -77,13 +77,15 @@ pub struct NetworkFigures {
 }
 
 impl NetworkFigures {
-    /// The figures of a configuration's metrics; None if it has none.
+    /// The figures of a configuration's counters; None if it has none.
+    /// Results written before counters were have the same figures as
+    /// metrics only: read from those.
     pub fn from_result(result: &ConfigurationResult) -> Option<NetworkFigures> {
-        let value = |what: &str, host: &str| {
-            result
-                .metric(&metric_name(what, host))
-                .map(|m| m.summary.max as u64)
+        let figure = |name: &str| {
+            (result.counter(name).map(|c| c.value))
+                .or_else(|| result.metric(name).map(|m| m.summary.max))
         };
+        let value = |what: &str, host: &str| figure(&metric_name(what, host)).map(|v| v as u64);
         let hosts: Vec<(String, HostFigures)> = HOSTS
             .iter()
             .filter_map(|host| {
@@ -109,8 +111,8 @@ impl NetworkFigures {
         Some(NetworkFigures {
             sched,
             hosts,
-            reserved_pct: result.metric(CPU_RESERVED).map(|m| m.summary.max),
-            shares_ratio: result.metric(SHARES_RATIO).map(|m| m.summary.max),
+            reserved_pct: figure(CPU_RESERVED),
+            shares_ratio: figure(SHARES_RATIO),
         })
     }
 
@@ -122,6 +124,22 @@ impl NetworkFigures {
     fn per_host(&self, f: fn(&HostFigures) -> u64) -> String {
         let values: Vec<String> = self.hosts.iter().map(|(_, h)| f(h).to_string()).collect();
         values.join(" / ")
+    }
+}
+
+impl HostFigures {
+    /// A host's figures as counters, named as its metrics.
+    fn counters(&self, host: &str) -> Vec<Counter> {
+        Counter::counts(
+            [
+                (UNDERRUNS, self.underruns),
+                (LATE, self.late),
+                (RECEIVED, self.received),
+                (CYCLES, self.cycles),
+                (XRUNS, self.xruns),
+            ]
+            .map(|(what, value)| (metric_name(what, host), value)),
+        )
     }
 }
 
@@ -302,9 +320,13 @@ fn reserved_metric(
     })
 }
 
-/// The metrics and notes of both hosts.
-pub(super) fn measure(data: &NetworkAppData, window: &Window) -> (Vec<Metric>, Vec<String>) {
+/// The metrics, counters and notes of both hosts.
+pub(super) fn measure(
+    data: &NetworkAppData,
+    window: &Window,
+) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
     let mut metrics = Vec::new();
+    let mut counters = Vec::new();
     let mut notes = vec![format!("{SCHED_NOTE}{}", data.sched.describe())];
     let mut lines = Vec::new();
     for host in &data.hosts {
@@ -312,6 +334,7 @@ pub(super) fn measure(data: &NetworkAppData, window: &Window) -> (Vec<Metric>, V
             Ok(record) => {
                 let (host_metrics, f) = host_metrics(host.name, record, window);
                 metrics.extend(host_metrics);
+                counters.extend(f.counters(host.name));
                 lines.push(format!(
                     "host {}: {} underruns, {} late packets, {} packets received, {} cycles, \
                      {} jackd xruns",
@@ -326,14 +349,16 @@ pub(super) fn measure(data: &NetworkAppData, window: &Window) -> (Vec<Metric>, V
             "CPU reserved {:.1} % of a CPU (both guards)",
             reserved.summary.max
         ));
+        counters.push(Counter::new(CPU_RESERVED, reserved.summary.max, "%"));
         metrics.push(reserved);
     }
     if let Some((metric, note)) = budgets::shares(&measured_rows(data, window)) {
         lines.push(note);
+        counters.push(Counter::new(SHARES_RATIO, metric.summary.max, "ratio"));
         metrics.push(metric);
     }
     notes.push(format!("network app: {}", lines.join("; ")));
-    (metrics, notes)
+    (metrics, counters, notes)
 }
 
 /// The report's section for a run of the network application (empty for
@@ -483,14 +508,17 @@ mod tests {
     }
 
     #[test]
-    fn counts_are_those_of_the_window_and_read_back_from_the_metrics() {
-        let (metrics, notes) =
+    fn counts_are_those_of_the_window_and_read_back_from_the_counters() {
+        let (metrics, counters, notes) =
             measure(&data(ServerSched::Fifo(Some(70)), [3, 4], false), &window());
         let result = ConfigurationResult {
             name: "plain".into(),
+            counters,
             notes,
             metrics,
         };
+        assert_eq!(result.count(&metric_name(UNDERRUNS, "B")), Some(4));
+        assert_eq!(result.count(&metric_name(XRUNS, "A")), Some(1));
         let f = NetworkFigures::from_result(&result).expect("figures");
         assert_eq!(f.sched, "fifo:70");
         assert_eq!(f.hosts.len(), 2);
@@ -508,15 +536,25 @@ mod tests {
         assert_eq!(f.reserved_pct, None, "no guard, nothing reserved");
         let underruns = result.metric(&metric_name(UNDERRUNS, "A")).unwrap();
         assert_eq!(underruns.series[0].points, [(1e-6, 0.0), (2e-6, 3.0)]);
+        let before_counters = ConfigurationResult {
+            counters: Vec::new(),
+            ..result.clone()
+        };
+        assert_eq!(NetworkFigures::from_result(&before_counters), Some(f));
     }
 
     #[test]
     fn the_guards_reservations_add_up_over_the_window() {
         let sched = ServerSched::Guard(GuardSettings::default());
-        let (metrics, _) = measure(&data(sched, [0, 0], true), &window());
+        let (metrics, counters, _) = measure(&data(sched, [0, 0], true), &window());
         let reserved = metrics.iter().find(|m| m.name == CPU_RESERVED).unwrap();
         // 15 % on each host in the window; the row at 9 s is after it.
         assert!((reserved.summary.max - 30.0).abs() < 1e-9, "{reserved:?}");
+        let counter = counters.iter().find(|c| c.name == CPU_RESERVED).unwrap();
+        assert_eq!(
+            (counter.value, counter.unit.as_str()),
+            (reserved.summary.max, "%")
+        );
         assert_eq!(reserved.series.len(), 2);
     }
 
@@ -540,9 +578,10 @@ mod tests {
             ),
         ];
         for (name, sched, underruns) in configs {
-            let (metrics, notes) = measure(&data(sched, underruns, false), &window());
+            let (metrics, counters, notes) = measure(&data(sched, underruns, false), &window());
             results.configurations.push(ConfigurationResult {
                 name: name.into(),
+                counters,
                 notes,
                 metrics,
             });
