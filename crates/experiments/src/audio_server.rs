@@ -267,11 +267,7 @@ pub fn metrics(
     scenario: &Scenario,
     t0: u64,
 ) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
-    let window = figures::Window {
-        from_ns: t0 + scenario.warmup.as_nanos() as u64,
-        to_ns: t0 + scenario.total().as_nanos() as u64,
-        t0_ns: t0,
-    };
+    let window = figures::Window::of_run(scenario, t0);
     let mut notes = data.notes;
     let record = match data.record {
         Ok(record) => record,

@@ -14,7 +14,7 @@ use super::super::peer_record::PeerRecord;
 use crate::runner::latency_histogram;
 use std::fmt::Write as _;
 use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series, Summary};
-use tessera_scenario::AudioServerSubject;
+use tessera_scenario::{AudioServerSubject, Scenario};
 
 pub const END_TO_END: &str = "cycle end-to-end";
 pub const CLIENT_END: &str = "client end";
@@ -35,13 +35,28 @@ pub struct Window {
 }
 
 impl Window {
-    fn contains(&self, ns: u64) -> bool {
+    /// A run of `scenario` whose origin is `t0` (ns): after its warm-up,
+    /// to its end.
+    pub fn of_run(scenario: &Scenario, t0: u64) -> Window {
+        Window {
+            from_ns: t0 + scenario.warmup.as_nanos() as u64,
+            to_ns: t0 + scenario.total().as_nanos() as u64,
+            t0_ns: t0,
+        }
+    }
+
+    pub(crate) fn contains(&self, ns: u64) -> bool {
         (self.from_ns..self.to_ns).contains(&ns)
     }
 
     /// Seconds from the run's origin.
-    fn t(&self, ns: u64) -> f64 {
+    pub(crate) fn t(&self, ns: u64) -> f64 {
         ns.saturating_sub(self.t0_ns) as f64 / 1e9
+    }
+
+    /// The window's start and end, in seconds from the run's origin.
+    pub(crate) fn seconds(&self) -> (f64, f64) {
+        (self.t(self.from_ns), self.t(self.to_ns))
     }
 }
 

@@ -20,6 +20,7 @@ mod figures;
 
 pub use figures::{report_section, HostFigures, NetworkFigures};
 
+use super::figures::Window;
 use super::{budgets, server_spec, start_guard, GuardChild, Scratch};
 use crate::peer_record::PeerRecord;
 use crate::servers::{self, AudioServer, JackServer, OwnedChild};
@@ -337,11 +338,7 @@ pub fn metrics(
     scenario: &Scenario,
     t0: u64,
 ) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
-    let window = figures::Window {
-        from_ns: t0 + scenario.warmup.as_nanos() as u64,
-        to_ns: t0 + scenario.total().as_nanos() as u64,
-        t0_ns: t0,
-    };
+    let window = Window::of_run(scenario, t0);
     let (metrics, counters, mut notes) = figures::measure(&data, &window);
     notes.extend(data.notes);
     (metrics, counters, notes)

@@ -13,6 +13,7 @@
 
 use super::{NetworkAppData, HOSTS};
 use crate::audio_server::budgets::{self, BudgetRow, SHARES_RATIO};
+use crate::audio_server::figures::Window;
 use crate::peer_record::{NetSnapshot, PeerRecord};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -35,23 +36,6 @@ const GOAL_XRUNS: f64 = 1.0 / 20.0;
 /// A host's metric: `network-app underruns A`, …
 pub fn metric_name(what: &str, host: &str) -> String {
     format!("network-app {what} {host}")
-}
-
-/// The measured part of the run (CLOCK_MONOTONIC ns) and its origin.
-pub struct Window {
-    pub from_ns: u64,
-    pub to_ns: u64,
-    pub t0_ns: u64,
-}
-
-impl Window {
-    fn t(&self, ns: u64) -> f64 {
-        ns.saturating_sub(self.t0_ns) as f64 / 1e9
-    }
-
-    fn seconds(&self) -> (f64, f64) {
-        (self.t(self.from_ns), self.t(self.to_ns))
-    }
 }
 
 /// One host's counts over the measured window.
@@ -171,9 +155,7 @@ fn host_figures(record: &PeerRecord, window: &Window) -> HostFigures {
 }
 
 fn in_window<'a>(times: &'a [u64], window: &'a Window) -> impl Iterator<Item = &'a u64> {
-    times
-        .iter()
-        .filter(|t| (window.from_ns..window.to_ns).contains(t))
+    times.iter().filter(|t| window.contains(**t))
 }
 
 /// A count as a metric: its one sample is the count, its series the count
