@@ -18,13 +18,13 @@ use crate::protocol::{BudgetChange, CellInfo, ResizeCellsReply, ResizeReply, Sta
 use crate::registry::{self, ServiceEntry, ServiceInfo};
 use crate::state::{CellState, Member, Owner, ProcessId, Reported, State};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use tessera_policy::rap::{self, CellView, RapConfig};
 use tessera_policy::{Bandwidth, Budget, CellPolicy, CellRequest, Ledger, Placement, Refusal};
 use tessera_sys::cgroup::Hierarchy;
 use tessera_sys::ipc::PeerCredentials;
-use tessera_sys::proc;
+use tessera_sys::proc::{self, Liveness};
 use tessera_sys::sched::{self, Policy};
 
 fn unknown_cell(name: &str) -> BrokerError {
@@ -65,6 +65,9 @@ pub struct Broker {
     /// Real-time threads left without a reservation, as their granter
     /// last reported them (see [`Broker::set_unguaranteed`]).
     unguaranteed: Vec<UnguaranteedThread>,
+    /// The reaper's view of owners and members, each checked through a
+    /// /proc file kept open.
+    liveness: Liveness,
 }
 
 fn enforcement(mode: &Mode) -> Enforcement {
@@ -119,6 +122,7 @@ impl Broker {
             unsaved_since: None,
             budget_save_delay: None,
             unguaranteed: Vec::new(),
+            liveness: Liveness::default(),
         };
         let notes = match loaded {
             Some(old) => broker.recover(old),
@@ -137,6 +141,8 @@ impl Broker {
     /// threads would otherwise write its whole state ten times a second.
     /// A crash loses at most `delay` of budget changes; recovery re-admits
     /// the cells at the budgets saved, and their owners adapt them again.
+    /// Reported misses and xruns wait alike (a graph that overruns reports
+    /// ten times a second): a crash loses at most `delay` of counts.
     pub fn defer_budget_saves(&mut self, delay: Duration) {
         self.budget_save_delay = Some(delay);
     }
@@ -149,8 +155,9 @@ impl Broker {
         }
     }
 
-    /// Saves a budget change now, or marks it for [`Broker::save_if_due`].
-    fn persist_budgets(&mut self) -> Outcome<()> {
+    /// Saves a budget change or a report now, or marks it for
+    /// [`Broker::save_if_due`].
+    fn persist_soon(&mut self) -> Outcome<()> {
         match self.budget_save_delay {
             Some(_) => {
                 self.unsaved_since.get_or_insert_with(Instant::now);
@@ -466,7 +473,7 @@ impl Broker {
             .map(|c| self.resize_unsaved(&c.name, c.budget, degrade, uid))
             .collect();
         if results.iter().any(Result::is_ok) {
-            self.persist_budgets()?;
+            self.persist_soon()?;
         }
         Ok(ResizeCellsReply {
             results,
@@ -733,6 +740,7 @@ impl Broker {
     /// Returns what it did, for the log.
     pub fn reap(&mut self) -> Vec<String> {
         let mut notes = Vec::new();
+        let live = &mut self.liveness;
         // A guard binds dozens of cells to one process: each is read once.
         let mut alive: BTreeMap<ProcessId, bool> = BTreeMap::new();
         let dead: Vec<String> = self
@@ -740,9 +748,11 @@ impl Broker {
             .cells
             .iter()
             .filter(|(_, c)| {
-                c.owner
-                    .process
-                    .is_some_and(|p| !*alive.entry(p).or_insert_with(|| p.is_alive()))
+                c.owner.process.is_some_and(|p| {
+                    !*alive
+                        .entry(p)
+                        .or_insert_with(|| live.is_alive(p.pid, p.start_time))
+                })
             })
             .map(|(n, _)| n.clone())
             .collect();
@@ -753,9 +763,10 @@ impl Broker {
             }
         }
         let mut changed = false;
+        let live = &mut self.liveness;
         for (name, cell) in self.state.cells.iter_mut() {
             let before = cell.members.len();
-            cell.members.retain(Member::is_alive);
+            cell.members.retain(|m| live.is_alive(m.tid, m.start_time));
             if cell.members.len() != before {
                 changed = true;
                 notes.push(format!(
@@ -764,10 +775,27 @@ impl Broker {
                 ));
             }
         }
+        self.forget_the_released();
         if changed {
             let _ = self.persist();
         }
         notes
+    }
+
+    /// Closes the liveness files of owners and members no cell holds now.
+    fn forget_the_released(&mut self) {
+        let held: BTreeSet<(i32, u64)> = self
+            .state
+            .cells
+            .values()
+            .flat_map(|c| {
+                let owner = c.owner.process.map(|p| (p.pid, p.start_time));
+                let members = c.members.iter().map(|m| (m.tid, m.start_time));
+                owner.into_iter().chain(members)
+            })
+            .collect();
+        self.liveness
+            .retain(|id, started| held.contains(&(id, started)));
     }
 
     /// Destroys every cell and returns the machine to its state before
@@ -914,7 +942,7 @@ impl Broker {
         cell.reported.misses = cell.reported.misses.saturating_add(reported.misses);
         cell.reported.xruns = cell.reported.xruns.saturating_add(reported.xruns);
         let total = cell.reported;
-        self.persist()?;
+        self.persist_soon()?;
         Ok(total)
     }
 
@@ -928,7 +956,9 @@ impl Broker {
                 state,
             })
         });
-        self.monitor.sample(cells, &self.unguaranteed).clone()
+        self.monitor
+            .sample(cells, &self.unguaranteed, &mut self.liveness)
+            .clone()
     }
 
     /// The real-time threads that hold no reservation, for the monitor's

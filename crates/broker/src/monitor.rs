@@ -20,6 +20,7 @@ use std::collections::VecDeque;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use tessera_policy::{Budget, Grant};
+use tessera_sys::proc::Liveness;
 
 /// Samples kept in memory (an hour at 1 s).
 pub const KEPT: usize = 3600;
@@ -174,12 +175,13 @@ impl Monitor {
         &mut self,
         cells: impl Iterator<Item = CellFacts<'a>>,
         unguaranteed: &[UnguaranteedThread],
+        live: &mut Liveness,
     ) -> &Sample {
         let t_mono_ns = tessera_sys::clock::monotonic_ns();
         let previous = self.series.back();
         let interval_ns = previous.map_or(0, |p| t_mono_ns.saturating_sub(p.t_mono_ns));
         let cells = cells
-            .map(|facts| sample_cell(&facts, previous, interval_ns))
+            .map(|facts| sample_cell(&facts, previous, interval_ns, live))
             .collect();
         let sample = Sample {
             t_unix_ms: unix_ms(),
@@ -235,7 +237,12 @@ pub fn unix_ms() -> u64 {
 }
 
 /// One cell now, against the previous sample.
-fn sample_cell(facts: &CellFacts, previous: Option<&Sample>, interval_ns: u64) -> CellSample {
+fn sample_cell(
+    facts: &CellFacts,
+    previous: Option<&Sample>,
+    interval_ns: u64,
+    live: &mut Liveness,
+) -> CellSample {
     let request = &facts.grant.request;
     let before = previous.and_then(|p| p.cells.iter().find(|c| c.name == facts.name));
     let period_ns = request.budget.map(|b| b.period_ns);
@@ -243,9 +250,8 @@ fn sample_cell(facts: &CellFacts, previous: Option<&Sample>, interval_ns: u64) -
         .state
         .members
         .iter()
-        .filter(|m| m.is_alive())
         .filter_map(|m| {
-            let cpu_ns = tessera_sys::proc::thread_cpu_ns(m.pid, m.tid).ok()?;
+            let cpu_ns = live.cpu_ns(m.tid, m.start_time)?;
             let last = before.and_then(|c| {
                 c.threads
                     .iter()
@@ -312,8 +318,8 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let mut monitor = Monitor::open(path.clone());
         monitor.note_change("cell a: grown".into());
-        monitor.sample(std::iter::empty(), &[]);
-        monitor.sample(std::iter::empty(), &[]);
+        monitor.sample(std::iter::empty(), &[], &mut Liveness::default());
+        monitor.sample(std::iter::empty(), &[], &mut Liveness::default());
         let mut file = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)

@@ -42,7 +42,7 @@ use tessera_policy::{
     compress, Adaptive, AdaptiveConfig, Bandwidth, Budget, CellRequest, CoreMode, CoreUsage,
     Placement,
 };
-use tessera_sys::proc::{self, Pid, ThreadUsage};
+use tessera_sys::proc::{self, Pid, ThreadUsage, UsageDelta};
 use tessera_sys::sched::{self, Policy, Tid};
 
 /// How budgets are chosen.
@@ -164,9 +164,10 @@ struct Reserved {
     controller: Adaptive,
     set: Budget,
     degraded: bool,
-    /// Its CPU time and voluntary switches as last read (its /proc files
-    /// kept open).
+    /// Its CPU time and runs as last read (its /proc files kept open).
     usage: ThreadUsage,
+    /// Whether the next reading counts its wake-ups (see [`may_be_held_short`]).
+    count_wakes: bool,
     /// CPU time per reservation period over the last interval.
     used_ns: u64,
 }
@@ -576,6 +577,7 @@ impl Guard {
             set: Budget::new(min, period),
             degraded: false,
             usage: ThreadUsage::kept_open(pid, tid),
+            count_wakes: false,
             used_ns: 0,
         };
         let target = self.with_floor(&r, r.controller.wanted(), 1);
@@ -940,16 +942,17 @@ impl Guard {
             if (since.as_nanos() as u64) < cycle {
                 continue;
             }
-            let Ok(delta) = r.usage.advance() else {
+            let Ok(delta) = r.usage.advance(r.count_wakes) else {
                 continue;
             };
             let elapsed = (delta.elapsed_ns / cycle).max(1);
             let cycles = match r.kind {
                 Kind::Share | Kind::Guard => elapsed,
-                Kind::RealTime | Kind::Graph => elapsed.min(delta.woken.max(1)),
+                Kind::RealTime | Kind::Graph => elapsed.min(delta.wakes().max(1)),
             };
             r.controller.observe(delta.cpu_ns, cycles);
             r.used_ns = delta.cpu_ns.div_ceil(elapsed) * r.controller.fragments();
+            r.count_wakes = r.kind.is_graph() && may_be_held_short(&delta, elapsed, r.set);
         }
     }
 
@@ -1362,6 +1365,22 @@ fn cell_prefix(process: &str) -> String {
         "" => "thread".to_string(),
         s => s.to_string(),
     }
+}
+
+/// The share of its budget a graph thread uses, on average, from which it
+/// may have been throttled in some cycles.
+const NEAR_BUDGET: f64 = 0.8;
+
+/// Whether a graph thread's cycles must be counted by its wake-ups (its
+/// voluntary switches: a read of its /proc status, which the kernel
+/// formats whole, a dozen times the cost of its schedstat): only when it
+/// may have been held short — it ran fewer times than periods passed, or
+/// used near its whole budget. Otherwise it ran at least once a period and
+/// each period is a cycle.
+fn may_be_held_short(delta: &UsageDelta, periods: u64, set: Budget) -> bool {
+    let used = delta.cpu_ns as f64 / delta.elapsed_ns.max(1) as f64;
+    let budget = set.runtime_ns as f64 / set.period_ns.max(1) as f64;
+    delta.runs < periods || used >= NEAR_BUDGET * budget
 }
 
 #[cfg(test)]

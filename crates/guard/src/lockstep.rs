@@ -45,15 +45,31 @@ pub fn in_step(wakes: u64, cycles: u64) -> bool {
     (MIN_WAKES_PER_CYCLE..=MAX_WAKES_PER_CYCLE).contains(&per_cycle)
 }
 
-/// A window under way: the cycles heard and each candidate's voluntary
-/// switches when it opened.
+/// A candidate when a window opened: the times it had been given a CPU,
+/// and its voluntary switches when they were read.
+#[derive(Clone, Copy)]
+struct Opened {
+    runs: u64,
+    switches: Option<u64>,
+}
+
+/// A window under way: the cycles heard and each candidate when it opened.
 struct Window {
     opened: Instant,
     cycles: u64,
-    switches: BTreeMap<Tid, u64>,
+    threads: BTreeMap<Tid, Opened>,
 }
 
 /// Judges candidate threads window after window.
+///
+/// Reading a thread's voluntary switches means reading its /proc status,
+/// which the kernel formats whole, a dozen times the cost of its
+/// schedstat; most candidates are main loops that barely run. So every
+/// candidate's runs (schedstat) are read, and its switches only when it
+/// may be in step: it is new, or it ran at least [`MIN_WAKES_PER_CYCLE`]
+/// times a cycle over the last window (a wake-up is a run, so a thread
+/// that ran fewer times cannot be in step). A thread that starts running
+/// in step after a quiet window is judged a window later.
 #[derive(Default)]
 pub struct Lockstep {
     window: Option<Window>,
@@ -70,36 +86,52 @@ impl Lockstep {
     /// during a window is judged over the next.
     pub fn judge(&mut self, cycles: u64, candidates: &[(Pid, Tid)]) -> Vec<(Pid, Tid)> {
         let now = Instant::now();
-        let found = match &self.window {
-            Some(w) if now.duration_since(w.opened) < WINDOW => return Vec::new(),
-            Some(w) if cycles.saturating_sub(w.cycles) < WINDOW_CYCLES => return Vec::new(),
-            Some(w) => candidates
-                .iter()
-                .filter(|(pid, tid)| {
-                    let (Some(&before), Ok(after)) = (
-                        w.switches.get(tid),
-                        proc::thread_voluntary_switches(*pid, *tid),
-                    ) else {
-                        return false;
-                    };
-                    in_step(after.saturating_sub(before), cycles - w.cycles)
-                })
-                .copied()
-                .collect(),
-            None => Vec::new(),
-        };
+        if let Some(w) = &self.window {
+            if now.duration_since(w.opened) < WINDOW
+                || cycles.saturating_sub(w.cycles) < WINDOW_CYCLES
+            {
+                return Vec::new();
+            }
+        }
+        let window = self.window.take();
+        let mut found = Vec::new();
+        let mut threads = BTreeMap::new();
+        for &(pid, tid) in candidates {
+            let Ok((_, runs)) = proc::thread_schedstat(pid, tid) else {
+                continue;
+            };
+            let before = window
+                .as_ref()
+                .and_then(|w| Some((w.cycles, *w.threads.get(&tid)?)));
+            let plausible = before.is_none_or(|(then, b)| {
+                could_be_in_step(runs.saturating_sub(b.runs), cycles - then)
+            });
+            let switches = plausible
+                .then(|| proc::thread_voluntary_switches(pid, tid).ok())
+                .flatten();
+            if let (Some((then, b)), Some(now)) = (before, switches) {
+                if b.switches
+                    .is_some_and(|b| in_step(now.saturating_sub(b), cycles - then))
+                {
+                    found.push((pid, tid));
+                }
+            }
+            threads.insert(tid, Opened { runs, switches });
+        }
         self.window = Some(Window {
             opened: now,
             cycles,
-            switches: candidates
-                .iter()
-                .filter_map(|&(pid, tid)| {
-                    Some((tid, proc::thread_voluntary_switches(pid, tid).ok()?))
-                })
-                .collect(),
+            threads,
         });
         found
     }
+}
+
+/// Whether a thread given a CPU `runs` times over `cycles` graph cycles
+/// may have woken once a cycle (it cannot have woken more often than it
+/// ran).
+fn could_be_in_step(runs: u64, cycles: u64) -> bool {
+    cycles > 0 && runs as f64 >= MIN_WAKES_PER_CYCLE * cycles as f64
 }
 
 #[cfg(test)]
@@ -117,6 +149,17 @@ mod tests {
         // A thread woken by something faster than the graph.
         assert!(!in_step(200, 47));
         assert!(!in_step(5, 0));
+    }
+
+    #[test]
+    fn a_thread_that_ran_less_than_once_a_cycle_is_not_read_further() {
+        assert!(could_be_in_step(36, 47));
+        assert!(
+            could_be_in_step(400, 47),
+            "preempted often: its wake-ups decide"
+        );
+        assert!(!could_be_in_step(30, 47));
+        assert!(!could_be_in_step(30, 0));
     }
 
     #[test]

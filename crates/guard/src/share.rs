@@ -125,10 +125,10 @@ impl Busy {
         for &(pid, tid) in candidates {
             let Some((_, mut usage)) = before.remove(&tid) else {
                 self.readings
-                    .insert(tid, (pid, ThreadUsage::start(pid, tid)));
+                    .insert(tid, (pid, ThreadUsage::kept_open(pid, tid)));
                 continue;
             };
-            let Ok(delta) = usage.advance() else {
+            let Ok(delta) = usage.advance(false) else {
                 continue;
             };
             sampled.push(Sampled {

@@ -115,7 +115,7 @@ impl ShareCells {
             if c.usage.age() < share::WINDOW {
                 continue;
             }
-            if let Ok(delta) = c.usage.advance() {
+            if let Ok(delta) = c.usage.advance(false) {
                 let periods = delta.elapsed_ns / share::PERIOD_NS;
                 c.controller.observe(delta.cpu_ns, periods.max(1));
                 due.push(tid);

@@ -248,6 +248,10 @@ pub struct Watch {
     next_policy_poll: Instant,
     next_settled_poll: Instant,
     next_scan: Instant,
+    /// Until when some thread is young: after it, only the settled poll
+    /// runs (a session's hundreds of settled threads are not walked every
+    /// `policy_poll` for none).
+    young_until: Instant,
 }
 
 impl Watch {
@@ -284,6 +288,7 @@ impl Watch {
             next_policy_poll: now,
             next_settled_poll: now,
             next_scan: now,
+            young_until: now,
         })
     }
 
@@ -386,12 +391,15 @@ impl Watch {
                 self.scan_all(&mut out);
             }
             if now >= self.next_policy_poll {
-                self.next_policy_poll = now + self.options.policy_poll;
                 let settled_too = now >= self.next_settled_poll;
                 if settled_too {
                     self.next_settled_poll = now + self.options.settled_poll;
                 }
-                self.poll_policies(settled_too, &mut out);
+                self.poll_policies(now, settled_too, &mut out);
+                self.next_policy_poll = match now < self.young_until {
+                    true => now + self.options.policy_poll,
+                    false => self.next_settled_poll,
+                };
             }
             if !out.is_empty() || now >= until {
                 return Ok(out);
@@ -452,6 +460,7 @@ impl Watch {
             // execve replaced the image: other threads are gone, names changed.
             ProcEvent::Exec { tgid, .. } if self.processes.contains_key(&tgid) => {
                 self.scan_process(tgid, out);
+                self.refresh_names(tgid);
             }
             ProcEvent::Exit { pid, tgid, .. } if self.processes.contains_key(&tgid) => {
                 self.thread_gone(tgid, pid, out);
@@ -482,14 +491,17 @@ impl Watch {
             return;
         };
         let name = proc::thread_name(pid, tid);
+        let seen = Instant::now();
         process.threads.insert(
             tid,
             Thread {
                 name: name.clone(),
                 policy,
-                seen: Instant::now(),
+                seen,
             },
         );
+        self.young_until = self.young_until.max(seen + self.options.settled_after);
+        self.next_policy_poll = self.next_policy_poll.min(seen + self.options.policy_poll);
         out.push(ThreadEvent::Appeared {
             pid,
             tid,
@@ -579,32 +591,39 @@ impl Watch {
         {
             self.check_process(pid, out);
         }
-        // A refreshed name after exec, for the events to come.
+    }
+
+    /// Reads the names of a process's threads again (after exec, for the
+    /// events to come; a rescan does not, a session's hundreds of names
+    /// read twice a second being most of what it cost).
+    fn refresh_names(&mut self, pid: Pid) {
         if let Some(p) = self.processes.get_mut(&pid) {
             for (tid, t) in p.threads.iter_mut() {
-                let name = proc::thread_name(pid, *tid);
-                if !name.is_empty() {
-                    t.name = name;
-                }
+                t.name = fresh_name(pid, *tid, &t.name);
             }
         }
     }
 
     /// Reads the young threads' policies (with `settled_too`, every known
     /// thread's) and reports the changes.
-    fn poll_policies(&mut self, settled_too: bool, out: &mut Vec<ThreadEvent>) {
+    fn poll_policies(&mut self, now: Instant, settled_too: bool, out: &mut Vec<ThreadEvent>) {
         let mut gone = Vec::new();
         let settled_after = self.options.settled_after;
         for (&pid, process) in self.processes.iter_mut() {
             let due = process
                 .threads
                 .iter_mut()
-                .filter(|(_, t)| settled_too || t.seen.elapsed() < settled_after);
+                .filter(|(_, t)| settled_too || now.duration_since(t.seen) < settled_after);
             for (&tid, t) in due {
                 match sched::get_policy(tid) {
                     Ok(now) if now != t.policy => {
                         let from = std::mem::replace(&mut t.policy, now);
-                        t.name = fresh_name(pid, tid, &t.name);
+                        // Read again when it turns real-time or back (a
+                        // program names a thread after starting it), not
+                        // at each of a reservation's budget changes.
+                        if kind(&from) != kind(&now) {
+                            t.name = fresh_name(pid, tid, &t.name);
+                        }
                         out.push(change(pid, tid, t.name.clone(), from, now));
                     }
                     Ok(_) => {}

@@ -561,8 +561,11 @@ impl Grants {
 /// Reads what the thread did, moves the reservation to the period its
 /// wake-ups show, and gives the controller the CPU time per cycle.
 fn observe(r: &mut Reservation) -> Result<(), BrokerError> {
-    let delta = r.usage.advance().map_err(BrokerError::from)?;
-    if let Some(period) = learned_period(delta.elapsed_ns, delta.woken) {
+    let delta = r.usage.advance(true).map_err(BrokerError::from)?;
+    let learned = delta
+        .woken
+        .and_then(|woken| learned_period(delta.elapsed_ns, woken));
+    if let Some(period) = learned {
         let current = r.controller.report().audio_period_ns;
         if (period as f64 - current as f64).abs() > PERIOD_CHANGE * current as f64 {
             r.controller
@@ -573,7 +576,7 @@ fn observe(r: &mut Reservation) -> Result<(), BrokerError> {
     let period = r.controller.report().audio_period_ns;
     let elapsed = delta.elapsed_ns / period;
     r.controller
-        .observe(delta.cpu_ns, elapsed.min(delta.woken.max(1)));
+        .observe(delta.cpu_ns, elapsed.min(delta.wakes().max(1)));
     Ok(())
 }
 

@@ -17,7 +17,15 @@ fn read_number(path: &str) -> Option<i64> {
 }
 
 /// (min, max) SCHED_DEADLINE period; falls back to the kernel defaults.
+/// Read once per process: every reservation set is checked against it
+/// (a daemon resizing 60 reservations ten times a second would read two
+/// sysctls 1 200 times a second), and they are set at boot, if ever.
 pub fn deadline_period_range() -> (Duration, Duration) {
+    static RANGE: std::sync::OnceLock<(Duration, Duration)> = std::sync::OnceLock::new();
+    *RANGE.get_or_init(read_deadline_period_range)
+}
+
+fn read_deadline_period_range() -> (Duration, Duration) {
     let min = read_number("/proc/sys/kernel/sched_deadline_period_min_us").unwrap_or(100);
     let max = read_number("/proc/sys/kernel/sched_deadline_period_max_us").unwrap_or(4_194_304);
     (

@@ -6,6 +6,7 @@
 
 use crate::error::{read_text, Error, ErrorKind, Result};
 use crate::sched::Tid;
+use std::collections::hash_map::{Entry, HashMap};
 use std::path::{Path, PathBuf};
 
 pub type Pid = i32;
@@ -105,67 +106,100 @@ fn stat_value<T: std::str::FromStr>(pid: Pid, index: usize) -> Result<T> {
         })
 }
 
-/// What a thread did between two readings: its CPU time, and how often it
-/// gave up the CPU of its own accord (an audio thread waits once a cycle).
+/// What a thread did between two readings: its CPU time, how many times
+/// it was given a CPU (`runs`: every wake-up and every return after being
+/// preempted), and, when asked for, how often it gave up the CPU of its own
+/// accord (an audio thread waits once a cycle).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UsageDelta {
     pub elapsed_ns: u64,
     pub cpu_ns: u64,
-    pub woken: u64,
+    pub runs: u64,
+    /// Voluntary switches, counted only when the reading asked for them
+    /// and the one before did too; else None.
+    pub woken: Option<u64>,
+}
+
+impl UsageDelta {
+    /// The wake-ups: counted when known, else the runs, which are at least
+    /// as many (a thread preempted runs again without a new wake-up).
+    pub fn wakes(&self) -> u64 {
+        self.woken.unwrap_or(self.runs)
+    }
+}
+
+/// A thread's `schedstat`: CPU time in ns and the times it was given a CPU.
+fn parse_schedstat(text: &str) -> Option<(u64, u64)> {
+    let mut fields = text.split_whitespace().map(|v| v.parse::<u64>().ok());
+    let cpu_ns = fields.next()??;
+    let runs = fields.nth(1)??;
+    Some((cpu_ns, runs))
+}
+
+fn voluntary_from_status(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// One thread's `schedstat` and `status`, kept open and read again from
 /// the start each time: a reading is one `pread` per file, not a path
 /// walk, an open and a close (which were most of the guard's own CPU with
-/// hundreds of threads read ten times a second). The files stay bound to
-/// the thread they were opened for: once it exits they fail to read, even
-/// when its id is reused.
+/// hundreds of threads read ten times a second). `status` is opened the
+/// first time it is asked for: the kernel formats the whole file (a
+/// dozen times the cost of `schedstat`) for its one line of voluntary
+/// switches. The files stay bound to the thread they were opened for:
+/// once it exits they fail to read, even when its id is reused.
 #[derive(Debug)]
 pub struct ThreadCounters {
+    pid: Pid,
+    tid: Tid,
     schedstat: std::fs::File,
-    status: std::fs::File,
+    status: Option<std::fs::File>,
     buf: Vec<u8>,
 }
 
 impl ThreadCounters {
     /// Opens thread `tid` of `pid`'s files.
     pub fn open(pid: Pid, tid: Tid) -> Result<ThreadCounters> {
-        let dir = PathBuf::from(format!("/proc/{pid}/task/{tid}"));
-        let open = |name: &str| {
-            let path = dir.join(name);
-            std::fs::File::open(&path).map_err(|e| {
-                Error::new(
-                    ErrorKind::Io,
-                    format!("open {}", path.display()),
-                    e.to_string(),
-                    "",
-                )
-            })
-        };
         Ok(ThreadCounters {
-            schedstat: open("schedstat")?,
-            status: open("status")?,
+            pid,
+            tid,
+            schedstat: open_task_file(pid, tid, "schedstat")?,
+            status: None,
             buf: Vec::with_capacity(4096),
         })
     }
 
-    /// The thread's CPU time in ns (the first value of `schedstat`).
-    pub fn cpu_ns(&mut self) -> Result<u64> {
+    /// The thread's CPU time in ns and the times it was given a CPU.
+    pub fn schedstat(&mut self) -> Result<(u64, u64)> {
         let text = reread(&self.schedstat, &mut self.buf, "schedstat")?;
-        text.split_whitespace()
-            .next()
-            .and_then(|v| v.parse().ok())
+        parse_schedstat(text)
             .ok_or_else(|| counter_error("schedstat", "the kernel needs CONFIG_SCHED_INFO"))
     }
 
     /// How often the thread gave up the CPU of its own accord.
     pub fn voluntary_switches(&mut self) -> Result<u64> {
-        let text = reread(&self.status, &mut self.buf, "status")?;
-        text.lines()
-            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-            .and_then(|v| v.trim().parse().ok())
+        if self.status.is_none() {
+            self.status = Some(open_task_file(self.pid, self.tid, "status")?);
+        }
+        let status = self.status.as_ref().expect("opened above");
+        let text = reread(status, &mut self.buf, "status")?;
+        voluntary_from_status(text)
             .ok_or_else(|| counter_error("status", "a kernel of 2.6.23 or later reports it"))
     }
+}
+
+fn open_task_file(pid: Pid, tid: Tid, name: &str) -> Result<std::fs::File> {
+    let path = PathBuf::from(format!("/proc/{pid}/task/{tid}/{name}"));
+    std::fs::File::open(&path).map_err(|e| {
+        Error::new(
+            ErrorKind::Io,
+            format!("open {}", path.display()),
+            e.to_string(),
+            "",
+        )
+    })
 }
 
 /// The whole of an open /proc file, read again from its start into `buf`.
@@ -195,16 +229,18 @@ fn counter_error(name: &str, what: &str) -> Error {
     Error::new(ErrorKind::Io, format!("read a thread's {name}"), what, "")
 }
 
-/// A thread's CPU time and voluntary switches as last read, to take
-/// [`UsageDelta`]s from: by path, or through [`ThreadCounters`] kept open
-/// for a thread read many times a second.
+/// A thread's counters as last read, to take [`UsageDelta`]s from: by
+/// path, or through [`ThreadCounters`] kept open for a thread read many
+/// times a second.
 #[derive(Debug)]
 pub struct ThreadUsage {
     pid: Pid,
     tid: Tid,
     at: std::time::Instant,
     cpu_ns: u64,
-    switches: u64,
+    runs: u64,
+    /// Voluntary switches at the last reading, if it counted them.
+    switches: Option<u64>,
     counters: Option<ThreadCounters>,
 }
 
@@ -226,22 +262,27 @@ impl ThreadUsage {
             tid,
             at: std::time::Instant::now(),
             cpu_ns: 0,
-            switches: 0,
+            runs: 0,
+            switches: None,
             counters,
         };
-        if let Ok((cpu_ns, switches)) = usage.read() {
-            (usage.cpu_ns, usage.switches) = (cpu_ns, switches);
+        if let Ok((cpu_ns, runs)) = usage.schedstat() {
+            (usage.cpu_ns, usage.runs) = (cpu_ns, runs);
         }
         usage
     }
 
-    fn read(&mut self) -> Result<(u64, u64)> {
+    fn schedstat(&mut self) -> Result<(u64, u64)> {
         match self.counters.as_mut() {
-            Some(c) => Ok((c.cpu_ns()?, c.voluntary_switches()?)),
-            None => Ok((
-                thread_cpu_ns(self.pid, self.tid)?,
-                thread_voluntary_switches(self.pid, self.tid)?,
-            )),
+            Some(c) => c.schedstat(),
+            None => thread_schedstat(self.pid, self.tid),
+        }
+    }
+
+    fn voluntary_switches(&mut self) -> Result<u64> {
+        match self.counters.as_mut() {
+            Some(c) => c.voluntary_switches(),
+            None => thread_voluntary_switches(self.pid, self.tid),
         }
     }
 
@@ -251,15 +292,24 @@ impl ThreadUsage {
     }
 
     /// What the thread did since the last reading; Err when it is gone.
-    pub fn advance(&mut self) -> Result<UsageDelta> {
+    /// With `count_wakes` its voluntary switches are read too (the costly
+    /// part), and given in the delta when the last reading read them.
+    pub fn advance(&mut self, count_wakes: bool) -> Result<UsageDelta> {
         let now = std::time::Instant::now();
-        let (cpu, switches) = self.read()?;
+        let (cpu, runs) = self.schedstat()?;
+        let switches = match count_wakes {
+            true => Some(self.voluntary_switches()?),
+            false => None,
+        };
         let delta = UsageDelta {
             elapsed_ns: now.duration_since(self.at).as_nanos() as u64,
             cpu_ns: cpu.saturating_sub(self.cpu_ns),
-            woken: switches.saturating_sub(self.switches),
+            runs: runs.saturating_sub(self.runs),
+            woken: switches
+                .zip(self.switches)
+                .map(|(now, then)| now.saturating_sub(then)),
         };
-        (self.at, self.cpu_ns, self.switches) = (now, cpu, switches);
+        (self.at, self.cpu_ns, self.runs, self.switches) = (now, cpu, runs, switches);
         Ok(delta)
     }
 }
@@ -303,6 +353,54 @@ pub fn rttime_hard_limit_us(pid: Pid) -> Result<Option<u64>> {
 /// Whether `pid` is alive and is still the process that started at `started`.
 pub fn is_same_process(pid: Pid, started: u64) -> bool {
     start_time(pid).is_ok_and(|t| t == started)
+}
+
+/// Processes (or threads) named by id and start time: whether each still
+/// runs and its CPU time, read with one `pread` of its `/proc/ID/schedstat`
+/// kept open after the first check. A file of /proc stays bound to the
+/// task it was opened for and fails to read once that task is gone, even
+/// when its id is reused: a daemon checking a hundred members five times a
+/// second reads instead of walking a path, opening and closing for each.
+#[derive(Debug, Default)]
+pub struct Liveness {
+    open: HashMap<(Pid, u64), std::fs::File>,
+    buf: Vec<u8>,
+}
+
+impl Liveness {
+    /// Whether `id` is alive and is still the one that started at `started`.
+    pub fn is_alive(&mut self, id: Pid, started: u64) -> bool {
+        self.cpu_ns(id, started).is_some()
+    }
+
+    /// The CPU time of `id` (the one that started at `started`) in ns;
+    /// None when it is gone.
+    pub fn cpu_ns(&mut self, id: Pid, started: u64) -> Option<u64> {
+        let file = match self.open.entry((id, started)) {
+            Entry::Occupied(kept) => kept.into_mut(),
+            Entry::Vacant(new) => {
+                let file = std::fs::File::open(format!("/proc/{id}/schedstat")).ok()?;
+                // Opened before the start time matched: the file is this task's.
+                if !is_same_process(id, started) {
+                    return None;
+                }
+                new.insert(file)
+            }
+        };
+        let read = reread(file, &mut self.buf, "schedstat");
+        let cpu_ns = read
+            .ok()
+            .map(|text| text.split_whitespace().next()?.parse().ok());
+        if cpu_ns.is_none() {
+            self.open.remove(&(id, started));
+        }
+        cpu_ns.map(|ns| ns.unwrap_or(0))
+    }
+
+    /// Closes the files of every task `keep` does not name.
+    pub fn retain(&mut self, keep: impl Fn(Pid, u64) -> bool) {
+        self.open.retain(|&(id, started), _| keep(id, started));
+    }
 }
 
 /// Whether process `pid` still runs: one of its threads exists and is
@@ -355,38 +453,50 @@ pub fn thread_name(pid: Pid, tid: Tid) -> String {
 /// CPU time a thread of another process has run, in ns (the first field
 /// of its schedstat; `pthread_getcpuclockid` works only inside the process).
 pub fn thread_cpu_ns(pid: Pid, tid: Tid) -> Result<u64> {
-    let path = PathBuf::from(format!("/proc/{pid}/task/{tid}/schedstat"));
-    let text = read_text(&path)?;
-    text.split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| {
-            Error::new(
-                ErrorKind::Io,
-                format!("read {}", path.display()),
-                "empty schedstat",
-                "the kernel needs CONFIG_SCHED_INFO",
-            )
-        })
+    Ok(thread_schedstat(pid, tid)?.0)
+}
+
+/// A thread's CPU time in ns and the times it was given a CPU, by path.
+pub fn thread_schedstat(pid: Pid, tid: Tid) -> Result<(u64, u64)> {
+    read_task_counter(
+        pid,
+        tid,
+        "schedstat",
+        parse_schedstat,
+        "the kernel needs CONFIG_SCHED_INFO",
+    )
 }
 
 /// How many times a thread of another process gave up the CPU of its own
 /// accord (`voluntary_ctxt_switches` in its status): an audio thread does
 /// once per cycle, when it waits for the next.
 pub fn thread_voluntary_switches(pid: Pid, tid: Tid) -> Result<u64> {
-    let path = PathBuf::from(format!("/proc/{pid}/task/{tid}/status"));
-    let text = read_text(&path)?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| {
-            Error::new(
-                ErrorKind::Io,
-                format!("read {}", path.display()),
-                "no voluntary_ctxt_switches line",
-                "a kernel of 2.6.23 or later reports it",
-            )
-        })
+    read_task_counter(
+        pid,
+        tid,
+        "status",
+        voluntary_from_status,
+        "a kernel of 2.6.23 or later reports it",
+    )
+}
+
+/// One of a thread's /proc files, by path, and what `parse` finds in it.
+fn read_task_counter<T>(
+    pid: Pid,
+    tid: Tid,
+    name: &str,
+    parse: fn(&str) -> Option<T>,
+    fix: &str,
+) -> Result<T> {
+    let path = PathBuf::from(format!("/proc/{pid}/task/{tid}/{name}"));
+    parse(&read_text(&path)?).ok_or_else(|| {
+        Error::new(
+            ErrorKind::Io,
+            format!("read {}", path.display()),
+            "the counter is missing",
+            fix,
+        )
+    })
 }
 
 /// Whether a process maps a file whose path contains `needle` (how the
@@ -585,11 +695,17 @@ mod tests {
         let mut usage = ThreadUsage::kept_open(pid, tid);
         let spin = std::time::Instant::now();
         while spin.elapsed() < std::time::Duration::from_millis(20) {}
-        let delta = usage.advance().unwrap();
+        let delta = usage.advance(true).unwrap();
         assert!(delta.cpu_ns > 0 && delta.elapsed_ns >= delta.cpu_ns / 2);
+        assert_eq!(delta.woken, None, "the first reading counted no wake-ups");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let delta = usage.advance(true).unwrap();
+        assert!(delta.woken.unwrap() >= 1, "it slept");
+        assert!(delta.runs >= delta.wakes(), "a wake-up is a run");
+        assert_eq!(usage.advance(false).unwrap().woken, None);
         // Kept-open files read the same as a fresh read.
         let mut counters = ThreadCounters::open(pid, tid).unwrap();
-        let kept = counters.cpu_ns().unwrap();
+        let (kept, _) = counters.schedstat().unwrap();
         assert!(thread_cpu_ns(pid, tid).unwrap() >= kept);
         assert!(counters.voluntary_switches().is_ok());
     }
@@ -663,6 +779,33 @@ mod tests {
         assert!(!is_kernel_thread(me));
         assert!(is_running(me));
         assert!(!is_running(i32::MAX));
+    }
+
+    #[test]
+    fn liveness_keeps_a_task_until_it_is_reaped() {
+        let mut live = Liveness::default();
+        let me = current_pid();
+        let started = start_time(me).unwrap();
+        assert!(live.is_alive(me, started));
+        assert!(
+            live.cpu_ns(me, started).unwrap() > 0,
+            "read again from the file kept open"
+        );
+        assert!(
+            !live.is_alive(me, started + 1),
+            "another start: another task"
+        );
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as Pid;
+        let child_started = start_time(pid).unwrap();
+        assert!(live.is_alive(pid, child_started));
+        child.wait().unwrap();
+        assert!(
+            !live.is_alive(pid, child_started),
+            "reaped: its file no longer reads"
+        );
+        live.retain(|id, _| id != me);
+        assert!(live.open.is_empty());
     }
 
     #[test]
