@@ -1,6 +1,6 @@
 //! The `changing-demand` subject's run: the RAP service's experiment (seed
 //! 000 §2.3). Each configuration starts a `tessera daemon` of its own
-//! ([`daemon`]: a private run directory, adaptation on or off) and, in it,
+//! ([`crate::harness::daemon`]: a private run directory, adaptation on or off) and, in it,
 //! one event-triggered cell per application, each under global EDF:
 //!
 //! - `video`: a 30 fps player's periodic task run by tessera's runtime in
@@ -32,15 +32,14 @@
 //! beyond comparing it with the goal the issue states, and never run beside
 //! another broker's cpusets.
 
-mod daemon;
 mod series;
 
 pub use series::{cell_metric, report_section, MISSES, TOTAL};
 
 use crate::audio_server::{self, AudioServerData, AudioServerRun, GuardPlace};
+use crate::harness::daemon::PrivateDaemon;
+use crate::harness::servers;
 use crate::music::{self, MusicData, MusicRun, Threads};
-use crate::servers;
-use daemon::PrivateDaemon;
 use series::{Group, Window};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

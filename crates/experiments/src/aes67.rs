@@ -30,11 +30,10 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::music::role;
-use crate::net_service::{await_listening, spawn_service};
-use crate::netphone::latency_metric;
-use crate::runner::{note_cell, setup_for, within_cell};
-use crate::servers::{program_beside_us, unique, OwnedChild};
+use crate::cells::{role, setup_for};
+use crate::figures::{latency_metric, note_cell, within_cell};
+use crate::harness::net_service::{await_listening, spawn_service};
+use crate::harness::servers::{program_beside_us, unique, OwnedChild};
 use tessera_aes67::JitterCounters;
 use tessera_graph::ThreadSetup;
 use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults};

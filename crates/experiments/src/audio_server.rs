@@ -1,5 +1,5 @@
 //! The `audio-server` subject's run (seed 001 §4.4–4.6 on the real
-//! servers): a private jackd2 or PipeWire ([`crate::servers`]), `tessera
+//! servers): a private jackd2 or PipeWire ([`crate::harness::servers`]), `tessera
 //! guard` as a child in the guard configurations, and `tessera-jack-peer`
 //! hosting the load clients, which join the chain on the scenario's
 //! timeline and time every cycle.
@@ -23,8 +23,8 @@ pub mod network_app;
 pub use budgets::{BUDGET, THREAD_PREDICTED, THREAD_SET, THREAD_USED};
 pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, OTHER_PERIOD, PERIOD};
 
+use crate::harness::servers::{self, AudioServer, OwnedChild, ServerSpec};
 use crate::peer_record::PeerRecord;
-use crate::servers::{self, AudioServer, OwnedChild, ServerSpec};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

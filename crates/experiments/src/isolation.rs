@@ -234,7 +234,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Outcome, Br
         let result = match run_configuration(config, opts.seconds, core, opts.task_budget) {
             Ok(stats) => {
                 let (metric, counters, _) =
-                    crate::runner::task_metric(&stats, METRIC, Duration::ZERO, Duration::ZERO);
+                    crate::figures::task_metric(&stats, METRIC, Duration::ZERO, Duration::ZERO);
                 ConfigurationResult {
                     name: config.name().to_string(),
                     counters,

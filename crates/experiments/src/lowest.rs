@@ -11,7 +11,7 @@
 //!
 //! A trial is one configuration of an audio-server scenario ([`trial`]),
 //! run by [`crate::runner::run_configuration`]: the private servers of
-//! [`crate::servers`], `tessera-jack-peer` for the clients, the guard as a
+//! [`crate::harness::servers`], `tessera-jack-peer` for the clients, the guard as a
 //! child, and the runner's rt-app and stress-ng — so every process is
 //! stopped by its PID and every scratch directory removed, error,
 //! interruption or not.

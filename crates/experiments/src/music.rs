@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::net_service::{ServiceData, ServiceRun};
-use crate::runner::{cell_name, setup_for};
+use crate::cells::{cell_name, role, setup_for};
+use crate::harness::net_service::{ServiceData, ServiceRun};
 use tessera_measure::{Counter, Metric, Series};
 use tessera_music::app::{App, AppConfig, AppReport, Roles, ThreadHook, Timings, DEADLINE};
 use tessera_music::emulator::{self, held_pads, EmulatorConfig, EmulatorReport};
@@ -183,15 +183,6 @@ pub(crate) struct MusicData {
     /// How the SLABS reached the application.
     network: &'static str,
     service: Option<ServiceData>,
-}
-
-/// The scheduling of `role` in `config`: its own entry, else the subject's.
-pub(crate) fn role<'a>(config: &'a Configuration, name: &str) -> &'a Sched {
-    config
-        .roles
-        .iter()
-        .find(|(r, _)| r == name)
-        .map_or(&config.subject, |(_, s)| s)
 }
 
 /// What a run of `scenario` keeps: Δt per window when it lasts over
@@ -396,7 +387,7 @@ pub(crate) fn metrics(
     let mut notes = Vec::new();
     if let Some(service) = &data.service {
         let (service_metrics, service_counters, service_notes) =
-            crate::net_service::metrics(service);
+            crate::harness::net_service::metrics(service);
         metrics.extend(service_metrics);
         counters.extend(service_counters);
         notes.extend(service_notes);

@@ -24,11 +24,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::music::role;
-use crate::net_service::{await_listening, flow_counters, flow_note, spawn_service};
-use crate::runner::{latency_histogram, note_cell, setup_for, within_cell};
-use crate::servers::{program_beside_us, unique, OwnedChild};
-use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series, Summary};
+use crate::cells::{role, setup_for};
+use crate::figures::{latency_metric, note_cell, within_cell};
+use crate::harness::net_service::{await_listening, flow_counters, flow_note, spawn_service};
+use crate::harness::servers::{program_beside_us, unique, OwnedChild};
+use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series};
 use tessera_scenario::{
     Configuration, NetphoneSettings, Scenario, Sched, ServicePlan, Subject,
     NETPHONE_ROLES as ROLES, NETPHONE_SERVICE_ROLE as SERVICE_ROLE,
@@ -384,21 +384,6 @@ fn in_order(r: &Record) -> bool {
     r.t1_ns <= r.wake_ns && r.wake_ns <= t2 && t2 <= t3 && t3 <= t4
 }
 
-/// A latency metric whose summary is exact (the histogram, for the plots,
-/// keeps 3 significant digits).
-pub(crate) fn latency_metric(
-    name: &str,
-    deadline_us: Option<f64>,
-    ns: impl Iterator<Item = u64>,
-) -> Metric {
-    let samples: Vec<u64> = ns.collect();
-    let us: Vec<f64> = samples.iter().map(|&v| v as f64 / 1000.0).collect();
-    Metric {
-        summary: Summary::from_samples(&us, deadline_us),
-        ..Metric::latency(name, deadline_us, latency_histogram(samples.into_iter()))
-    }
-}
-
 /// Where the 2 s of the seed's Figures 2–3 start (CLOCK_REALTIME ns): the
 /// worst packet in the middle, unless the run ends or starts sooner.
 fn window_start(delivered: &[&Record]) -> Option<u64> {
@@ -539,6 +524,7 @@ pub fn report_section(results: &RunResults) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::figures::latency_histogram;
 
     #[test]
     fn each_configuration_kind_meets_its_counterpart_in_the_seed() {

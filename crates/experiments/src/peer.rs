@@ -14,7 +14,7 @@
 //!    the run's) in a private runtime directory, each with
 //!    `tessera-jack-peer` hosting the equivalent JACK clients (through
 //!    `pw-jack` on PipeWire), chain then fan-out (module `clients`); each
-//!    server is stopped by its PID, even on failure ([`crate::servers`]).
+//!    server is stopped by its PID, even on failure ([`crate::harness::servers`]).
 //!
 //! # Figures, per cycle (module `cycles`)
 //!
@@ -71,7 +71,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::servers;
+use crate::harness::servers;
 use tessera_scenario::ServerKind;
 
 use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults};

@@ -32,8 +32,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::runner::{latency_histogram, setup_for};
-use crate::servers::{await_ready, log_tail, program_beside_us, spawn_after, unique, OwnedChild};
+use crate::cells::setup_for;
+use crate::figures::latency_histogram;
+use crate::harness::servers::{
+    await_ready, log_tail, program_beside_us, spawn_after, unique, OwnedChild,
+};
 use tessera_broker::Session;
 use tessera_measure::plot::{self, Labelled, RangeBar, RangeGroup, RangePanel};
 use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series, Summary};

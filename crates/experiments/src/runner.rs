@@ -11,8 +11,10 @@
 use crate::adaptation;
 use crate::aes67;
 use crate::audio_server;
-use crate::cells::{setup_thread, Cells};
-use crate::media;
+use crate::cells::{cell_name, setup_for, Cells};
+use crate::figures::{latency_histogram, task_metric};
+use crate::harness::cyclictest;
+use crate::interference::{Loads, LoadsData};
 use crate::music;
 use crate::netphone;
 use crate::probe;
@@ -28,17 +30,10 @@ use tessera_graph::{
 use tessera_measure::{
     ConfigurationResult, Counter, LatencyHistogram, Metric, RunResults, Series, Summary,
 };
-use tessera_scenario::{
-    Configuration, GraphNode, Interference, LoadKind, Scenario, Sched, Subject, Tool,
-};
+use tessera_scenario::{Configuration, GraphNode, Scenario, Subject, Tool};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
-use tessera_workloads::external::{self, ExternalLoad, RtAppPolicy, RtAppTask};
-use tessera_workloads::{
-    build, ep, hog, io, stream, LoadThreads, PeriodicSpec, PeriodicStats, PeriodicTask, Window,
-};
+use tessera_workloads::{PeriodicSpec, PeriodicStats, PeriodicTask};
 
-/// Largest latency a histogram keeps exactly (larger ones are clamped).
-const HISTOGRAM_BOUND_NS: u64 = 10_000_000_000;
 /// Time between setting up and releasing everything.
 const RELEASE_DELAY: Duration = Duration::from_millis(50);
 /// How often the progress line is refreshed.
@@ -153,37 +148,18 @@ pub fn write_report(results: &RunResults, dir: &Path) -> Result<(), BrokerError>
     Ok(())
 }
 
-/// The real name of a scenario cell in this run (cells are machine-global).
-pub(crate) fn cell_name(name: &str) -> String {
-    format!("sc-{name}-{}", std::process::id())
-}
-
-/// The setup of a thread scheduled by `sched`.
-pub(crate) fn setup_for(
-    sched: &Sched,
-    core: Option<usize>,
-) -> impl FnOnce() -> Result<(), String> + Send + Clone {
-    let cell = sched.cell.as_deref().map(cell_name);
-    let fifo = sched.fifo;
-    move || setup_thread(cell.as_deref(), fifo, core)
-}
-
 /// Everything started for one configuration.
 #[derive(Default)]
 struct Live {
     subject: Option<SubjectRun>,
-    periodic: Vec<(String, PeriodicTask)>,
-    threads: Vec<LoadThreads>,
-    external: Vec<ExternalLoad>,
-    /// Video players and their guis.
-    media: media::Media,
+    loads: Loads,
 }
 
 enum SubjectRun {
     Task(PeriodicTask),
     Music(Box<music::MusicRun>),
     Graph(Box<GraphRun>),
-    Cyclictest(probe::Cyclictest),
+    Cyclictest(cyclictest::Cyclictest),
     AudioServer(Box<audio_server::AudioServerRun>),
     NetworkApp(Box<audio_server::network_app::NetworkAppRun>),
     Netphone(Box<netphone::NetphoneRun>),
@@ -207,8 +183,7 @@ enum NodeEdit {
 /// What the live run left: the subject's data and the interference reports.
 struct Finished {
     subject: Option<SubjectData>,
-    periodic: Vec<PeriodicStats>,
-    media: media::MediaData,
+    loads: LoadsData,
     notes: Vec<String>,
 }
 
@@ -239,10 +214,7 @@ impl Live {
             Some(SubjectRun::Aes67(a)) => a.release(t0),
             _ => {}
         }
-        self.periodic.iter().for_each(|(_, t)| t.start(t0));
-        self.threads.iter().for_each(|t| t.start(t0));
-        self.external.iter().for_each(|e| e.start(t0));
-        self.media.release(t0);
+        self.loads.release(t0);
         Ok(())
     }
 
@@ -256,10 +228,7 @@ impl Live {
 
     /// Stops and joins everything, whatever state it is in.
     fn finish(self) -> Finished {
-        self.periodic.iter().for_each(|(_, t)| t.stop());
-        self.threads.iter().for_each(LoadThreads::stop);
-        self.external.iter().for_each(ExternalLoad::stop);
-        let media = self.media.finish();
+        let loads = self.loads.stop();
         let mut notes = Vec::new();
         let subject = self.subject.map(|s| match s {
             SubjectRun::Task(t) => {
@@ -282,13 +251,11 @@ impl Live {
             SubjectRun::Demand(d) => SubjectData::Demand(Box::new(d.finish())),
             SubjectRun::Aes67(a) => SubjectData::Aes67(Box::new(a.finish())),
         });
-        let periodic = self.periodic.into_iter().map(|(_, t)| t.join()).collect();
-        notes.extend(self.threads.into_iter().map(|t| t.join().describe()));
-        notes.extend(self.external.into_iter().map(|e| e.join().describe()));
+        let mut loads = loads.join();
+        notes.append(&mut loads.notes);
         Finished {
             subject,
-            periodic,
-            media,
+            loads,
             notes,
         }
     }
@@ -329,11 +296,7 @@ pub fn run_configuration(
 /// Sets everything up and releases it; returns t0, the run's origin.
 fn start_all(scenario: &Scenario, config: &Configuration, live: &mut Live) -> Result<u64, String> {
     live.subject = Some(start_subject(scenario, config)?);
-    live.media.start(scenario, config)?;
-    for (name, sched) in &config.interference {
-        let load = scenario.load(name).expect("validated");
-        start_load(scenario, load, sched, live)?;
-    }
+    live.loads.start(scenario, config)?;
     let t0 = monotonic_ns() + RELEASE_DELAY.as_nanos() as u64;
     live.start(t0)?;
     Ok(t0)
@@ -361,7 +324,7 @@ fn start_subject(scenario: &Scenario, config: &Configuration) -> Result<SubjectR
             task("probe", *period, Duration::ZERO, *period)
         }
         (Subject::Probe { period }, Tool::Cyclictest) => {
-            Ok(SubjectRun::Cyclictest(probe::Cyclictest::prepare(
+            Ok(SubjectRun::Cyclictest(cyclictest::Cyclictest::prepare(
                 *period,
                 config.subject.fifo,
                 scenario.core,
@@ -513,132 +476,6 @@ impl GraphRun {
     }
 }
 
-/// When a load runs: from its start to its stop, within the run.
-pub(crate) fn load_window(load: &Interference, total: Duration) -> Window {
-    Window {
-        start_after: load.start,
-        run_for: Some(load.stop.unwrap_or(total).min(total) - load.start),
-    }
-}
-
-fn start_load(
-    scenario: &Scenario,
-    load: &Interference,
-    sched: &Sched,
-    live: &mut Live,
-) -> Result<(), String> {
-    let total = scenario.total();
-    let window = load_window(load, total);
-    let setup = setup_for(sched, scenario.core);
-    let hook = |_| Box::new(setup.clone()) as tessera_workloads::Setup;
-    let name = load.name.as_str();
-    let io_error = |e: std::io::Error| format!("{name}: {e}");
-    match &load.kind {
-        LoadKind::Hog {
-            threads,
-            load: share,
-        } => {
-            let spec = hog::HogSpec {
-                name: name.into(),
-                threads: *threads,
-                load: *share,
-                window,
-            };
-            live.threads
-                .push(hog::spawn(&spec, hook).map_err(io_error)?);
-        }
-        LoadKind::Ep { threads } => live
-            .threads
-            .push(ep::spawn(name, *threads, window, hook).map_err(io_error)?),
-        LoadKind::Stream { threads, mebibytes } => {
-            let spec = stream::StreamSpec {
-                name: name.into(),
-                threads: *threads,
-                mebibytes: *mebibytes,
-                window,
-            };
-            live.threads
-                .push(stream::spawn(&spec, hook).map_err(io_error)?);
-        }
-        LoadKind::Io {
-            threads,
-            block_kib,
-            file_mib,
-            sync_mib,
-        } => {
-            let spec = io::IoSpec {
-                name: name.into(),
-                threads: *threads,
-                dir: std::env::temp_dir(),
-                block_kib: *block_kib,
-                file_mib: *file_mib,
-                sync_mib: *sync_mib,
-                window,
-            };
-            live.threads.push(io::spawn(&spec, hook).map_err(io_error)?);
-        }
-        LoadKind::Periodic { period, work } => {
-            let mut spec = PeriodicSpec::new(name, *period, *work, window.run_for.unwrap_or(total));
-            spec.start_after = load.start;
-            let task = PeriodicTask::spawn(spec, setup).map_err(io_error)?;
-            live.periodic.push((name.into(), task));
-        }
-        LoadKind::RtApp { period, run } => {
-            let task = RtAppTask {
-                name: name.into(),
-                period: *period,
-                run: *run,
-                policy: sched.fifo.map_or(RtAppPolicy::Other, RtAppPolicy::Fifo),
-            };
-            let spec = external::rt_app(name, &[task], window, &std::env::temp_dir())?;
-            let core = scenario.core;
-            let pin = Box::new(move |pid| match core {
-                Some(c) => {
-                    tessera_sys::affinity::set_affinity(pid, &[c]).map_err(|e| e.to_string())
-                }
-                None => Ok(()),
-            });
-            live.external.push(ExternalLoad::spawn(spec, pin)?);
-        }
-        LoadKind::StressNg { args } => {
-            let mut args = args.clone();
-            if let Some(p) = sched.fifo {
-                args.extend([
-                    "--sched".into(),
-                    "fifo".into(),
-                    "--sched-prio".into(),
-                    p.to_string(),
-                ]);
-            }
-            let spec = external::stress_ng(name, &args, window);
-            live.external
-                .push(ExternalLoad::spawn(spec, attach_to_cell(sched))?);
-        }
-        LoadKind::Build { processes } => {
-            let spec =
-                build::spec(name, *processes, window, &std::env::temp_dir()).map_err(io_error)?;
-            live.external
-                .push(ExternalLoad::spawn(spec, attach_to_cell(sched))?);
-        }
-        // Started together, guis before their videos, by media::Media::start.
-        LoadKind::Gui { .. } | LoadKind::Video { .. } => {}
-    }
-    Ok(())
-}
-
-/// The setup of an external load's process: attached to its cell, if any
-/// (the processes it starts later follow it there).
-fn attach_to_cell(sched: &Sched) -> external::ProcessSetup {
-    let cell = sched.cell.as_deref().map(cell_name);
-    Box::new(move |pid| match cell {
-        Some(c) => Session::connect()
-            .and_then(|mut s| s.attach(&c, pid, None))
-            .map(drop)
-            .map_err(|e| e.to_string()),
-        None => Ok(()),
-    })
-}
-
 /// Waits out the run: applies graph edits when due, refreshes progress;
 /// cuts the subject short when `interrupted`.
 fn drive(
@@ -671,32 +508,6 @@ fn drive(
         };
         sleep_until_monotonic_ns((now + tick).min(end).min(next_edit));
     }
-}
-
-/// A report table's cell from a configuration's notes: the text after
-/// `prefix` in the first note that starts with it, "–" if none does.
-pub(crate) fn note_cell(notes: &[String], prefix: &str) -> String {
-    notes
-        .iter()
-        .find_map(|n| n.strip_prefix(prefix))
-        .unwrap_or("–")
-        .to_string()
-}
-
-/// A report table's cell for a metric's deadline: "yes" when no sample
-/// missed it, "no (N over)", "–" without a deadline.
-pub(crate) fn within_cell(misses: Option<u64>) -> String {
-    match misses {
-        None => "–".into(),
-        Some(0) => "yes".into(),
-        Some(n) => format!("no ({n} over)"),
-    }
-}
-
-pub(crate) fn latency_histogram(values_ns: impl Iterator<Item = u64>) -> LatencyHistogram {
-    let mut h = LatencyHistogram::new(HISTOGRAM_BOUND_NS);
-    values_ns.for_each(|v| h.record(v));
-    h
 }
 
 fn collect(
@@ -814,26 +625,10 @@ fn collect(
         }
         None => {}
     }
-    for stats in &finished.periodic {
-        let start = scenario
-            .load(&stats.name)
-            .map_or(Duration::ZERO, |l| l.start);
-        let (metric, task_counters, note) = task_metric(
-            stats,
-            &format!("{} response time", stats.name),
-            start,
-            scenario.warmup,
-        );
-        metrics.push(metric);
-        counters.extend(task_counters);
-        metrics.push(slack_metric(stats, start, scenario.warmup));
-        notes.push(note);
-    }
-    let (media_metrics, media_counters, media_notes) =
-        media::collect(&finished.media, scenario, t0);
-    metrics.extend(media_metrics);
-    counters.extend(media_counters);
-    notes.extend(media_notes);
+    let (load_metrics, load_counters, load_notes) = finished.loads.measure(scenario, t0);
+    metrics.extend(load_metrics);
+    counters.extend(load_counters);
+    notes.extend(load_notes);
     notes.extend(finished.notes);
     ConfigurationResult {
         name: config.name.clone(),
@@ -850,90 +645,7 @@ fn subject_metric_name(subject: &Subject) -> &'static str {
     }
 }
 
-/// Samples of a periodic task released after the warm-up, with their
-/// release times (s from t0). Job i was released at start + i × period.
-fn measured(stats: &PeriodicStats, start: Duration, warmup: Duration) -> Vec<(f64, f64)> {
-    stats
-        .response_us
-        .iter()
-        .enumerate()
-        .map(|(i, &r)| (start.as_secs_f64() + i as f64 * stats.period_us / 1e6, r))
-        .filter(|(t, _)| *t >= warmup.as_secs_f64())
-        .collect()
-}
-
-/// A periodic task's response times, its counts of jobs measured, late
-/// and served late ("NAME jobs measured", …) and a note saying them.
-pub(crate) fn task_metric(
-    stats: &PeriodicStats,
-    name: &str,
-    start: Duration,
-    warmup: Duration,
-) -> (Metric, Vec<Counter>, String) {
-    let samples = measured(stats, start, warmup);
-    let hist = latency_histogram(samples.iter().map(|(_, r)| (r * 1000.0) as u64));
-    let mut series = Series::with_capacity(name, "us", samples.len());
-    samples.iter().for_each(|&(t, r)| {
-        series.push(t, r);
-    });
-    // Counted on the exact samples: the histogram's 3 significant digits
-    // would round a response just past the deadline onto it.
-    let late = samples
-        .iter()
-        .filter(|(_, r)| *r > stats.deadline_us)
-        .count();
-    let note = match &stats.setup_error {
-        Some(e) => format!("{}: setup failed: {e}", stats.name),
-        None => format!(
-            "{}: {} jobs measured, {} late ({} served late by an overrunning job)",
-            stats.name,
-            samples.len(),
-            late,
-            stats.skipped
-        ),
-    };
-    let mut metric = Metric {
-        series: vec![series],
-        ..Metric::latency(name, Some(stats.deadline_us), hist)
-    };
-    metric.summary.misses = Some(late as u64);
-    let counters = Counter::counts(
-        [
-            (JOBS_MEASURED, samples.len() as u64),
-            (JOBS_LATE, late as u64),
-            (JOBS_SERVED_LATE, stats.skipped),
-        ]
-        .map(|(what, n)| (format!("{} {what}", stats.name), n)),
-    );
-    (metric, counters, note)
-}
-
-/// Slack: deadline − response time of each job (negative: a miss), the
-/// thesis's measure of how well the periodic tasks fared.
-fn slack_metric(stats: &PeriodicStats, start: Duration, warmup: Duration) -> Metric {
-    let name = format!("{} slack", stats.name);
-    let samples = measured(stats, start, warmup);
-    let skip = stats.response_us.len() - samples.len();
-    let slack: Vec<f64> = stats.slack_us().split_off(skip);
-    let mut series = Series::with_capacity("slack", "us", samples.len());
-    samples.iter().zip(&slack).for_each(|(&(t, _), &s)| {
-        series.push(t, s);
-    });
-    Metric {
-        name,
-        unit: "us".into(),
-        deadline: None,
-        summary: Summary::from_samples(&slack, None),
-        histogram: None,
-        series: vec![series],
-    }
-}
-
-/// Counters of a periodic task ("NAME jobs late"), of the graph subject,
-/// of cyclictest.
-const JOBS_MEASURED: &str = "jobs measured";
-const JOBS_LATE: &str = "jobs late";
-const JOBS_SERVED_LATE: &str = "jobs served late";
+/// Counters of the graph subject and of cyclictest.
 const GRAPH_CYCLES: &str = "graph cycles";
 const GRAPH_XRUNS: &str = "graph xruns";
 const GRAPH_SKIPPED: &str = "graph periods skipped";
@@ -1071,30 +783,6 @@ mod tests {
 
     fn count(counters: &[Counter], name: &str) -> Option<f64> {
         counters.iter().find(|c| c.name == name).map(|c| c.value)
-    }
-
-    #[test]
-    fn a_tasks_counters_are_its_jobs_measured_and_late() {
-        let stats = PeriodicStats {
-            name: "hog".into(),
-            // Released every ms; the first after the 1 ms warm-up is job 1.
-            response_us: vec![100.0, 200.0, 1500.0, 300.0, 1200.0],
-            late: 2,
-            skipped: 1,
-            deadline_us: 1000.0,
-            period_us: 1000.0,
-            setup_error: None,
-        };
-        let warmup = Duration::from_millis(1);
-        let (metric, counters, note) = task_metric(&stats, "hog", Duration::ZERO, warmup);
-        assert_eq!(
-            note,
-            "hog: 4 jobs measured, 2 late (1 served late by an overrunning job)"
-        );
-        assert_eq!(metric.summary.misses, Some(2));
-        assert_eq!(count(&counters, "hog jobs measured"), Some(4.0));
-        assert_eq!(count(&counters, "hog jobs late"), Some(2.0));
-        assert_eq!(count(&counters, "hog jobs served late"), Some(1.0));
     }
 
     #[test]

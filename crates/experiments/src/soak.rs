@@ -36,9 +36,10 @@ use tessera_sys::proc::{self, Pid};
 use tessera_workloads::{ep, hog, LoadThreads};
 
 use crate::cells::Cells;
-use crate::media::Media;
+use crate::cells::{cell_name, setup_for};
+use crate::interference::load_window;
+use crate::interference::media::Media;
 use crate::music::{self, MusicRun};
-use crate::runner::{cell_name, load_window, setup_for};
 use tessera_scenario::{Configuration, LoadKind, Scenario};
 
 /// The goal: no process's RSS grows by more than this over the run.
@@ -363,7 +364,7 @@ struct Live {
 /// What they left.
 struct Finished {
     music: Option<music::MusicData>,
-    media: crate::media::MediaData,
+    media: crate::interference::media::MediaData,
     notes: Vec<String>,
 }
 
@@ -536,7 +537,7 @@ fn collect(
         notes.extend(music_notes);
     }
     let (media_metrics, media_counters, media_notes) =
-        crate::media::collect(&finished.media, scenario, t0);
+        crate::interference::media::collect(&finished.media, scenario, t0);
     metrics.extend(media_metrics);
     counters.extend(media_counters);
     notes.extend(media_notes);

@@ -11,7 +11,7 @@
 //! saying in which direction it differs from the thesis.
 
 use super::super::peer_record::PeerRecord;
-use crate::runner::latency_histogram;
+use crate::figures::latency_histogram;
 use std::fmt::Write as _;
 use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series, Summary};
 use tessera_scenario::{AudioServerSubject, Scenario};

@@ -22,8 +22,8 @@ pub use figures::{report_section, HostFigures, NetworkFigures};
 
 use super::figures::Window;
 use super::{budgets, server_spec, start_guard, GuardChild, Scratch};
+use crate::harness::servers::{self, AudioServer, JackServer, OwnedChild};
 use crate::peer_record::PeerRecord;
-use crate::servers::{self, AudioServer, JackServer, OwnedChild};
 use std::fs;
 use std::net::Ipv4Addr;
 use std::path::Path;

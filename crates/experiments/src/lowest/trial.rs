@@ -6,12 +6,12 @@
 //! figures read from the audio-server subject's headline.
 //!
 //! It owns what a trial counts against holding. It must never start or stop
-//! a process itself: the runner and [`crate::servers`] do, by PID.
+//! a process itself: the runner and [`crate::harness::servers`] do, by PID.
 
 use super::{Config, Options, Trial, CLIENTS, CLIENT_LOAD, RATE};
 use crate::audio_server::{Headline, OTHER_PERIOD};
+use crate::harness::servers;
 use crate::runner;
-use crate::servers;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 use tessera_measure::ConfigurationResult;

@@ -1,12 +1,12 @@
 //! The JACK clients on either peer server: jackd2 or PipeWire started
-//! through [`crate::servers`] (private name or runtime directory, dummy
+//! through [`crate::harness::servers`] (private name or runtime directory, dummy
 //! driver, the run's frames and rate), `tessera-jack-peer` hosting the load
 //! clients against it (through `pw-jack` on PipeWire), and its file read
 //! back into the cycles [`super::cycles`] measures — with the cycle start
 //! each server can give (see [`CycleStart`]).
 //!
 //! It owns the peer's command line and the reading of its file; it must
-//! never start or stop a server but through [`crate::servers`], nor signal
+//! never start or stop a server but through [`crate::harness::servers`], nor signal
 //! a process it did not start.
 
 use std::collections::BTreeMap;
@@ -19,8 +19,8 @@ use super::cycles::{figures, CycleNodes, NodeTimes, Role};
 use super::{
     run_to_end, tool, Figures, Options, PeerError, Topology, HISTOGRAM_MAX_NS, INSTALL_FIX,
 };
+use crate::harness::servers::{AudioServer, JackServer, PipeWireServer, ServerSpec};
 use crate::peer_record::{PeerRecord, PeerRow};
-use crate::servers::{AudioServer, JackServer, PipeWireServer, ServerSpec};
 use tessera_scenario::ServerKind;
 
 /// The server's name in the table and the results.

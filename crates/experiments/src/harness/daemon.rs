@@ -10,7 +10,7 @@
 //! brokers would tear down each other's cpuset layout), and never signal a
 //! process it did not start.
 
-use crate::servers::{self, OwnedChild};
+use crate::harness::servers::{self, OwnedChild};
 use serde::Serialize;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -32,7 +32,7 @@ struct DaemonConfig<'a> {
 }
 
 /// A daemon started here, in a run directory of its own.
-pub(super) struct PrivateDaemon {
+pub(crate) struct PrivateDaemon {
     process: Option<OwnedChild>,
     paths: Paths,
 }
@@ -41,7 +41,7 @@ impl PrivateDaemon {
     /// Writes the config (`adaptation` as given, `monitor_interval` the
     /// daemon's sampling) into a fresh directory and starts `tessera daemon`
     /// on it; returns once its socket answers.
-    pub(super) fn start(
+    pub(crate) fn start(
         monitor_interval: Duration,
         adaptation: &RapConfig,
     ) -> Result<PrivateDaemon, String> {
@@ -98,27 +98,27 @@ impl PrivateDaemon {
     }
 
     /// Its run directory (`TESSERA_RUN_DIR` for its clients).
-    pub(super) fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.paths.dir
     }
 
-    pub(super) fn paths(&self) -> &Paths {
+    pub(crate) fn paths(&self) -> &Paths {
         &self.paths
     }
 
     /// A session to it (and to nothing else).
-    pub(super) fn session(&self) -> Result<Session, String> {
+    pub(crate) fn session(&self) -> Result<Session, String> {
         Session::daemon_at(&self.paths).map_err(|e| e.to_string())
     }
 
     /// The monitor's series so far, oldest first.
-    pub(super) fn samples(&self) -> Vec<Sample> {
+    pub(crate) fn samples(&self) -> Vec<Sample> {
         Monitor::open(self.paths.monitor()).since(None)
     }
 
     /// Resets its broker, stops it and removes its directory; notes on
     /// what did not go cleanly.
-    pub(super) fn stop(mut self) -> Vec<String> {
+    pub(crate) fn stop(mut self) -> Vec<String> {
         self.shut_down()
     }
 

@@ -12,7 +12,7 @@
 //! the netphone too, which starts it inside the speaker's host. It must
 //! never judge a result, and never leave a process or a socket behind.
 
-use crate::servers::{program_beside_us, unique, OwnedChild};
+use crate::harness::servers::{program_beside_us, unique, OwnedChild};
 use std::net::{SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -63,7 +63,7 @@ pub(crate) struct ServiceData {
 /// The broker's name of the cell a role's scheduling names, for a process
 /// that joins it itself.
 fn cell_of(sched: &Sched) -> Option<String> {
-    sched.cell.as_deref().map(crate::runner::cell_name)
+    sched.cell.as_deref().map(crate::cells::cell_name)
 }
 
 impl ServiceRun {
@@ -246,7 +246,7 @@ pub(crate) fn await_listening(
         if service.exited().is_some() || Instant::now() > deadline {
             return Err(format!(
                 "the network service did not start: {}",
-                crate::servers::log_tail(&log_dir.join("service.log"))
+                crate::harness::servers::log_tail(&log_dir.join("service.log"))
             ));
         }
         std::thread::sleep(Duration::from_millis(20));

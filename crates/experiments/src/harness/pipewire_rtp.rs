@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::servers::{await_ready, log_to, spawn_on, unique, OwnedChild, PipeWireServer};
+use crate::harness::servers::{await_ready, log_to, spawn_on, unique, OwnedChild, PipeWireServer};
 
 /// How long the modules' process may take to exit after SIGTERM.
 const EXIT_WAIT: Duration = Duration::from_secs(3);

@@ -10,7 +10,9 @@
 //! It must never judge a result, and everything it started ends in
 //! [`Media::finish`], whatever failed.
 
-use crate::runner::{latency_histogram, load_window, setup_for, task_metric};
+use super::load_window;
+use crate::cells::setup_for;
+use crate::figures::{latency_histogram, task_metric};
 use std::time::Duration;
 use tessera_measure::{Counter, Metric, Series};
 use tessera_scenario::{Configuration, LoadKind, Scenario};
