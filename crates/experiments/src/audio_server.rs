@@ -24,11 +24,11 @@ pub use budgets::{BUDGET, THREAD_PREDICTED, THREAD_SET, THREAD_USED};
 pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, OTHER_PERIOD, PERIOD};
 
 use crate::harness::servers::{self, AudioServer, OwnedChild, ServerSpec};
-use crate::peer_record::PeerRecord;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use tessera_jack_peer::record::PeerRecord;
 use tessera_measure::{Counter, Metric};
 use tessera_scenario::{
     AudioServerSubject, Configuration, Scenario, ServerKind, ServerSched, Subject,

@@ -18,7 +18,6 @@ pub mod lowest;
 pub mod music;
 pub mod netphone;
 pub mod peer;
-pub mod peer_record;
 pub mod probe;
 pub mod render;
 pub mod rtkit_grants;

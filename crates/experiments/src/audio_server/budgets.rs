@@ -8,11 +8,11 @@
 //!
 //! It only reads and computes; it must never talk to the guard.
 
-use crate::peer_record::PeerRecord;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use tessera_guard::guard::Kind;
 use tessera_guard::record::RecordRow;
+use tessera_jack_peer::record::PeerRecord;
 use tessera_measure::{Metric, Series, Summary};
 
 pub const BUDGET: &str = "budget (all guarded threads)";

@@ -10,9 +10,9 @@
 //! It computes and states; it must never call a result good or bad beyond
 //! saying in which direction it differs from the thesis.
 
-use super::super::peer_record::PeerRecord;
 use crate::figures::latency_histogram;
 use std::fmt::Write as _;
+use tessera_jack_peer::record::PeerRecord;
 use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series, Summary};
 use tessera_scenario::{AudioServerSubject, Scenario};
 
@@ -421,7 +421,7 @@ fn comparison(rows: &[(&str, Headline, Option<f64>)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peer_record::PeerRow;
+    use tessera_jack_peer::record::PeerRow;
     use tessera_scenario::{AudioClient, ServerKind};
 
     fn row(client: usize, frames: u32, start_ns: u64, finished_ns: u64) -> PeerRow {

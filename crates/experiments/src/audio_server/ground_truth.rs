@@ -14,7 +14,7 @@
 //! It only reads and computes; it must never judge the numbers.
 
 use super::budgets::BudgetRow;
-use crate::peer_record::PeerRecord;
+use tessera_jack_peer::record::PeerRecord;
 
 /// The peer's client that only listens (`tessera-jack-peer --monitor`).
 const MONITOR: &str = "monitor";
@@ -139,7 +139,7 @@ pub(super) fn note(truths: &[ClientTruth]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::peer_record::PeerRow;
+    use tessera_jack_peer::record::PeerRow;
 
     fn guard_row(t_s: f64, used_ns: u64, predicted_ns: u64, set_ns: u64) -> BudgetRow {
         BudgetRow {

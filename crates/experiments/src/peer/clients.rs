@@ -20,7 +20,7 @@ use super::{
     run_to_end, tool, Figures, Options, PeerError, Topology, HISTOGRAM_MAX_NS, INSTALL_FIX,
 };
 use crate::harness::servers::{AudioServer, JackServer, PipeWireServer, ServerSpec};
-use crate::peer_record::{PeerRecord, PeerRow};
+use tessera_jack_peer::record::{PeerRecord, PeerRow};
 use tessera_scenario::ServerKind;
 
 /// The server's name in the table and the results.

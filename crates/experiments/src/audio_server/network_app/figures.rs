@@ -14,9 +14,9 @@
 use super::{NetworkAppData, HOSTS};
 use crate::audio_server::budgets::{self, BudgetRow, SHARES_RATIO};
 use crate::audio_server::figures::Window;
-use crate::peer_record::{NetSnapshot, PeerRecord};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use tessera_jack_peer::record::{NetSnapshot, PeerRecord};
 use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series, Summary};
 
 const UNDERRUNS: &str = "underruns";
