@@ -107,8 +107,8 @@ fn music_demo(opts: DemoArgs, privileged: bool, stamp: u64) -> Result<ExitCode, 
         )
         .into());
     }
-    let scenario =
-        tessera_experiments::music::seed_scenario(opts.seconds, privileged).map_err(|e| {
+    let scenario = tessera_experiments::subject::music::seed_scenario(opts.seconds, privileged)
+        .map_err(|e| {
             BrokerError::new(
                 ErrorCode::Invalid,
                 e,

@@ -14,7 +14,7 @@
 //! ends) and drives the audio-server subject's run for the rest; it must
 //! never judge the figures.
 
-use crate::audio_server::{AudioServerRun, GuardPlace};
+use crate::subject::audio_server::{AudioServerRun, GuardPlace};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -5,9 +5,6 @@
 //!
 //! It must never judge a result pass/fail: experiments report, tests assert.
 
-pub mod adaptation;
-pub mod aes67;
-pub mod audio_server;
 pub mod cells;
 mod figures;
 pub mod guard_scale;
@@ -15,12 +12,9 @@ pub mod harness;
 mod interference;
 pub mod isolation;
 pub mod lowest;
-pub mod music;
-pub mod netphone;
 pub mod peer;
-pub mod probe;
-pub mod render;
 pub mod rtkit_grants;
 pub mod runner;
 pub mod soak;
+pub mod subject;
 pub mod windows;

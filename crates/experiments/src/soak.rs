@@ -39,7 +39,7 @@ use crate::cells::Cells;
 use crate::cells::{cell_name, setup_for};
 use crate::interference::load_window;
 use crate::interference::media::Media;
-use crate::music::{self, MusicRun};
+use crate::subject::music::{self, MusicRun};
 use tessera_scenario::{Configuration, LoadKind, Scenario};
 
 /// The goal: no process's RSS grows by more than this over the run.

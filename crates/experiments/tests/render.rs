@@ -5,8 +5,8 @@
 //! process, cell or socket behind. Asserts behaviour, never speed.
 
 use std::path::Path;
-use tessera_experiments::render::METRIC_PREFIX;
 use tessera_experiments::runner;
+use tessera_experiments::subject::render::METRIC_PREFIX;
 use tessera_scenario::Scenario;
 
 const TINY: &str = include_str!("../../scenario/tests/fixtures/render.toml");

@@ -9,9 +9,9 @@
 //! a process itself: the runner and [`crate::harness::servers`] do, by PID.
 
 use super::{Config, Options, Trial, CLIENTS, CLIENT_LOAD, RATE};
-use crate::audio_server::{Headline, OTHER_PERIOD};
 use crate::harness::servers;
 use crate::runner;
+use crate::subject::audio_server::{Headline, OTHER_PERIOD};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 use tessera_measure::ConfigurationResult;

@@ -10,12 +10,15 @@
 //! run cyclictest concurrently with the probe (they would disturb each
 //! other) nor judge the numbers.
 
+use super::periodic::TaskRun;
+use crate::harness::cyclictest::Cyclictest;
+use crate::subject::{Measured, Running, Stopped};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 use tessera_measure::plot::{self, Labelled};
-use tessera_measure::{LatencyHistogram, RunResults};
-use tessera_scenario::{Scenario, ScenarioError};
+use tessera_measure::{Counter, LatencyHistogram, Metric, RunResults};
+use tessera_scenario::{Configuration, Scenario, ScenarioError, Tool};
 
 /// The probe's metric: how late each callback ran.
 pub const METRIC: &str = "callback latency";
@@ -242,6 +245,94 @@ fn agreement(rows: &[(&str, &str, &LatencyHistogram)], loads: &[&str]) -> String
         );
     }
     text
+}
+
+/// `[subject] kind = "probe"`: tessera's probe (a periodic task without
+/// work) or cyclictest, as the configuration's tool says.
+pub(crate) struct Kind;
+
+impl super::Subject for Kind {
+    fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
+        matches!(scenario.subject, tessera_scenario::Subject::Probe { .. })
+    }
+
+    fn start(
+        &self,
+        scenario: &Scenario,
+        config: &Configuration,
+    ) -> Result<Box<dyn Running>, String> {
+        let tessera_scenario::Subject::Probe { period } = scenario.subject else {
+            unreachable!("runs probe subjects only")
+        };
+        match config.tool {
+            Tool::Tessera => TaskRun::start(
+                scenario,
+                config,
+                "probe",
+                (period, Duration::ZERO, period),
+                METRIC,
+            ),
+            Tool::Cyclictest => Ok(Box::new(CyclictestRun(Cyclictest::prepare(
+                period,
+                config.subject.fifo,
+                scenario.core,
+                scenario.warmup,
+                scenario.duration,
+            )))),
+        }
+    }
+
+    fn report_section(&self, results: &RunResults, dir: &Path) -> Result<String, String> {
+        report_section(results, dir)
+    }
+}
+
+/// cyclictest in the probe's place.
+struct CyclictestRun(Cyclictest);
+
+/// Its histogram, or why there is none.
+struct CyclictestData(Result<LatencyHistogram, String>);
+
+impl Running for CyclictestRun {
+    fn release(&mut self, t0: u64) -> Result<(), String> {
+        self.0.start(t0);
+        Ok(())
+    }
+
+    fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
+        Box::new(CyclictestData(self.0.join()))
+    }
+}
+
+/// Counter of the cyclictest configurations.
+const CYCLICTEST_SAMPLES: &str = "cyclictest samples";
+
+impl Stopped for CyclictestData {
+    fn measure(self: Box<Self>, scenario: &Scenario, _t0: u64) -> Measured {
+        match self.0 {
+            Ok(h) => {
+                let period_us = match scenario.subject {
+                    tessera_scenario::Subject::Probe { period } => Some(period.as_secs_f64() * 1e6),
+                    _ => None,
+                };
+                let note = format!(
+                    "cyclictest: {} samples (its own warm-up excluded: it starts after the warm-up)",
+                    h.count()
+                );
+                let counters = vec![Counter::count(CYCLICTEST_SAMPLES, h.count())];
+                (
+                    vec![Metric::latency(METRIC, period_us, h)],
+                    counters,
+                    vec![note],
+                )
+            }
+            Err(e) => (
+                Vec::new(),
+                Vec::new(),
+                vec![format!("cyclictest failed: {e}")],
+            ),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ pub use budgets::{BUDGET, THREAD_PREDICTED, THREAD_SET, THREAD_USED};
 pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, OTHER_PERIOD, PERIOD};
 
 use crate::harness::servers::{self, AudioServer, OwnedChild, ServerSpec};
+use crate::subject::{Measured, Running, Stopped};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -456,4 +457,49 @@ fn peer_args(subject: &AudioServerSubject, total: Duration) -> Vec<String> {
         "--seconds".into(),
         total.as_secs_f64().to_string(),
     ]
+}
+
+/// `[subject] kind = "audio-server"` without a network application.
+pub(crate) struct Kind;
+
+impl super::Subject for Kind {
+    fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
+        matches!(&scenario.subject, Subject::AudioServer(a) if a.network.is_none())
+    }
+
+    fn start(
+        &self,
+        scenario: &Scenario,
+        config: &Configuration,
+    ) -> Result<Box<dyn Running>, String> {
+        Ok(Box::new(AudioServerRun::start(scenario, config)?))
+    }
+
+    fn report_section(
+        &self,
+        results: &tessera_measure::RunResults,
+        _dir: &Path,
+    ) -> Result<String, String> {
+        Ok(report_section(results))
+    }
+}
+
+impl Running for AudioServerRun {
+    fn release(&mut self, t0: u64) -> Result<(), String> {
+        AudioServerRun::release(self, t0)
+    }
+
+    fn cut_short(&mut self) {
+        AudioServerRun::cut_short(self);
+    }
+
+    fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
+        Box::new(self.finish())
+    }
+}
+
+impl Stopped for AudioServerData {
+    fn measure(self: Box<Self>, scenario: &Scenario, t0: u64) -> Measured {
+        metrics(*self, scenario, t0)
+    }
 }

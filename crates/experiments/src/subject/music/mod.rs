@@ -13,6 +13,7 @@
 //! them up ([`Threads`], e.g. cells of another daemon). It must never judge
 //! a result.
 
+use crate::subject::{Measured, Running, Stopped};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -31,7 +32,7 @@ use tessera_services::network::NetworkReport;
 use tessera_synth::Gesture;
 
 /// The seed's §4.1 experiment as shipped (scenarios/seed-4.1.toml).
-pub const SEED_SCENARIO: &str = include_str!("../../../scenarios/seed-4.1.toml");
+pub const SEED_SCENARIO: &str = include_str!("../../../../../scenarios/seed-4.1.toml");
 /// Seconds per configuration of the shipped scenario at scale 1.
 pub(crate) const SEED_SECONDS: f64 = 180.0;
 /// Runs longer than this keep Δt per [`WINDOW`] instead of every package's
@@ -571,6 +572,39 @@ fn worst_per_bucket(timings: &[tessera_services::network::PackageTiming]) -> Ser
     }
     series.push(bucket.0 as f64 * 0.1, bucket.1 as f64 / 1000.0);
     series
+}
+
+/// `[subject] kind = "music"`.
+pub(crate) struct Kind;
+
+impl super::Subject for Kind {
+    fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
+        matches!(scenario.subject, Subject::Music(_))
+    }
+
+    fn start(
+        &self,
+        scenario: &Scenario,
+        config: &Configuration,
+    ) -> Result<Box<dyn Running>, String> {
+        Ok(Box::new(MusicRun::start(scenario, config)?))
+    }
+}
+
+impl Running for MusicRun {
+    fn release(&mut self, t0: u64) -> Result<(), String> {
+        MusicRun::release(self, t0)
+    }
+
+    fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
+        Box::new(self.finish())
+    }
+}
+
+impl Stopped for MusicData {
+    fn measure(self: Box<Self>, scenario: &Scenario, _t0: u64) -> Measured {
+        metrics(*self, scenario.warmup)
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ pub use figures::{report_section, HostFigures, NetworkFigures};
 use super::figures::Window;
 use super::{budgets, server_spec, start_guard, GuardChild, Scratch};
 use crate::harness::servers::{self, AudioServer, JackServer, OwnedChild};
+use crate::subject::{Measured, Running, Stopped};
 use std::fs;
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -342,4 +343,51 @@ pub fn metrics(
     let (metrics, counters, mut notes) = figures::measure(&data, &window);
     notes.extend(data.notes);
     (metrics, counters, notes)
+}
+
+/// `[subject] kind = "audio-server"` with a network application.
+pub(crate) struct Kind;
+
+impl crate::subject::Subject for Kind {
+    fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
+        matches!(&scenario.subject, tessera_scenario::Subject::AudioServer(a) if a.network.is_some())
+    }
+
+    fn start(
+        &self,
+        scenario: &Scenario,
+        config: &Configuration,
+    ) -> Result<Box<dyn Running>, String> {
+        let tessera_scenario::Subject::AudioServer(subject) = &scenario.subject else {
+            unreachable!("runs audio-server subjects only")
+        };
+        let app = subject.network.expect("runs network applications only");
+        Ok(Box::new(NetworkAppRun::start(
+            scenario, config, subject, app,
+        )?))
+    }
+
+    fn report_section(
+        &self,
+        results: &tessera_measure::RunResults,
+        _dir: &Path,
+    ) -> Result<String, String> {
+        Ok(report_section(results))
+    }
+}
+
+impl Running for NetworkAppRun {
+    fn release(&mut self, t0: u64) -> Result<(), String> {
+        NetworkAppRun::release(self, t0)
+    }
+
+    fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
+        Box::new(self.finish())
+    }
+}
+
+impl Stopped for NetworkAppData {
+    fn measure(self: Box<Self>, scenario: &Scenario, t0: u64) -> Measured {
+        metrics(*self, scenario, t0)
+    }
 }

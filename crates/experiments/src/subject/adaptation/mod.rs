@@ -6,7 +6,7 @@
 //! - `video`: a 30 fps player's periodic task run by tessera's runtime in
 //!   the cell, each job burning the share of a core the staircase and its
 //!   bursts ask at its release ([`tessera_scenario::VideoDemand::share_at`]);
-//! - `music`: the music application (seed 000 §3, [`crate::music`]) on
+//! - `music`: the music application (seed 000 §3, [`crate::subject::music`]) on
 //!   loopback, its synth's engine in this cell, its late cycles reported
 //!   to the daemon as the cell's xruns; its network service and the SLABS
 //!   emulating its device in cells of their own (`music-network`, `slabs`),
@@ -15,7 +15,7 @@
 //!   cell during the warm-up ([`Calibration`]);
 //! - JACK: Debian's jackd on its dummy driver with `tessera-jack-peer` load
 //!   clients, every real-time thread reserved by `tessera guard jackd
-//!   --fixed` (the audio-server subject's run, [`crate::audio_server`]),
+//!   --fixed` (the audio-server subject's run, [`crate::subject::audio_server`]),
 //!   its xruns reported by the guard. Left out, with the reason in the
 //!   notes, when jackd or the peer is missing or does not start.
 //!
@@ -36,10 +36,11 @@ mod series;
 
 pub use series::{cell_metric, report_section, MISSES, TOTAL};
 
-use crate::audio_server::{self, AudioServerData, AudioServerRun, GuardPlace};
 use crate::harness::daemon::PrivateDaemon;
 use crate::harness::servers;
-use crate::music::{self, MusicData, MusicRun, Threads};
+use crate::subject::audio_server::{self, AudioServerData, AudioServerRun, GuardPlace};
+use crate::subject::music::{self, MusicData, MusicRun, Threads};
+use crate::subject::{Measured, Running, Stopped};
 use series::{Group, Window};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -586,4 +587,45 @@ impl Calibration {
 /// (each configuration starts its daemon and guard from it).
 pub fn tessera_built() -> bool {
     servers::is_program(&servers::program_beside_us("tessera"))
+}
+
+/// `[subject] kind = "changing-demand"`.
+pub(crate) struct Kind;
+
+impl super::Subject for Kind {
+    fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
+        matches!(scenario.subject, Subject::ChangingDemand(_))
+    }
+
+    fn start(
+        &self,
+        scenario: &Scenario,
+        config: &Configuration,
+    ) -> Result<Box<dyn Running>, String> {
+        Ok(Box::new(DemandRun::start(scenario, config)?))
+    }
+
+    fn report_section(
+        &self,
+        results: &tessera_measure::RunResults,
+        _dir: &std::path::Path,
+    ) -> Result<String, String> {
+        Ok(report_section(results))
+    }
+}
+
+impl Running for DemandRun {
+    fn release(&mut self, t0: u64) -> Result<(), String> {
+        DemandRun::release(self, t0)
+    }
+
+    fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
+        Box::new(self.finish())
+    }
+}
+
+impl Stopped for DemandData {
+    fn measure(self: Box<Self>, scenario: &Scenario, t0: u64) -> Measured {
+        metrics(*self, scenario, t0)
+    }
 }

@@ -19,8 +19,9 @@
 //! directory removed) and the report section. It must never judge a
 //! result, nor leave the service running past its configuration.
 
+use crate::subject::{Measured, Running, Stopped};
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -519,6 +520,44 @@ pub fn report_section(results: &RunResults) -> String {
         GOAL.as_millis(),
         GOAL.as_millis()
     )
+}
+
+/// `[subject] kind = "netphone"`.
+pub(crate) struct Kind;
+
+impl super::Subject for Kind {
+    fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
+        matches!(scenario.subject, Subject::Netphone(_))
+    }
+
+    fn start(
+        &self,
+        scenario: &Scenario,
+        config: &Configuration,
+    ) -> Result<Box<dyn Running>, String> {
+        Ok(Box::new(NetphoneRun::start(scenario, config)?))
+    }
+
+    fn report_section(&self, results: &RunResults, _dir: &Path) -> Result<String, String> {
+        Ok(report_section(results))
+    }
+}
+
+impl Running for NetphoneRun {
+    fn release(&mut self, t0: u64) -> Result<(), String> {
+        NetphoneRun::release(self, t0);
+        Ok(())
+    }
+
+    fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
+        Box::new(self.finish())
+    }
+}
+
+impl Stopped for NetphoneData {
+    fn measure(self: Box<Self>, scenario: &Scenario, _t0: u64) -> Measured {
+        metrics(*self, scenario.warmup)
+    }
 }
 
 #[cfg(test)]

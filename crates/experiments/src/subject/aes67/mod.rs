@@ -22,6 +22,7 @@
 //! beyond what [`Host`] runs there. It must never judge a result, nor leave
 //! a process, a namespace or a cell's member behind its configuration.
 
+use crate::subject::{Measured, Running, Stopped};
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -890,6 +891,44 @@ pub fn report_section(results: &RunResults) -> String {
          service CPU % | graph CPU % |\n\
          |---|--:|---|---|---|---|---|---|---|---|\n{rows}"
     )
+}
+
+/// `[subject] kind = "aes67"`.
+pub(crate) struct Kind;
+
+impl super::Subject for Kind {
+    fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
+        matches!(scenario.subject, Subject::Aes67(_))
+    }
+
+    fn start(
+        &self,
+        scenario: &Scenario,
+        config: &Configuration,
+    ) -> Result<Box<dyn Running>, String> {
+        Ok(Box::new(Aes67Run::start(scenario, config)?))
+    }
+
+    fn report_section(&self, results: &RunResults, _dir: &Path) -> Result<String, String> {
+        Ok(report_section(results))
+    }
+}
+
+impl Running for Aes67Run {
+    fn release(&mut self, t0: u64) -> Result<(), String> {
+        Aes67Run::release(self, t0);
+        Ok(())
+    }
+
+    fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
+        Box::new(self.finish())
+    }
+}
+
+impl Stopped for Aes67Data {
+    fn measure(self: Box<Self>, _scenario: &Scenario, _t0: u64) -> Measured {
+        metrics(*self)
+    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@
 //! own. It must never judge a result, signal a process it did not start,
 //! or leave a process, a cell or a file behind.
 
+use crate::subject::{Measured, Running, Stopped};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -1284,6 +1285,43 @@ fn cdf_section(results: &RunResults, dir: &Path) -> Result<String, String> {
 fn file_name(path: &Path) -> String {
     path.file_name()
         .map_or(String::new(), |n| n.to_string_lossy().into_owned())
+}
+
+/// `[subject] kind = "render"`.
+pub(crate) struct Kind;
+
+impl super::Subject for Kind {
+    fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
+        matches!(scenario.subject, Subject::Render(_))
+    }
+
+    fn start(
+        &self,
+        scenario: &Scenario,
+        config: &Configuration,
+    ) -> Result<Box<dyn Running>, String> {
+        Ok(Box::new(RenderRun::start(scenario, config)?))
+    }
+
+    fn report_section(&self, results: &RunResults, dir: &Path) -> Result<String, String> {
+        report_section(results, dir)
+    }
+}
+
+impl Running for RenderRun {
+    fn release(&mut self, t0: u64) -> Result<(), String> {
+        RenderRun::release(self, t0)
+    }
+
+    fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
+        Box::new(self.finish())
+    }
+}
+
+impl Stopped for RenderData {
+    fn measure(self: Box<Self>, _scenario: &Scenario, _t0: u64) -> Measured {
+        metrics(*self)
+    }
 }
 
 #[cfg(test)]
