@@ -5,16 +5,10 @@
 //!
 //! It must never judge a result pass/fail: experiments report, tests assert.
 
+pub mod bench;
 pub mod cells;
 mod figures;
-pub mod guard_scale;
 pub mod harness;
 mod interference;
-pub mod isolation;
-pub mod lowest;
-pub mod peer;
-pub mod rtkit_grants;
 pub mod runner;
-pub mod soak;
 pub mod subject;
-pub mod windows;
