@@ -41,13 +41,13 @@ use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults};
 use tessera_scenario::{
     aes67_role, Aes67Subject, Configuration, Scenario, Sched, ServicePlan, Subject,
 };
+use tessera_services::aes67::host::{Host, HostConfig, HostReport, Route};
 use tessera_services::aes67::{MediaClock, Playout, StreamCounts, StreamSpec, PAYLOAD_TYPE};
 use tessera_services::aes67::{AGE_BUCKETS, AGE_BUCKET_NS};
 use tessera_services::net::{Class, Discipline};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 use tessera_sys::proc::{current_pid, current_tid, thread_cpu_ns, thread_name, threads_of, Pid};
 use tessera_sys::sched::{set_policy, Policy};
-use tessera_workloads::aes67::{Host, HostConfig, HostReport, Route};
 use tessera_workloads::lan::{End, HostId, Lan};
 
 /// The round trip of the marker, and the metric the report's table reads.

@@ -20,16 +20,16 @@ use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+use super::StepFollower;
+use super::{MediaClock, Playout, StreamCounters, StreamCounts, AGE_BUCKET_NS};
+use super::{StreamSink, StreamSource, StreamSpec};
+use crate::net::{client, Flow, NetError};
 use tessera_graph::nodes::{marker_pair, MarkerCounts, Sine};
 use tessera_graph::ring::Consumer;
 use tessera_graph::{
     Callbacks, Engine, EngineConfig, Graph, GraphError, NodeId, StreamConfig, ThreadSetup,
     TimerDriver, XrunReport,
 };
-use tessera_services::aes67::StepFollower;
-use tessera_services::aes67::{MediaClock, Playout, StreamCounters, StreamCounts, AGE_BUCKET_NS};
-use tessera_services::aes67::{StreamSink, StreamSource, StreamSpec};
-use tessera_services::net::{client, Flow, NetError};
 
 /// How the host's graph connects its streams.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -172,7 +172,7 @@ impl Callbacks for XrunTally {
 fn open_flow(
     config: &HostConfig,
     stream: &StreamSpec,
-    request: tessera_services::net::FlowRequest,
+    request: crate::net::FlowRequest,
 ) -> Result<Flow, HostError> {
     let failed = |source| HostError::Flow {
         stream: stream.name.clone(),
