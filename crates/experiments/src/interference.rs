@@ -10,6 +10,9 @@
 //! touch the subject.
 
 pub(crate) mod media;
+mod window;
+
+pub(crate) use window::load_window;
 
 use crate::cells::{cell_name, setup_for};
 use crate::figures::{slack_metric, task_metric};
@@ -19,7 +22,7 @@ use tessera_measure::{Counter, Metric};
 use tessera_scenario::{Configuration, Interference, LoadKind, Scenario, Sched};
 use tessera_workloads::external::{self, ExternalLoad, RtAppPolicy, RtAppTask};
 use tessera_workloads::{
-    build, ep, hog, io, stream, LoadThreads, PeriodicSpec, PeriodicStats, PeriodicTask, Window,
+    build, ep, hog, io, stream, LoadThreads, PeriodicSpec, PeriodicStats, PeriodicTask,
 };
 
 /// The loads started for one configuration.
@@ -137,14 +140,6 @@ impl LoadsData {
         counters.extend(media_counters);
         notes.extend(media_notes);
         (metrics, counters, notes)
-    }
-}
-
-/// When a load runs: from its start to its stop, within the run.
-pub(crate) fn load_window(load: &Interference, total: Duration) -> Window {
-    Window {
-        start_after: load.start,
-        run_for: Some(load.stop.unwrap_or(total).min(total) - load.start),
     }
 }
 

@@ -10,7 +10,7 @@
 //! It must never judge a result, and everything it started ends in
 //! [`Media::finish`], whatever failed.
 
-use super::load_window;
+use super::window::load_window;
 use crate::cells::setup_for;
 use crate::figures::{latency_histogram, task_metric};
 use std::time::Duration;

@@ -39,8 +39,8 @@ pub use series::{cell_metric, report_section, MISSES, TOTAL};
 use crate::harness::daemon::PrivateDaemon;
 use crate::harness::servers;
 use crate::subject::audio_server::{self, AudioServerData, AudioServerRun, GuardPlace};
+use crate::subject::contract::{Measured, Running, Stopped};
 use crate::subject::music::{self, MusicData, MusicRun, Threads};
-use crate::subject::{Measured, Running, Stopped};
 use series::{Group, Window};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -592,7 +592,7 @@ pub fn tessera_built() -> bool {
 /// `[subject] kind = "changing-demand"`.
 pub(crate) struct Kind;
 
-impl super::Subject for Kind {
+impl crate::subject::contract::Subject for Kind {
     fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
         matches!(scenario.subject, Subject::ChangingDemand(_))
     }

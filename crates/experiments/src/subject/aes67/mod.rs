@@ -22,7 +22,7 @@
 //! beyond what [`Host`] runs there. It must never judge a result, nor leave
 //! a process, a namespace or a cell's member behind its configuration.
 
-use crate::subject::{Measured, Running, Stopped};
+use crate::subject::contract::{Measured, Running, Stopped};
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -896,7 +896,7 @@ pub fn report_section(results: &RunResults) -> String {
 /// `[subject] kind = "aes67"`.
 pub(crate) struct Kind;
 
-impl super::Subject for Kind {
+impl crate::subject::contract::Subject for Kind {
     fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
         matches!(scenario.subject, Subject::Aes67(_))
     }

@@ -24,7 +24,7 @@ pub use budgets::{BUDGET, THREAD_PREDICTED, THREAD_SET, THREAD_USED};
 pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, OTHER_PERIOD, PERIOD};
 
 use crate::harness::servers::{self, AudioServer, OwnedChild, ServerSpec};
-use crate::subject::{Measured, Running, Stopped};
+use crate::subject::contract::{Measured, Running, Stopped};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -462,7 +462,7 @@ fn peer_args(subject: &AudioServerSubject, total: Duration) -> Vec<String> {
 /// `[subject] kind = "audio-server"` without a network application.
 pub(crate) struct Kind;
 
-impl super::Subject for Kind {
+impl crate::subject::contract::Subject for Kind {
     fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
         matches!(&scenario.subject, Subject::AudioServer(a) if a.network.is_none())
     }

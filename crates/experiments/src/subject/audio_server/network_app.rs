@@ -18,12 +18,12 @@
 
 mod figures;
 
-pub use figures::{report_section, HostFigures, NetworkFigures};
+pub use figures::{report_section, HostData, HostFigures, NetworkAppData, NetworkFigures, HOSTS};
 
 use super::figures::Window;
 use super::{budgets, server_spec, start_guard, GuardChild, Scratch};
 use crate::harness::servers::{self, AudioServer, JackServer, OwnedChild};
-use crate::subject::{Measured, Running, Stopped};
+use crate::subject::contract::{Measured, Running, Stopped};
 use std::fs;
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -35,8 +35,6 @@ use tessera_scenario::{AudioServerSubject, Configuration, NetworkApp, Scenario, 
 use tessera_sys::clock::monotonic_ns;
 use tessera_workloads::lan::{End, HostId, Lan};
 
-/// The hosts' names, in the order they are made.
-pub const HOSTS: [&str; 2] = ["A", "B"];
 /// The UDP port each client listens on in its host (jacktrip's).
 const PORT: u16 = 4464;
 /// How long the clients may take to end after the run's end.
@@ -68,21 +66,6 @@ pub struct NetworkAppRun {
     sched: ServerSched,
     total: Duration,
     t0: Option<u64>,
-}
-
-/// What one host left for the metrics.
-pub struct HostData {
-    pub name: &'static str,
-    pub record: Result<PeerRecord, String>,
-    /// The guard's record, in run time (s from t0).
-    pub budgets: Option<Result<Vec<budgets::BudgetRow>, String>>,
-}
-
-/// What a run left for the metrics.
-pub struct NetworkAppData {
-    pub sched: ServerSched,
-    pub hosts: Vec<HostData>,
-    pub notes: Vec<String>,
 }
 
 impl NetworkAppRun {
@@ -348,7 +331,7 @@ pub fn metrics(
 /// `[subject] kind = "audio-server"` with a network application.
 pub(crate) struct Kind;
 
-impl crate::subject::Subject for Kind {
+impl crate::subject::contract::Subject for Kind {
     fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
         matches!(&scenario.subject, tessera_scenario::Subject::AudioServer(a) if a.network.is_some())
     }

@@ -6,9 +6,9 @@
 //! It owns the engine of one configuration and the edits due while it
 //! runs; it must never judge a result.
 
-use super::{Measured, Running, Stopped, Subject};
 use crate::cells::setup_for;
 use crate::figures::latency_histogram;
+use crate::subject::contract::{Measured, Running, Stopped, Subject};
 use std::sync::Arc;
 use tessera_graph::{
     nodes, Budget, BudgetProbe, CycleRecord, Engine, EngineConfig, Graph, Profile, StreamConfig,

@@ -13,7 +13,7 @@
 //! them up ([`Threads`], e.g. cells of another daemon). It must never judge
 //! a result.
 
-use crate::subject::{Measured, Running, Stopped};
+use crate::subject::contract::{Measured, Running, Stopped};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -577,7 +577,7 @@ fn worst_per_bucket(timings: &[tessera_services::network::PackageTiming]) -> Ser
 /// `[subject] kind = "music"`.
 pub(crate) struct Kind;
 
-impl super::Subject for Kind {
+impl crate::subject::contract::Subject for Kind {
     fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
         matches!(scenario.subject, Subject::Music(_))
     }

@@ -19,7 +19,7 @@
 //! directory removed) and the report section. It must never judge a
 //! result, nor leave the service running past its configuration.
 
-use crate::subject::{Measured, Running, Stopped};
+use crate::subject::contract::{Measured, Running, Stopped};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -525,7 +525,7 @@ pub fn report_section(results: &RunResults) -> String {
 /// `[subject] kind = "netphone"`.
 pub(crate) struct Kind;
 
-impl super::Subject for Kind {
+impl crate::subject::contract::Subject for Kind {
     fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
         matches!(scenario.subject, Subject::Netphone(_))
     }

@@ -5,9 +5,9 @@
 //!
 //! It owns the task's run and its result; it must never judge it.
 
-use super::{Measured, Running, Stopped, Subject};
 use crate::cells::setup_for;
 use crate::figures::task_metric;
+use crate::subject::contract::{Measured, Running, Stopped, Subject};
 use std::time::Duration;
 use tessera_scenario::{Configuration, Scenario};
 use tessera_workloads::{PeriodicSpec, PeriodicStats, PeriodicTask};

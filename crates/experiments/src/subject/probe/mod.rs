@@ -12,7 +12,7 @@
 
 use super::periodic::TaskRun;
 use crate::harness::cyclictest::Cyclictest;
-use crate::subject::{Measured, Running, Stopped};
+use crate::subject::contract::{Measured, Running, Stopped};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
@@ -251,7 +251,7 @@ fn agreement(rows: &[(&str, &str, &LatencyHistogram)], loads: &[&str]) -> String
 /// work) or cyclictest, as the configuration's tool says.
 pub(crate) struct Kind;
 
-impl super::Subject for Kind {
+impl crate::subject::contract::Subject for Kind {
     fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
         matches!(scenario.subject, tessera_scenario::Subject::Probe { .. })
     }

@@ -23,7 +23,7 @@
 //! own. It must never judge a result, signal a process it did not start,
 //! or leave a process, a cell or a file behind.
 
-use crate::subject::{Measured, Running, Stopped};
+use crate::subject::contract::{Measured, Running, Stopped};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -1290,7 +1290,7 @@ fn file_name(path: &Path) -> String {
 /// `[subject] kind = "render"`.
 pub(crate) struct Kind;
 
-impl super::Subject for Kind {
+impl crate::subject::contract::Subject for Kind {
     fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
         matches!(scenario.subject, Subject::Render(_))
     }

@@ -8,16 +8,35 @@
 //! [`NetworkFigures`] reads them back, and the report's section compares
 //! the configurations with the goal.
 //!
-//! It computes and states; it must never run anything, and never call a
+//! It owns the typed result the run leaves ([`NetworkAppData`]). It
+//! computes and states; it must never run anything, and never call a
 //! result good or bad beyond saying whether the stated goal was met.
 
-use super::{NetworkAppData, HOSTS};
 use crate::subject::audio_server::budgets::{self, BudgetRow, SHARES_RATIO};
 use crate::subject::audio_server::figures::Window;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use tessera_jack_peer::record::{NetSnapshot, PeerRecord};
 use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series, Summary};
+use tessera_scenario::ServerSched;
+
+/// The hosts' names, in the order they are made.
+pub const HOSTS: [&str; 2] = ["A", "B"];
+
+/// What one host left for the metrics.
+pub struct HostData {
+    pub name: &'static str,
+    pub record: Result<PeerRecord, String>,
+    /// The guard's record, in run time (s from t0).
+    pub budgets: Option<Result<Vec<BudgetRow>, String>>,
+}
+
+/// What a run left for the metrics.
+pub struct NetworkAppData {
+    pub sched: ServerSched,
+    pub hosts: Vec<HostData>,
+    pub notes: Vec<String>,
+}
 
 const UNDERRUNS: &str = "underruns";
 const LATE: &str = "late packets";
@@ -419,9 +438,8 @@ fn goal(rows: &[(&str, NetworkFigures)]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::HostData;
     use super::*;
-    use tessera_scenario::{GuardSettings, ServerSched};
+    use tessera_scenario::GuardSettings;
 
     fn snapshot(at_ns: u64, underruns: u64, late: u64, received: u64) -> NetSnapshot {
         NetSnapshot {
