@@ -1,8 +1,8 @@
 //! `tessera aes67 run` and `tessera net streams`: an AES67 host — a graph
 //! in a cell of its own whose nodes receive and send RTP streams through
 //! the network service — and the streams announced on the network. Thin:
-//! the host lives in `tessera_workloads::aes67`, the nodes and the media
-//! clock in `tessera_services::aes67`; this file parses and prints.
+//! the host, the nodes and the media clock live in `tessera_services::aes67`;
+//! this file parses and prints.
 
 use crate::failure::{failed, Failure};
 use crate::netclient::{refused, ServiceArgs};
@@ -20,10 +20,10 @@ use tessera_aes67::{Encoding, HeardSession, StreamFormat};
 use tessera_broker::{BrokerError, ErrorCode, Mode, Session};
 use tessera_policy::CellRequest;
 use tessera_runtime::CellJoin;
+use tessera_services::aes67::host::{Host, HostConfig, HostReport, Route};
 use tessera_services::aes67::{origin_towards, MediaClock, Playout, StreamSpec, PAYLOAD_TYPE};
 use tessera_services::net::client::{self, Announcement};
 use tessera_sys::process::{catch_termination, take_termination};
-use tessera_workloads::aes67::{Host, HostConfig, HostReport, Route};
 
 pub const EXAMPLES: &str = "Examples:\n  \
     sudo tessera serve net &                     # the network service, in its cell\n  \

@@ -9,7 +9,7 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 use tessera_broker::BrokerError;
 use tessera_channel::{bench as channel_bench, ChannelError};
-use tessera_experiments::{guard_scale, lowest, peer, rtkit_grants};
+use tessera_experiments::bench::{guard_scale, lowest, peer, rtkit_grants};
 use tessera_measure::Summary;
 use tessera_scenario::ServerKind;
 

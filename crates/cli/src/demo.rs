@@ -59,19 +59,20 @@ fn isolation_demo(opts: DemoArgs, privileged: bool, stamp: u64) -> Result<ExitCo
     let out_dir = opts
         .out
         .unwrap_or_else(|| std::path::PathBuf::from(format!("results/isolation-{stamp}")));
-    let options = tessera_experiments::isolation::Options {
+    let options = tessera_experiments::bench::isolation::Options {
         seconds: opts.seconds,
         core: opts.core,
         task_budget: parse::time(&opts.task_budget, "--task-budget 500us")?,
         out_dir,
-        configurations: tessera_experiments::isolation::Configuration::available(privileged),
+        configurations: tessera_experiments::bench::isolation::Configuration::available(privileged),
     };
     eprintln!(
         "tessera demo: why cells exist — a periodic task (400 µs of work every 1333 µs) against two \
          equal-priority FIFO hogs (3 ms every 10 ms), all on one core; {:.0} s per configuration",
         opts.seconds
     );
-    let outcome = tessera_experiments::isolation::run(&options, |line| eprintln!("  {line}"))?;
+    let outcome =
+        tessera_experiments::bench::isolation::run(&options, |line| eprintln!("  {line}"))?;
     if opts.json {
         println!(
             "{}",
@@ -107,8 +108,8 @@ fn music_demo(opts: DemoArgs, privileged: bool, stamp: u64) -> Result<ExitCode, 
         )
         .into());
     }
-    let scenario =
-        tessera_experiments::music::seed_scenario(opts.seconds, privileged).map_err(|e| {
+    let scenario = tessera_experiments::subject::music::seed_scenario(opts.seconds, privileged)
+        .map_err(|e| {
             BrokerError::new(
                 ErrorCode::Invalid,
                 e,

@@ -31,11 +31,11 @@ pub fn run(args: ProbeArgs) -> Result<ExitCode, Failure> {
     if args.print_scenario {
         print!(
             "{}",
-            tessera_experiments::probe::scenario_text(period, args.seconds)
+            tessera_experiments::subject::probe::scenario_text(period, args.seconds)
         );
         return Ok(ExitCode::SUCCESS);
     }
-    let scenario = tessera_experiments::probe::scenario(period, args.seconds)
+    let scenario = tessera_experiments::subject::probe::scenario(period, args.seconds)
         .map_err(|e| parse::invalid(e.to_string(), "e.g. --period 5ms --seconds 10"))?;
     crate::run::run_scenario(&scenario, args.out, args.json)
 }

@@ -1,7 +1,7 @@
 //! `tessera soak`: the demo's configuration with Group 2 run for an hour
 //! (or the minutes given), every tessera process's RSS and descriptors and
 //! the music application's misses sampled each minute. Thin: the work is
-//! in `tessera_experiments::soak`.
+//! in `tessera_experiments::bench::soak`.
 
 use crate::failure::Failure;
 use crate::parse::invalid;
@@ -11,7 +11,7 @@ use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tessera_broker::Mode;
-use tessera_experiments::soak::{self, Progress};
+use tessera_experiments::bench::soak::{self, Progress};
 
 pub const EXAMPLES: &str = "Examples:\n  \
     sudo tessera soak                      (60 minutes)\n  \

@@ -46,7 +46,7 @@ pub fn window(args: WindowArgs) -> Result<ExitCode, Failure> {
         args.period,
         seconds.as_secs_f64()
     );
-    let trace = tessera_experiments::windows::trace(
+    let trace = tessera_experiments::bench::windows::trace(
         &mut session,
         runtime,
         period,

@@ -1,13 +1,16 @@
 //! The cells of one configuration and the setup of the threads that join
-//! them: cells are created bound to this process through
+//! them (a scenario cell's name in this run, a role's scheduling, the setup
+//! hook of a thread scheduled by a configuration): cells are created bound to this process through
 //! `tessera_broker::Session` and destroyed when the guard drops — after the
 //! configuration, on error, on panic — so that no run leaks bandwidth into
 //! the next.
 //!
-//! It must never decide what a configuration asks for: callers do.
+//! A leaf of this crate. It must never decide what a configuration asks
+//! for: callers do.
 
 use tessera_broker::{BrokerError, CellInfo, Session};
 use tessera_policy::CellRequest;
+use tessera_scenario::{Configuration, Sched};
 use tessera_sys::sched::{self, Policy};
 
 /// Cells created for one configuration, destroyed (newest first) on drop.
@@ -76,4 +79,28 @@ pub fn setup_thread(
         sched::set_policy(0, &Policy::Fifo { priority }).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// The real name of a scenario cell in this run (cells are machine-global).
+pub(crate) fn cell_name(name: &str) -> String {
+    format!("sc-{name}-{}", std::process::id())
+}
+
+/// The setup of a thread scheduled by `sched`.
+pub(crate) fn setup_for(
+    sched: &Sched,
+    core: Option<usize>,
+) -> impl FnOnce() -> Result<(), String> + Send + Clone {
+    let cell = sched.cell.as_deref().map(cell_name);
+    let fifo = sched.fifo;
+    move || setup_thread(cell.as_deref(), fifo, core)
+}
+
+/// The scheduling of `role` in `config`: its own entry, else the subject's.
+pub(crate) fn role<'a>(config: &'a Configuration, name: &str) -> &'a Sched {
+    config
+        .roles
+        .iter()
+        .find(|(r, _)| r == name)
+        .map_or(&config.subject, |(_, s)| s)
 }

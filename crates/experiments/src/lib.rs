@@ -5,25 +5,10 @@
 //!
 //! It must never judge a result pass/fail: experiments report, tests assert.
 
-pub mod adaptation;
-pub mod aes67;
-pub mod audio_server;
+pub mod bench;
 pub mod cells;
-pub mod guard_scale;
-pub mod isolation;
-pub mod lowest;
-mod media;
-pub mod music;
-pub mod net_service;
-pub mod netphone;
-pub mod peer;
-pub mod peer_record;
-/// PipeWire's RTP modules beside a PipeWire started here, for interoperation.
-pub mod pipewire_rtp;
-pub mod probe;
-pub mod render;
-pub mod rtkit_grants;
+mod figures;
+pub mod harness;
+mod interference;
 pub mod runner;
-pub mod servers;
-pub mod soak;
-pub mod windows;
+pub mod subject;

@@ -8,37 +8,16 @@
 //! It must never judge a result, and never leave a cell, a thread or a
 //! process behind: every configuration ends in [`Live::finish`], error or not.
 
-use crate::adaptation;
-use crate::aes67;
-use crate::audio_server;
-use crate::cells::{setup_thread, Cells};
-use crate::media;
-use crate::music;
-use crate::netphone;
-use crate::probe;
-use crate::render;
+use crate::cells::{cell_name, Cells};
+use crate::interference::{Loads, LoadsData};
+use crate::subject::{self, Running, Stopped};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 use tessera_broker::{BrokerError, ErrorCode, Session};
-use tessera_graph::{
-    nodes, Budget, BudgetProbe, CycleRecord, Engine, EngineConfig, Graph, Profile, StreamConfig,
-    TimerDriver,
-};
-use tessera_measure::{
-    ConfigurationResult, Counter, LatencyHistogram, Metric, RunResults, Series, Summary,
-};
-use tessera_scenario::{
-    Configuration, GraphNode, Interference, LoadKind, Scenario, Sched, Subject, Tool,
-};
+use tessera_measure::{ConfigurationResult, RunResults};
+use tessera_scenario::{Configuration, Scenario};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
-use tessera_workloads::external::{self, ExternalLoad, RtAppPolicy, RtAppTask};
-use tessera_workloads::{
-    build, ep, hog, io, stream, LoadThreads, PeriodicSpec, PeriodicStats, PeriodicTask, Window,
-};
 
-/// Largest latency a histogram keeps exactly (larger ones are clamped).
-const HISTOGRAM_BOUND_NS: u64 = 10_000_000_000;
 /// Time between setting up and releasing everything.
 const RELEASE_DELAY: Duration = Duration::from_millis(50);
 /// How often the progress line is refreshed.
@@ -134,17 +113,11 @@ pub fn write(results: &RunResults, dir: &Path) -> Result<(), BrokerError> {
     write_report(results, dir)
 }
 
-/// The report of saved results: measure's tables and plots, plus the
-/// probe's per-load section when the run was a probe.
+/// The report of saved results: measure's tables and plots, plus each
+/// subject's own section.
 pub fn write_report(results: &RunResults, dir: &Path) -> Result<(), BrokerError> {
     let files = tessera_measure::write_report(results, dir).map_err(|e| err(e.to_string()))?;
-    let mut extra = probe::report_section(results, dir).map_err(err)?;
-    extra.push_str(&audio_server::report_section(results));
-    extra.push_str(&audio_server::network_app::report_section(results));
-    extra.push_str(&netphone::report_section(results));
-    extra.push_str(&render::report_section(results, dir).map_err(err)?);
-    extra.push_str(&adaptation::report_section(results));
-    extra.push_str(&aes67::report_section(results));
+    let extra = subject::report_sections(results, dir).map_err(err)?;
     if !extra.is_empty() {
         let mut text = std::fs::read_to_string(&files.readme).map_err(|e| err(e.to_string()))?;
         text.push_str(&extra);
@@ -153,142 +126,47 @@ pub fn write_report(results: &RunResults, dir: &Path) -> Result<(), BrokerError>
     Ok(())
 }
 
-/// The real name of a scenario cell in this run (cells are machine-global).
-pub(crate) fn cell_name(name: &str) -> String {
-    format!("sc-{name}-{}", std::process::id())
-}
-
-/// The setup of a thread scheduled by `sched`.
-pub(crate) fn setup_for(
-    sched: &Sched,
-    core: Option<usize>,
-) -> impl FnOnce() -> Result<(), String> + Send + Clone {
-    let cell = sched.cell.as_deref().map(cell_name);
-    let fifo = sched.fifo;
-    move || setup_thread(cell.as_deref(), fifo, core)
-}
-
 /// Everything started for one configuration.
 #[derive(Default)]
 struct Live {
-    subject: Option<SubjectRun>,
-    periodic: Vec<(String, PeriodicTask)>,
-    threads: Vec<LoadThreads>,
-    external: Vec<ExternalLoad>,
-    /// Video players and their guis.
-    media: media::Media,
+    subject: Option<Box<dyn Running>>,
+    loads: Loads,
 }
 
-enum SubjectRun {
-    Task(PeriodicTask),
-    Music(Box<music::MusicRun>),
-    Graph(Box<GraphRun>),
-    Cyclictest(probe::Cyclictest),
-    AudioServer(Box<audio_server::AudioServerRun>),
-    NetworkApp(Box<audio_server::network_app::NetworkAppRun>),
-    Netphone(Box<netphone::NetphoneRun>),
-    Render(Box<render::RenderRun>),
-    Demand(Box<adaptation::DemandRun>),
-    Aes67(Box<aes67::Aes67Run>),
-}
-
-struct GraphRun {
-    engine: Engine,
-    /// Nodes not yet added or removed, with the times they are due.
-    pending: Vec<(u64, NodeEdit)>,
-    previous: Option<String>,
-}
-
-enum NodeEdit {
-    Add(GraphNode),
-    Remove(String),
-}
-
-/// What the live run left: the subject's data and the interference reports.
+/// What the live run left: the subject's result and the interference reports.
 struct Finished {
-    subject: Option<SubjectData>,
-    periodic: Vec<PeriodicStats>,
-    media: media::MediaData,
+    subject: Option<Box<dyn Stopped>>,
+    loads: LoadsData,
     notes: Vec<String>,
-}
-
-enum SubjectData {
-    Task(PeriodicStats),
-    Music(Box<music::MusicData>),
-    Graph(Profile, u64),
-    Cyclictest(Result<LatencyHistogram, String>),
-    AudioServer(Box<audio_server::AudioServerData>),
-    NetworkApp(Box<audio_server::network_app::NetworkAppData>),
-    Netphone(Box<netphone::NetphoneData>),
-    Render(Box<render::RenderData>),
-    Demand(Box<adaptation::DemandData>),
-    Aes67(Box<aes67::Aes67Data>),
 }
 
 impl Live {
     fn start(&mut self, t0: u64) -> Result<(), String> {
-        match &mut self.subject {
-            Some(SubjectRun::Task(t)) => t.start(t0),
-            Some(SubjectRun::Cyclictest(c)) => c.start(t0),
-            Some(SubjectRun::Music(m)) => m.release(t0)?,
-            Some(SubjectRun::AudioServer(a)) => a.release(t0)?,
-            Some(SubjectRun::NetworkApp(n)) => n.release(t0)?,
-            Some(SubjectRun::Netphone(n)) => n.release(t0),
-            Some(SubjectRun::Render(r)) => r.release(t0)?,
-            Some(SubjectRun::Demand(d)) => d.release(t0)?,
-            Some(SubjectRun::Aes67(a)) => a.release(t0),
-            _ => {}
+        if let Some(subject) = &mut self.subject {
+            subject.release(t0)?;
         }
-        self.periodic.iter().for_each(|(_, t)| t.start(t0));
-        self.threads.iter().for_each(|t| t.start(t0));
-        self.external.iter().for_each(|e| e.start(t0));
-        self.media.release(t0);
+        self.loads.release(t0);
         Ok(())
     }
 
     /// Ends a subject that would otherwise wait for its run's natural end
     /// (an audio server's clients) before [`Live::finish`].
     fn cut_short(&mut self) {
-        if let Some(SubjectRun::AudioServer(a)) = &mut self.subject {
-            a.cut_short();
+        if let Some(subject) = &mut self.subject {
+            subject.cut_short();
         }
     }
 
     /// Stops and joins everything, whatever state it is in.
     fn finish(self) -> Finished {
-        self.periodic.iter().for_each(|(_, t)| t.stop());
-        self.threads.iter().for_each(LoadThreads::stop);
-        self.external.iter().for_each(ExternalLoad::stop);
-        let media = self.media.finish();
+        let loads = self.loads.stop();
         let mut notes = Vec::new();
-        let subject = self.subject.map(|s| match s {
-            SubjectRun::Task(t) => {
-                t.stop();
-                SubjectData::Task(t.join())
-            }
-            SubjectRun::Graph(g) => match g.engine.stop() {
-                Ok(report) => SubjectData::Graph(report.profile, report.node_panics),
-                Err(e) => {
-                    notes.push(format!("engine: {e}"));
-                    SubjectData::Graph(Profile::default(), 0)
-                }
-            },
-            SubjectRun::Cyclictest(c) => SubjectData::Cyclictest(c.join()),
-            SubjectRun::Music(m) => SubjectData::Music(Box::new(m.finish())),
-            SubjectRun::AudioServer(a) => SubjectData::AudioServer(Box::new(a.finish())),
-            SubjectRun::NetworkApp(n) => SubjectData::NetworkApp(Box::new(n.finish())),
-            SubjectRun::Netphone(n) => SubjectData::Netphone(Box::new(n.finish())),
-            SubjectRun::Render(r) => SubjectData::Render(Box::new(r.finish())),
-            SubjectRun::Demand(d) => SubjectData::Demand(Box::new(d.finish())),
-            SubjectRun::Aes67(a) => SubjectData::Aes67(Box::new(a.finish())),
-        });
-        let periodic = self.periodic.into_iter().map(|(_, t)| t.join()).collect();
-        notes.extend(self.threads.into_iter().map(|t| t.join().describe()));
-        notes.extend(self.external.into_iter().map(|e| e.join().describe()));
+        let subject = self.subject.map(|s| s.stop(&mut notes));
+        let mut loads = loads.join();
+        notes.append(&mut loads.notes);
         Finished {
             subject,
-            periodic,
-            media,
+            loads,
             notes,
         }
     }
@@ -328,319 +206,15 @@ pub fn run_configuration(
 
 /// Sets everything up and releases it; returns t0, the run's origin.
 fn start_all(scenario: &Scenario, config: &Configuration, live: &mut Live) -> Result<u64, String> {
-    live.subject = Some(start_subject(scenario, config)?);
-    live.media.start(scenario, config)?;
-    for (name, sched) in &config.interference {
-        let load = scenario.load(name).expect("validated");
-        start_load(scenario, load, sched, live)?;
-    }
+    live.subject = Some(subject::of(scenario, config)?.start(scenario, config)?);
+    live.loads.start(scenario, config)?;
     let t0 = monotonic_ns() + RELEASE_DELAY.as_nanos() as u64;
     live.start(t0)?;
     Ok(t0)
 }
 
-fn start_subject(scenario: &Scenario, config: &Configuration) -> Result<SubjectRun, String> {
-    let setup = setup_for(&config.subject, scenario.core);
-    let total = scenario.total();
-    let task = |name: &str, period, work, deadline| {
-        let mut spec = PeriodicSpec::new(name, period, work, total);
-        spec.deadline = deadline;
-        let task = PeriodicTask::spawn(spec, setup.clone()).map_err(|e| e.to_string())?;
-        Ok(SubjectRun::Task(task))
-    };
-    match (&scenario.subject, config.tool) {
-        (
-            Subject::Periodic {
-                period,
-                work,
-                deadline,
-            },
-            _,
-        ) => task("subject", *period, *work, *deadline),
-        (Subject::Probe { period }, Tool::Tessera) => {
-            task("probe", *period, Duration::ZERO, *period)
-        }
-        (Subject::Probe { period }, Tool::Cyclictest) => {
-            Ok(SubjectRun::Cyclictest(probe::Cyclictest::prepare(
-                *period,
-                config.subject.fifo,
-                scenario.core,
-                scenario.warmup,
-                scenario.duration,
-            )))
-        }
-        (Subject::Graph { .. }, _) => {
-            start_graph(scenario, config).map(|g| SubjectRun::Graph(Box::new(g)))
-        }
-        (Subject::Music { .. }, _) => {
-            music::MusicRun::start(scenario, config).map(|m| SubjectRun::Music(Box::new(m)))
-        }
-        (Subject::AudioServer(a), _) => match a.network {
-            Some(app) => audio_server::network_app::NetworkAppRun::start(scenario, config, a, app)
-                .map(|n| SubjectRun::NetworkApp(Box::new(n))),
-            None => audio_server::AudioServerRun::start(scenario, config)
-                .map(|a| SubjectRun::AudioServer(Box::new(a))),
-        },
-        (Subject::Netphone(_), _) => netphone::NetphoneRun::start(scenario, config)
-            .map(|n| SubjectRun::Netphone(Box::new(n))),
-        (Subject::Render(_), _) => {
-            render::RenderRun::start(scenario, config).map(|r| SubjectRun::Render(Box::new(r)))
-        }
-        (Subject::ChangingDemand(_), _) => {
-            adaptation::DemandRun::start(scenario, config).map(|d| SubjectRun::Demand(Box::new(d)))
-        }
-        (Subject::Aes67(_), _) => {
-            aes67::Aes67Run::start(scenario, config).map(|a| SubjectRun::Aes67(Box::new(a)))
-        }
-    }
-}
-
-/// Budget columns of a graph in a reserved cell: the runtime per period it
-/// was given (scaled to the audio period) and the CPU time its threads used.
-struct CellBudget {
-    set_ns: u64,
-}
-
-impl BudgetProbe for CellBudget {
-    fn sample(&mut self, cycle: &CycleRecord) -> Budget {
-        Budget {
-            set_ns: self.set_ns,
-            used_ns: cycle.thread_cpu_ns,
-        }
-    }
-}
-
-fn start_graph(scenario: &Scenario, config: &Configuration) -> Result<GraphRun, String> {
-    let Subject::Graph {
-        frames,
-        rate,
-        workers,
-        deadline,
-        nodes,
-    } = &scenario.subject
-    else {
-        unreachable!("called for graph subjects only")
-    };
-    let stream = StreamConfig::new(*frames, *rate).map_err(|e| e.to_string())?;
-    let period_ns = *frames as u64 * 1_000_000_000 / *rate as u64;
-    let setup = setup_for(&config.subject, scenario.core);
-    let budget_probe = config
-        .subject
-        .cell
-        .as_deref()
-        .and_then(|c| scenario.cell(c)?.request.budget)
-        .map(|b| {
-            Box::new(CellBudget {
-                set_ns: b.runtime_ns * period_ns / b.period_ns,
-            }) as Box<dyn BudgetProbe>
-        });
-    let cycles = (scenario.total().as_nanos() as u64 / period_ns) as usize;
-    let engine_config = EngineConfig {
-        workers: *workers,
-        max_nodes: nodes.len() + 2,
-        profile_cycles: cycles + cycles / 10 + 1000,
-        deadline: *deadline,
-        thread_setup: Some(Arc::new(move |_role| setup.clone()().map_err(Into::into))),
-        budget_probe,
-        ..EngineConfig::default()
-    };
-    let mut graph = Graph::new();
-    graph
-        .add_node("system", Box::new(nodes::Passthrough::new(1)))
-        .map_err(|e| e.to_string())?;
-    let engine = Engine::start(graph, stream, TimerDriver::new(), engine_config)
-        .map_err(|e| e.to_string())?;
-    let mut pending: Vec<(u64, NodeEdit)> = Vec::new();
-    for n in nodes {
-        pending.push((n.start.as_nanos() as u64, NodeEdit::Add(n.clone())));
-        if let Some(stop) = n.stop {
-            pending.push((stop.as_nanos() as u64, NodeEdit::Remove(n.name.clone())));
-        }
-    }
-    pending.sort_by_key(|(at, _)| *at);
-    Ok(GraphRun {
-        engine,
-        pending,
-        previous: Some("system".into()),
-    })
-}
-
-impl GraphRun {
-    /// Applies the edits due by `elapsed_ns`: a node joins the end of the
-    /// chain (like a JACK client connecting to the previous one), or leaves.
-    fn apply_due(&mut self, elapsed_ns: u64) -> Result<(), String> {
-        while self
-            .pending
-            .first()
-            .is_some_and(|(at, _)| *at <= elapsed_ns)
-        {
-            let (_, edit) = self.pending.remove(0);
-            let previous = self.previous.clone();
-            match edit {
-                NodeEdit::Add(node) => {
-                    self.engine
-                        .edit(|g| {
-                            let id =
-                                g.add_node(&node.name, Box::new(nodes::Load::new(node.load)))?;
-                            if let Some(from) = previous.as_deref().and_then(|p| g.node_by_name(p))
-                            {
-                                let out = if previous.as_deref() == Some("system") {
-                                    "out0"
-                                } else {
-                                    "out"
-                                };
-                                g.connect(g.port(from, out)?, g.port(id, "in")?)?;
-                            }
-                            Ok(())
-                        })
-                        .map_err(|e| e.to_string())?;
-                    self.previous = Some(node.name);
-                }
-                NodeEdit::Remove(name) => {
-                    self.engine
-                        .edit(|g| match g.node_by_name(&name) {
-                            Some(id) => g.remove_node(id),
-                            None => Ok(()),
-                        })
-                        .map_err(|e| e.to_string())?;
-                    if self.previous.as_deref() == Some(name.as_str()) {
-                        self.previous = Some("system".into());
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// When a load runs: from its start to its stop, within the run.
-pub(crate) fn load_window(load: &Interference, total: Duration) -> Window {
-    Window {
-        start_after: load.start,
-        run_for: Some(load.stop.unwrap_or(total).min(total) - load.start),
-    }
-}
-
-fn start_load(
-    scenario: &Scenario,
-    load: &Interference,
-    sched: &Sched,
-    live: &mut Live,
-) -> Result<(), String> {
-    let total = scenario.total();
-    let window = load_window(load, total);
-    let setup = setup_for(sched, scenario.core);
-    let hook = |_| Box::new(setup.clone()) as tessera_workloads::Setup;
-    let name = load.name.as_str();
-    let io_error = |e: std::io::Error| format!("{name}: {e}");
-    match &load.kind {
-        LoadKind::Hog {
-            threads,
-            load: share,
-        } => {
-            let spec = hog::HogSpec {
-                name: name.into(),
-                threads: *threads,
-                load: *share,
-                window,
-            };
-            live.threads
-                .push(hog::spawn(&spec, hook).map_err(io_error)?);
-        }
-        LoadKind::Ep { threads } => live
-            .threads
-            .push(ep::spawn(name, *threads, window, hook).map_err(io_error)?),
-        LoadKind::Stream { threads, mebibytes } => {
-            let spec = stream::StreamSpec {
-                name: name.into(),
-                threads: *threads,
-                mebibytes: *mebibytes,
-                window,
-            };
-            live.threads
-                .push(stream::spawn(&spec, hook).map_err(io_error)?);
-        }
-        LoadKind::Io {
-            threads,
-            block_kib,
-            file_mib,
-            sync_mib,
-        } => {
-            let spec = io::IoSpec {
-                name: name.into(),
-                threads: *threads,
-                dir: std::env::temp_dir(),
-                block_kib: *block_kib,
-                file_mib: *file_mib,
-                sync_mib: *sync_mib,
-                window,
-            };
-            live.threads.push(io::spawn(&spec, hook).map_err(io_error)?);
-        }
-        LoadKind::Periodic { period, work } => {
-            let mut spec = PeriodicSpec::new(name, *period, *work, window.run_for.unwrap_or(total));
-            spec.start_after = load.start;
-            let task = PeriodicTask::spawn(spec, setup).map_err(io_error)?;
-            live.periodic.push((name.into(), task));
-        }
-        LoadKind::RtApp { period, run } => {
-            let task = RtAppTask {
-                name: name.into(),
-                period: *period,
-                run: *run,
-                policy: sched.fifo.map_or(RtAppPolicy::Other, RtAppPolicy::Fifo),
-            };
-            let spec = external::rt_app(name, &[task], window, &std::env::temp_dir())?;
-            let core = scenario.core;
-            let pin = Box::new(move |pid| match core {
-                Some(c) => {
-                    tessera_sys::affinity::set_affinity(pid, &[c]).map_err(|e| e.to_string())
-                }
-                None => Ok(()),
-            });
-            live.external.push(ExternalLoad::spawn(spec, pin)?);
-        }
-        LoadKind::StressNg { args } => {
-            let mut args = args.clone();
-            if let Some(p) = sched.fifo {
-                args.extend([
-                    "--sched".into(),
-                    "fifo".into(),
-                    "--sched-prio".into(),
-                    p.to_string(),
-                ]);
-            }
-            let spec = external::stress_ng(name, &args, window);
-            live.external
-                .push(ExternalLoad::spawn(spec, attach_to_cell(sched))?);
-        }
-        LoadKind::Build { processes } => {
-            let spec =
-                build::spec(name, *processes, window, &std::env::temp_dir()).map_err(io_error)?;
-            live.external
-                .push(ExternalLoad::spawn(spec, attach_to_cell(sched))?);
-        }
-        // Started together, guis before their videos, by media::Media::start.
-        LoadKind::Gui { .. } | LoadKind::Video { .. } => {}
-    }
-    Ok(())
-}
-
-/// The setup of an external load's process: attached to its cell, if any
-/// (the processes it starts later follow it there).
-fn attach_to_cell(sched: &Sched) -> external::ProcessSetup {
-    let cell = sched.cell.as_deref().map(cell_name);
-    Box::new(move |pid| match cell {
-        Some(c) => Session::connect()
-            .and_then(|mut s| s.attach(&c, pid, None))
-            .map(drop)
-            .map_err(|e| e.to_string()),
-        None => Ok(()),
-    })
-}
-
-/// Waits out the run: applies graph edits when due, refreshes progress;
-/// cuts the subject short when `interrupted`.
+/// Waits out the run: lets the subject do what is due (a graph's edits),
+/// refreshes progress; cuts the subject short when `interrupted`.
 fn drive(
     scenario: &Scenario,
     live: &mut Live,
@@ -654,9 +228,10 @@ fn drive(
     loop {
         let now = monotonic_ns();
         let elapsed = now.saturating_sub(t0);
-        if let Some(SubjectRun::Graph(g)) = &mut live.subject {
-            g.apply_due(elapsed)?;
-        }
+        let next_due = match &mut live.subject {
+            Some(subject) => subject.advance(elapsed)?,
+            None => None,
+        };
         progress(Duration::from_nanos(elapsed));
         if now >= end {
             return Ok(t0);
@@ -665,38 +240,9 @@ fn drive(
             live.cut_short();
             return Err("interrupted".into());
         }
-        let next_edit = match &live.subject {
-            Some(SubjectRun::Graph(g)) => g.pending.first().map_or(u64::MAX, |(at, _)| t0 + at),
-            _ => u64::MAX,
-        };
-        sleep_until_monotonic_ns((now + tick).min(end).min(next_edit));
+        let next_due = next_due.map_or(u64::MAX, |at| t0 + at);
+        sleep_until_monotonic_ns((now + tick).min(end).min(next_due));
     }
-}
-
-/// A report table's cell from a configuration's notes: the text after
-/// `prefix` in the first note that starts with it, "–" if none does.
-pub(crate) fn note_cell(notes: &[String], prefix: &str) -> String {
-    notes
-        .iter()
-        .find_map(|n| n.strip_prefix(prefix))
-        .unwrap_or("–")
-        .to_string()
-}
-
-/// A report table's cell for a metric's deadline: "yes" when no sample
-/// missed it, "no (N over)", "–" without a deadline.
-pub(crate) fn within_cell(misses: Option<u64>) -> String {
-    match misses {
-        None => "–".into(),
-        Some(0) => "yes".into(),
-        Some(n) => format!("no ({n} over)"),
-    }
-}
-
-pub(crate) fn latency_histogram(values_ns: impl Iterator<Item = u64>) -> LatencyHistogram {
-    let mut h = LatencyHistogram::new(HISTOGRAM_BOUND_NS);
-    values_ns.for_each(|v| h.record(v));
-    h
 }
 
 fn collect(
@@ -732,108 +278,16 @@ fn collect(
     )];
     let mut metrics = Vec::new();
     let mut counters = Vec::new();
-    let warmup = scenario.warmup.as_nanos() as u64;
-    match finished.subject {
-        Some(SubjectData::Task(stats)) => {
-            let (metric, task_counters, note) = task_metric(
-                &stats,
-                subject_metric_name(&scenario.subject),
-                Duration::ZERO,
-                scenario.warmup,
-            );
-            metrics.push(metric);
-            counters.extend(task_counters);
-            notes.push(note);
-        }
-        Some(SubjectData::Graph(profile, panics)) => {
-            let (graph_metrics, graph_counters, note) = graph_metrics(&profile, t0 + warmup, t0);
-            metrics.extend(graph_metrics);
-            counters.extend(graph_counters);
-            counters.push(Counter::count(GRAPH_PANICS, panics));
-            notes.push(format!("{note}, {panics} node panics"));
-        }
-        Some(SubjectData::Cyclictest(Ok(h))) => {
-            let period_us = match scenario.subject {
-                Subject::Probe { period } => Some(period.as_secs_f64() * 1e6),
-                _ => None,
-            };
-            notes.push(format!(
-                "cyclictest: {} samples (its own warm-up excluded: it starts after the warm-up)",
-                h.count()
-            ));
-            counters.push(Counter::count(CYCLICTEST_SAMPLES, h.count()));
-            metrics.push(Metric::latency(probe::METRIC, period_us, h));
-        }
-        Some(SubjectData::Cyclictest(Err(e))) => notes.push(format!("cyclictest failed: {e}")),
-        Some(SubjectData::Music(data)) => {
-            let (music_metrics, music_counters, music_notes) =
-                music::metrics(*data, scenario.warmup);
-            metrics.extend(music_metrics);
-            counters.extend(music_counters);
-            notes.extend(music_notes);
-        }
-        Some(SubjectData::AudioServer(data)) => {
-            let (audio_metrics, audio_counters, audio_notes) =
-                audio_server::metrics(*data, scenario, t0);
-            metrics.extend(audio_metrics);
-            counters.extend(audio_counters);
-            notes.extend(audio_notes);
-        }
-        Some(SubjectData::NetworkApp(data)) => {
-            let (app_metrics, app_counters, app_notes) =
-                audio_server::network_app::metrics(*data, scenario, t0);
-            metrics.extend(app_metrics);
-            counters.extend(app_counters);
-            notes.extend(app_notes);
-        }
-        Some(SubjectData::Netphone(data)) => {
-            let (phone_metrics, phone_counters, phone_notes) =
-                netphone::metrics(*data, scenario.warmup);
-            metrics.extend(phone_metrics);
-            counters.extend(phone_counters);
-            notes.extend(phone_notes);
-        }
-        Some(SubjectData::Render(data)) => {
-            let (render_metrics, render_counters, render_notes) = render::metrics(*data);
-            metrics.extend(render_metrics);
-            counters.extend(render_counters);
-            notes.extend(render_notes);
-        }
-        Some(SubjectData::Demand(data)) => {
-            let (demand_metrics, demand_counters, demand_notes) =
-                adaptation::metrics(*data, scenario, t0);
-            metrics.extend(demand_metrics);
-            counters.extend(demand_counters);
-            notes.extend(demand_notes);
-        }
-        Some(SubjectData::Aes67(data)) => {
-            let (aes67_metrics, aes67_counters, aes67_notes) = aes67::metrics(*data);
-            metrics.extend(aes67_metrics);
-            counters.extend(aes67_counters);
-            notes.extend(aes67_notes);
-        }
-        None => {}
+    if let Some(subject) = finished.subject {
+        let (subject_metrics, subject_counters, subject_notes) = subject.measure(scenario, t0);
+        metrics.extend(subject_metrics);
+        counters.extend(subject_counters);
+        notes.extend(subject_notes);
     }
-    for stats in &finished.periodic {
-        let start = scenario
-            .load(&stats.name)
-            .map_or(Duration::ZERO, |l| l.start);
-        let (metric, task_counters, note) = task_metric(
-            stats,
-            &format!("{} response time", stats.name),
-            start,
-            scenario.warmup,
-        );
-        metrics.push(metric);
-        counters.extend(task_counters);
-        metrics.push(slack_metric(stats, start, scenario.warmup));
-        notes.push(note);
-    }
-    let (media_metrics, media_counters, media_notes) =
-        media::collect(&finished.media, scenario, t0);
-    metrics.extend(media_metrics);
-    counters.extend(media_counters);
-    notes.extend(media_notes);
+    let (load_metrics, load_counters, load_notes) = finished.loads.measure(scenario, t0);
+    metrics.extend(load_metrics);
+    counters.extend(load_counters);
+    notes.extend(load_notes);
     notes.extend(finished.notes);
     ConfigurationResult {
         name: config.name.clone(),
@@ -841,217 +295,6 @@ fn collect(
         notes,
         metrics,
     }
-}
-
-fn subject_metric_name(subject: &Subject) -> &'static str {
-    match subject {
-        Subject::Probe { .. } => probe::METRIC,
-        _ => "response time",
-    }
-}
-
-/// Samples of a periodic task released after the warm-up, with their
-/// release times (s from t0). Job i was released at start + i × period.
-fn measured(stats: &PeriodicStats, start: Duration, warmup: Duration) -> Vec<(f64, f64)> {
-    stats
-        .response_us
-        .iter()
-        .enumerate()
-        .map(|(i, &r)| (start.as_secs_f64() + i as f64 * stats.period_us / 1e6, r))
-        .filter(|(t, _)| *t >= warmup.as_secs_f64())
-        .collect()
-}
-
-/// A periodic task's response times, its counts of jobs measured, late
-/// and served late ("NAME jobs measured", …) and a note saying them.
-pub(crate) fn task_metric(
-    stats: &PeriodicStats,
-    name: &str,
-    start: Duration,
-    warmup: Duration,
-) -> (Metric, Vec<Counter>, String) {
-    let samples = measured(stats, start, warmup);
-    let hist = latency_histogram(samples.iter().map(|(_, r)| (r * 1000.0) as u64));
-    let mut series = Series::with_capacity(name, "us", samples.len());
-    samples.iter().for_each(|&(t, r)| {
-        series.push(t, r);
-    });
-    // Counted on the exact samples: the histogram's 3 significant digits
-    // would round a response just past the deadline onto it.
-    let late = samples
-        .iter()
-        .filter(|(_, r)| *r > stats.deadline_us)
-        .count();
-    let note = match &stats.setup_error {
-        Some(e) => format!("{}: setup failed: {e}", stats.name),
-        None => format!(
-            "{}: {} jobs measured, {} late ({} served late by an overrunning job)",
-            stats.name,
-            samples.len(),
-            late,
-            stats.skipped
-        ),
-    };
-    let mut metric = Metric {
-        series: vec![series],
-        ..Metric::latency(name, Some(stats.deadline_us), hist)
-    };
-    metric.summary.misses = Some(late as u64);
-    let counters = Counter::counts(
-        [
-            (JOBS_MEASURED, samples.len() as u64),
-            (JOBS_LATE, late as u64),
-            (JOBS_SERVED_LATE, stats.skipped),
-        ]
-        .map(|(what, n)| (format!("{} {what}", stats.name), n)),
-    );
-    (metric, counters, note)
-}
-
-/// Slack: deadline − response time of each job (negative: a miss), the
-/// thesis's measure of how well the periodic tasks fared.
-fn slack_metric(stats: &PeriodicStats, start: Duration, warmup: Duration) -> Metric {
-    let name = format!("{} slack", stats.name);
-    let samples = measured(stats, start, warmup);
-    let skip = stats.response_us.len() - samples.len();
-    let slack: Vec<f64> = stats.slack_us().split_off(skip);
-    let mut series = Series::with_capacity("slack", "us", samples.len());
-    samples.iter().zip(&slack).for_each(|(&(t, _), &s)| {
-        series.push(t, s);
-    });
-    Metric {
-        name,
-        unit: "us".into(),
-        deadline: None,
-        summary: Summary::from_samples(&slack, None),
-        histogram: None,
-        series: vec![series],
-    }
-}
-
-/// Counters of a periodic task ("NAME jobs late"), of the graph subject,
-/// of cyclictest.
-const JOBS_MEASURED: &str = "jobs measured";
-const JOBS_LATE: &str = "jobs late";
-const JOBS_SERVED_LATE: &str = "jobs served late";
-const GRAPH_CYCLES: &str = "graph cycles";
-const GRAPH_XRUNS: &str = "graph xruns";
-const GRAPH_SKIPPED: &str = "graph periods skipped";
-const GRAPH_PANICS: &str = "graph node panics";
-const CYCLICTEST_SAMPLES: &str = "cyclictest samples";
-
-/// Driver end, period, node end times and budget of the cycles that
-/// started after `measure_from` (absolute ns), times in s from `t0`; the
-/// cycles measured, xruns and periods skipped.
-fn graph_metrics(
-    profile: &Profile,
-    measure_from: u64,
-    t0: u64,
-) -> (Vec<Metric>, Vec<Counter>, String) {
-    let cycles: Vec<&CycleRecord> = profile
-        .cycles
-        .iter()
-        .filter(|c| c.start_ns >= measure_from)
-        .collect();
-    let t = |c: &CycleRecord| (c.start_ns - t0) as f64 / 1e9;
-    let us = |ns: u64| ns as f64 / 1000.0;
-    let deadline_us = cycles.first().map(|c| us(c.deadline_ns));
-    let mut driver_end = Series::with_capacity("driver end", "us", cycles.len());
-    let mut period = Series::with_capacity("period", "us", cycles.len());
-    let mut set = Series::with_capacity("budget set", "us", cycles.len());
-    let mut used = Series::with_capacity("budget used", "us", cycles.len());
-    for c in &cycles {
-        driver_end.push(t(c), us(c.driver_end_ns));
-        if c.period_ns > 0 {
-            period.push(t(c), us(c.period_ns));
-        }
-        if c.budget_set_ns > 0 {
-            set.push(t(c), us(c.budget_set_ns));
-        }
-        used.push(t(c), us(c.thread_cpu_ns));
-    }
-    let start_of: std::collections::HashMap<u64, &CycleRecord> =
-        cycles.iter().map(|c| (c.cycle, *c)).collect();
-    let mut node_series: Vec<Series> = Vec::new();
-    for n in profile
-        .nodes
-        .iter()
-        .filter(|n| start_of.contains_key(&n.cycle))
-    {
-        let name = n.name.to_string();
-        if name == "system" {
-            continue;
-        }
-        let index = match node_series.iter().position(|s| s.name == name) {
-            Some(i) => i,
-            None => {
-                node_series.push(Series::with_capacity(name, "us", cycles.len()));
-                node_series.len() - 1
-            }
-        };
-        node_series[index].push(t(start_of[&n.cycle]), us(n.finished_ns));
-    }
-    let node_ends: Vec<f64> = node_series.iter().flat_map(|s| s.values()).collect();
-    let xruns = cycles.iter().filter(|c| c.xrun).count();
-    let skipped: u64 = cycles.iter().map(|c| c.skipped_periods).sum();
-    let note = format!(
-        "{} cycles measured, {xruns} xruns, {skipped} periods skipped",
-        cycles.len()
-    );
-    let counters = Counter::counts([
-        (GRAPH_CYCLES, cycles.len() as u64),
-        (GRAPH_XRUNS, xruns as u64),
-        (GRAPH_SKIPPED, skipped),
-    ]);
-    let mut metrics = vec![
-        Metric {
-            series: vec![driver_end],
-            ..Metric::latency(
-                "driver end",
-                deadline_us,
-                latency_histogram(cycles.iter().map(|c| c.driver_end_ns)),
-            )
-        },
-        Metric {
-            series: vec![period],
-            ..Metric::latency(
-                "period",
-                None,
-                latency_histogram(
-                    cycles
-                        .iter()
-                        .filter(|c| c.period_ns > 0)
-                        .map(|c| c.period_ns),
-                ),
-            )
-        },
-    ];
-    if !node_series.is_empty() {
-        metrics.push(Metric {
-            name: "node end".into(),
-            unit: "us".into(),
-            deadline: deadline_us,
-            summary: Summary::from_samples(&node_ends, deadline_us),
-            histogram: None,
-            series: node_series,
-        });
-    }
-    let mut budget = vec![used];
-    if !set.points.is_empty() {
-        budget.insert(0, set);
-    }
-    metrics.push(Metric {
-        name: "budget".into(),
-        unit: "us".into(),
-        deadline: None,
-        summary: Summary::from_samples(
-            &budget.last().map(Series::values).unwrap_or_default(),
-            None,
-        ),
-        histogram: None,
-        series: budget,
-    });
-    (metrics, counters, note)
 }
 
 /// Where a run's files go by default: results/<scenario file stem>-<unix time>.
@@ -1063,59 +306,4 @@ pub fn default_out_dir(scenario: &Scenario) -> PathBuf {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     PathBuf::from(format!("results/{stem}-{now}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn count(counters: &[Counter], name: &str) -> Option<f64> {
-        counters.iter().find(|c| c.name == name).map(|c| c.value)
-    }
-
-    #[test]
-    fn a_tasks_counters_are_its_jobs_measured_and_late() {
-        let stats = PeriodicStats {
-            name: "hog".into(),
-            // Released every ms; the first after the 1 ms warm-up is job 1.
-            response_us: vec![100.0, 200.0, 1500.0, 300.0, 1200.0],
-            late: 2,
-            skipped: 1,
-            deadline_us: 1000.0,
-            period_us: 1000.0,
-            setup_error: None,
-        };
-        let warmup = Duration::from_millis(1);
-        let (metric, counters, note) = task_metric(&stats, "hog", Duration::ZERO, warmup);
-        assert_eq!(
-            note,
-            "hog: 4 jobs measured, 2 late (1 served late by an overrunning job)"
-        );
-        assert_eq!(metric.summary.misses, Some(2));
-        assert_eq!(count(&counters, "hog jobs measured"), Some(4.0));
-        assert_eq!(count(&counters, "hog jobs late"), Some(2.0));
-        assert_eq!(count(&counters, "hog jobs served late"), Some(1.0));
-    }
-
-    #[test]
-    fn the_graphs_counters_are_its_measured_cycles() {
-        let cycle = |k: u64, xrun, skipped_periods| CycleRecord {
-            cycle: k,
-            start_ns: k * 1_000_000,
-            period_ns: 1_000_000,
-            deadline_ns: 1_000_000,
-            xrun,
-            skipped_periods,
-            ..CycleRecord::default()
-        };
-        let profile = Profile {
-            cycles: vec![cycle(0, true, 0), cycle(1, true, 2), cycle(2, false, 1)],
-            nodes: Vec::new(),
-        };
-        let (_, counters, note) = graph_metrics(&profile, 1_000_000, 0);
-        assert_eq!(note, "2 cycles measured, 1 xruns, 3 periods skipped");
-        assert_eq!(count(&counters, GRAPH_CYCLES), Some(2.0));
-        assert_eq!(count(&counters, GRAPH_XRUNS), Some(1.0));
-        assert_eq!(count(&counters, GRAPH_SKIPPED), Some(3.0));
-    }
 }

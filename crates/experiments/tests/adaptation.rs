@@ -6,8 +6,8 @@
 //! its budget and its use. Asserts on the monitor's series (budgets before
 //! and after the step), never on how fast anything happened.
 
-use tessera_experiments::adaptation::{self, cell_metric, MUSIC, TOTAL};
 use tessera_experiments::runner;
+use tessera_experiments::subject::adaptation::{self, cell_metric, MUSIC, TOTAL};
 use tessera_scenario::Scenario;
 
 /// 5 % of a core, then 30 % from 3 s on; budgets sized for the mean (about

@@ -6,8 +6,8 @@
 //! stopped. Asserts behaviour, never speed: how many packets are lost is
 //! the benchmark's question (scenarios/aes67-*.toml), not this test's.
 
-use tessera_experiments::aes67::METRIC;
 use tessera_experiments::runner;
+use tessera_experiments::subject::aes67::METRIC;
 use tessera_scenario::Scenario;
 
 /// Two hosts in cells of their own: graph-a, net-a, graph-b, net-b.

@@ -20,14 +20,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tessera_aes67::{Encoding, StreamFormat};
-use tessera_experiments::pipewire_rtp::{self, Direction, Ports, RtpModules, RtpSpec, Sample};
-use tessera_experiments::servers::{PipeWireServer, ServerSpec};
+use tessera_experiments::harness::pipewire_rtp::{
+    self, Direction, Ports, RtpModules, RtpSpec, Sample,
+};
+use tessera_experiments::harness::servers::{PipeWireServer, ServerSpec};
+use tessera_services::aes67::host::{Host, HostConfig, HostReport, Route};
 use tessera_services::aes67::{MediaClock, Playout, StreamSpec, PAYLOAD_TYPE};
 use tessera_services::net::client::{self, Announcement};
 use tessera_services::net::discovery::DiscoveryConfig;
 use tessera_services::net::{Discipline, NetConfig, NetService, Status};
 use tessera_sys::sched::{set_policy, Policy};
-use tessera_workloads::aes67::{Host, HostConfig, HostReport, Route};
 use tessera_workloads::lan::{End, Lan};
 
 const RATE: u32 = 48_000;

@@ -10,8 +10,8 @@ mod common;
 use common::{built, within};
 use std::sync::Mutex;
 use std::time::Duration;
-use tessera_experiments::audio_server::{Headline, CLIENT_END, END_TO_END};
 use tessera_experiments::runner;
+use tessera_experiments::subject::audio_server::{Headline, CLIENT_END, END_TO_END};
 use tessera_scenario::{Scenario, ServerKind};
 
 /// Tests that change PATH, or spawn programs found through it, take turns.

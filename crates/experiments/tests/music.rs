@@ -4,8 +4,8 @@
 //! pair, answers every package and reports Δt. Asserts behaviour, never
 //! speed.
 
-use tessera_experiments::music::seed_scenario;
 use tessera_experiments::runner;
+use tessera_experiments::subject::music::seed_scenario;
 use tessera_music::{EMULATOR_METRIC, RESPONSE_METRIC};
 use tessera_scenario::Scenario;
 

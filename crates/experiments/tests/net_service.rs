@@ -5,7 +5,7 @@
 //! and reports Δt as the service measured it. Asserts behaviour, never
 //! speed.
 
-use tessera_experiments::net_service::SERVICE_RESPONSE_METRIC;
+use tessera_experiments::harness::net_service::SERVICE_RESPONSE_METRIC;
 use tessera_experiments::runner;
 use tessera_music::EMULATOR_METRIC;
 use tessera_scenario::Scenario;

@@ -6,8 +6,8 @@
 //! process behind. Asserts behaviour, never speed.
 
 use std::path::Path;
-use tessera_experiments::netphone::METRIC;
 use tessera_experiments::runner;
+use tessera_experiments::subject::netphone::METRIC;
 use tessera_scenario::Scenario;
 
 const NETPHONE: &str = include_str!("../../scenario/tests/fixtures/netphone.toml");

@@ -9,8 +9,8 @@ mod common;
 use common::{built, within};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tessera_experiments::audio_server::network_app::{NetworkFigures, HOSTS, HOSTS_NOTE};
 use tessera_experiments::runner;
+use tessera_experiments::subject::audio_server::network_app::{NetworkFigures, HOSTS, HOSTS_NOTE};
 use tessera_measure::{ConfigurationResult, RunResults};
 use tessera_scenario::Scenario;
 

@@ -5,8 +5,8 @@
 //! process, cell or socket behind. Asserts behaviour, never speed.
 
 use std::path::Path;
-use tessera_experiments::render::METRIC_PREFIX;
 use tessera_experiments::runner;
+use tessera_experiments::subject::render::METRIC_PREFIX;
 use tessera_scenario::Scenario;
 
 const TINY: &str = include_str!("../../scenario/tests/fixtures/render.toml");
@@ -16,7 +16,7 @@ fn a_tiny_run_reports_every_frame_and_leaves_nothing_behind() {
     let Some(machine) = tessera_testkit::privileged("render scenario") else {
         return;
     };
-    let tessera = tessera_experiments::servers::program_beside_us("tessera");
+    let tessera = tessera_experiments::harness::servers::program_beside_us("tessera");
     if !tessera.is_file() {
         let msg = "SKIPPED render scenario: tessera is not built (cargo build -p tessera-cli)";
         assert!(std::env::var("CI").map_or(true, |v| v != "true"), "{msg}");

@@ -3,7 +3,7 @@
 //! inside them.
 
 use std::time::Duration;
-use tessera_experiments::windows;
+use tessera_experiments::bench::windows;
 
 const RUNTIME: Duration = Duration::from_millis(2);
 const PERIOD: Duration = Duration::from_millis(10);

@@ -27,7 +27,6 @@ mod client;
 mod jitter;
 mod netapp;
 mod options;
-mod record;
 
 use std::collections::BTreeSet;
 use std::process::ExitCode;
@@ -37,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use client::{LoadClient, XrunCounter};
 use options::{Options, Origin, USAGE, WARM_UP};
-use record::Sample;
+use tessera_jack_peer::record::{self, Sample};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 
 /// How long to wait for the server to accept a client.
@@ -363,8 +362,8 @@ impl<'a> Peer<'a> {
             .lock()
             .map(|t| t.clone())
             .unwrap_or_default();
-        let header = record::Header {
-            topology: self.options.topology.name(),
+        let header = record::PeerRecord {
+            topology: self.options.topology.name().into(),
             clients: self.slots.iter().map(|s| s.name.clone()).collect(),
             xruns: self.xruns.load(Ordering::Relaxed),
             hosting: "one process, one JACK client thread per client".into(),
@@ -377,6 +376,7 @@ impl<'a> Peer<'a> {
                 .collect(),
             xrun_ns,
             network: Vec::new(),
+            rows: Vec::new(),
         };
         let samples: Vec<Vec<Sample>> = self
             .slots

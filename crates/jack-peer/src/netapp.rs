@@ -307,8 +307,8 @@ pub fn run(options: &Options, net: &NetOptions) -> Result<(), String> {
     eprintln!("{OPEN_LINE}");
     let t0 = crate::origin(options)?;
     let snapshots = sample_until(&counters, t0 + (options.seconds * 1e9) as u64);
-    let header = record::Header {
-        topology: "network",
+    let header = record::PeerRecord {
+        topology: "network".into(),
         clients: vec![CLIENT.into()],
         xruns: xruns.load(Ordering::Relaxed),
         hosting: format!(
@@ -320,6 +320,7 @@ pub fn run(options: &Options, net: &NetOptions) -> Result<(), String> {
         threads: vec![tid.load(Ordering::Relaxed)],
         xrun_ns: xrun_times.lock().map(|t| t.clone()).unwrap_or_default(),
         network: snapshots,
+        rows: Vec::new(),
     };
     let written = write(&options.out, &header);
     // The record is written before the client closes (see `client`).
@@ -368,7 +369,7 @@ fn sample_until(counters: &Counters, end_ns: u64) -> Vec<NetSnapshot> {
     }
 }
 
-fn write(out: &std::path::Path, header: &record::Header) -> Result<(), String> {
+fn write(out: &std::path::Path, header: &record::PeerRecord) -> Result<(), String> {
     let file =
         std::fs::File::create(out).map_err(|e| format!("creating {}: {e}", out.display()))?;
     record::write(std::io::BufWriter::new(file), header, &[Vec::new()])

@@ -1,5 +1,6 @@
-//! The peer's topologies and its output file, which `tessera-experiments`
-//! (`peer` module) parses:
+//! The peer's topologies and its output file, written here and read back
+//! through [`PeerRecord::parse`] (by `tessera-experiments`' peer benchmark
+//! and audio-server subject):
 //!
 //! ```text
 //! # tessera-jack-peer 2
@@ -37,8 +38,9 @@
 //! jitter buffer played silence once playing had begun (underruns), the
 //! packets that reached it more than its latency after they were made, or
 //! after their sequence number was played or skipped (late), and the held packets skipped because the stream ran too far
-//! ahead (overflow); the network client writes no sample rows. This module owns that format and must stay
-//! in step with its parser.
+//! ahead (overflow); the network client writes no sample rows. This module owns that format, its writer and its
+//! reader; the reader never decides what a cycle means (its users group the
+//! rows their own way).
 
 use std::io::{self, Write};
 
@@ -125,22 +127,6 @@ pub struct Sample {
     pub cpu_ns: u64,
 }
 
-pub struct Header {
-    /// A [`Topology`]'s name, or `network` for the network-audio client.
-    pub topology: &'static str,
-    pub clients: Vec<String>,
-    pub xruns: u64,
-    pub hosting: String,
-    /// Frames per period and sample rate, as the server told the clients.
-    pub period: (u32, u32),
-    pub t0_ns: u64,
-    /// The process thread of each client (0: it never ran).
-    pub threads: Vec<i32>,
-    pub xrun_ns: Vec<u64>,
-    /// The network-audio client's counters over time (empty for loads).
-    pub network: Vec<NetSnapshot>,
-}
-
 /// The network-audio client's counters since launch, at `at_ns`
 /// (CLOCK_MONOTONIC).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -158,6 +144,31 @@ pub struct NetSnapshot {
 }
 
 impl NetSnapshot {
+    /// A `# network` line's `key=value` fields; unknown keys are skipped,
+    /// a malformed field refuses the line.
+    fn parse(fields: &str) -> Result<NetSnapshot, String> {
+        let mut s = NetSnapshot::default();
+        for field in fields.split_whitespace() {
+            let (key, value) = field
+                .split_once('=')
+                .ok_or(format!("network field {field:?} is not key=value"))?;
+            let value: u64 = value.parse().map_err(|e| format!("network {key}: {e}"))?;
+            match key {
+                "at_ns" => s.at_ns = value,
+                "cycles" => s.cycles = value,
+                "sent" => s.sent = value,
+                "send_dropped" => s.send_dropped = value,
+                "received" => s.received = value,
+                "receive_dropped" => s.receive_dropped = value,
+                "underruns" => s.underruns = value,
+                "late" => s.late = value,
+                "overflow" => s.overflow = value,
+                _ => {}
+            }
+        }
+        Ok(s)
+    }
+
     /// Its `network` line's fields.
     fn fields(&self) -> String {
         format!(
@@ -176,8 +187,9 @@ impl NetSnapshot {
     }
 }
 
-/// Writes the file; `samples[i]` are client `i`'s rows.
-pub fn write(mut out: impl Write, header: &Header, samples: &[Vec<Sample>]) -> io::Result<()> {
+/// Writes the file: the header of `header` (its `rows` are what a reader
+/// gets back; the writer's are `samples`, `samples[i]` client `i`'s).
+pub fn write(mut out: impl Write, header: &PeerRecord, samples: &[Vec<Sample>]) -> io::Result<()> {
     writeln!(out, "# tessera-jack-peer {FORMAT_VERSION}")?;
     writeln!(out, "# topology {}", header.topology)?;
     writeln!(out, "# clients {}", header.clients.join(" "))?;
@@ -218,6 +230,131 @@ pub fn write(mut out: impl Write, header: &Header, samples: &[Vec<Sample>]) -> i
     out.flush()
 }
 
+/// One client's row in one cycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerRow {
+    /// Index into [`PeerRecord::clients`].
+    pub client: usize,
+    /// JACK's frame count at the cycle's start: the same for every client
+    /// of a cycle.
+    pub frames: u32,
+    /// The cycle's start on CLOCK_MONOTONIC, ns.
+    pub start_ns: u64,
+    pub awake_ns: u64,
+    pub finished_ns: u64,
+    /// CPU time of the process callback.
+    pub cpu_ns: u64,
+}
+
+/// The whole file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PeerRecord {
+    /// A [`Topology`]'s name, or `network` for the network-audio client.
+    pub topology: String,
+    pub clients: Vec<String>,
+    pub xruns: u64,
+    pub hosting: String,
+    /// Frames per period and rate the server gave (format 2; 0 before).
+    pub period: (u32, u32),
+    /// Origin of the clients' start times, CLOCK_MONOTONIC ns (format 2).
+    pub t0_ns: u64,
+    /// The thread that ran each client (0: it never ran; format 2).
+    pub threads: Vec<i32>,
+    /// When each counted xrun was notified, CLOCK_MONOTONIC ns (format 2).
+    pub xrun_ns: Vec<u64>,
+    /// The network-audio client's counters over time (format 3; empty for
+    /// load clients).
+    pub network: Vec<NetSnapshot>,
+    pub rows: Vec<PeerRow>,
+}
+
+impl PeerRecord {
+    pub fn parse(text: &str) -> Result<PeerRecord, String> {
+        let header = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("# {key}")))
+                .map(str::trim)
+        };
+        let required = |key: &str| header(key).ok_or(format!("no `# {key}` line"));
+        let numbers = |key: &str| -> Result<Vec<u64>, String> {
+            header(key)
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(|v| v.parse().map_err(|e| format!("{key} {v:?}: {e}")))
+                .collect()
+        };
+        let period = match numbers("period")?.as_slice() {
+            [frames, rate] => (*frames as u32, *rate as u32),
+            _ => (0, 0),
+        };
+        let clients: Vec<String> = required("clients")?.split(' ').map(String::from).collect();
+        let threads = header("threads")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(|pair| {
+                pair.rsplit_once('=')
+                    .and_then(|(_, t)| t.parse().ok())
+                    .unwrap_or(0)
+            })
+            .collect();
+        let network = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# network "))
+            .map(NetSnapshot::parse)
+            .collect::<Result<Vec<_>, _>>()?;
+        let rows = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with("client"))
+            .map(parse_row)
+            .collect::<Option<Vec<PeerRow>>>()
+            .ok_or("a malformed sample row")?;
+        if let Some(bad) = rows.iter().find(|r| r.client >= clients.len()) {
+            return Err(format!("row of client {} of {}", bad.client, clients.len()));
+        }
+        Ok(PeerRecord {
+            topology: required("topology")?.to_string(),
+            xruns: required("xruns")?
+                .parse()
+                .map_err(|e| format!("xruns: {e}"))?,
+            hosting: required("hosting")?.to_string(),
+            period,
+            t0_ns: numbers("t0_ns")?.first().copied().unwrap_or(0),
+            threads,
+            xrun_ns: numbers("xrun_ns")?,
+            network,
+            clients,
+            rows,
+        })
+    }
+
+    /// The index of the client named `name`.
+    pub fn client(&self, name: &str) -> Option<usize> {
+        self.clients.iter().position(|c| c == name)
+    }
+}
+
+fn parse_row(line: &str) -> Option<PeerRow> {
+    let f: Vec<u64> = line
+        .split('\t')
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let [client, frames, start_us, jack_awake_us, awake_ns, finished_ns, cpu_ns] = f[..] else {
+        return None;
+    };
+    // JACK's clock may not be CLOCK_MONOTONIC: place its cycle start
+    // relative to the moment the callback woke, read on both clocks.
+    let start_ns = awake_ns.saturating_sub(jack_awake_us.saturating_sub(start_us) * 1_000);
+    Some(PeerRow {
+        client: client as usize,
+        frames: frames as u32,
+        start_ns,
+        awake_ns,
+        finished_ns,
+        cpu_ns,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,8 +387,8 @@ mod tests {
 
     #[test]
     fn file_has_a_header_and_one_row_per_sample() {
-        let header = Header {
-            topology: Topology::Chain.name(),
+        let header = PeerRecord {
+            topology: Topology::Chain.name().into(),
             clients: vec!["load-01".into()],
             xruns: 2,
             hosting: "one process".into(),
@@ -265,6 +402,7 @@ mod tests {
                 underruns: 1,
                 ..NetSnapshot::default()
             }],
+            rows: Vec::new(),
         };
         let sample = Sample {
             cycle_frames: 64,
@@ -281,5 +419,46 @@ mod tests {
         assert!(text.contains("# period 64 48000\n# t0_ns 5\n# threads load-01=77\n"));
         assert!(text.contains("# xrun_ns 9 10\n# network at_ns=8 cycles=0 sent=0 send_dropped=0 received=3 receive_dropped=0 underruns=1 late=0 overflow=0\n"));
         assert!(text.ends_with("0\t64\t1\t2\t1500\t2000\t400\n"));
+    }
+
+    #[test]
+    fn format_2_headers_and_rows() {
+        let text = "# tessera-jack-peer 2\n# topology chain\n# clients load-01 monitor\n\
+                    # xruns 1\n# hosting one process\n# period 128 96000\n# t0_ns 500\n\
+                    # threads load-01=11 monitor=0\n# xrun_ns 900\n\
+                    client\tcycle_frames\tcycle_start_us\tjack_awake_us\tawake_ns\tfinished_ns\tcpu_ns\n\
+                    0\t128\t1000\t1002\t5002000\t5070000\t66000\n";
+        let r = PeerRecord::parse(text).unwrap();
+        assert_eq!((r.period, r.t0_ns, r.xruns), ((128, 96_000), 500, 1));
+        assert_eq!(
+            (r.threads.as_slice(), r.xrun_ns.as_slice()),
+            (&[11, 0][..], &[900][..])
+        );
+        assert_eq!(r.rows[0].start_ns, 5_000_000);
+        assert_eq!(r.client("monitor"), Some(1));
+    }
+
+    #[test]
+    fn format_1_has_no_period_and_bad_rows_are_refused() {
+        let text = "# topology chain\n# clients a\n# xruns 0\n# hosting x\n";
+        let r = PeerRecord::parse(text).unwrap();
+        assert_eq!((r.period, r.t0_ns, r.rows.len()), ((0, 0), 0, 0));
+        assert!(PeerRecord::parse(&format!("{text}1\t2\n")).is_err());
+        assert!(PeerRecord::parse(&format!("{text}3\t1\t1\t1\t1\t1\t1\n")).is_err());
+    }
+
+    #[test]
+    fn format_3_network_lines_give_the_counters_over_time() {
+        let text = "# tessera-jack-peer 3\n# topology network\n# clients netapp\n# xruns 0\n\
+                    # hosting x\n# network at_ns=5 cycles=1 received=0 underruns=0\n\
+                    # network at_ns=9 cycles=4 received=3 underruns=1 late=2 future=7\n";
+        let r = PeerRecord::parse(text).unwrap();
+        assert_eq!(r.network.len(), 2);
+        assert_eq!(
+            (r.network[1].at_ns, r.network[1].received, r.network[1].late),
+            (9, 3, 2)
+        );
+        let bad = text.replace("late=2", "late=two");
+        assert!(PeerRecord::parse(&bad).unwrap_err().contains("late"));
     }
 }

@@ -15,6 +15,8 @@
 //!   placement of reservations on cores.
 //! - [`mclock`]: the network service's flows: reservation, weight and limit
 //!   (mClock tags), admission against link and CPU, pacing of the total.
+//! - [`media`]: the formats services, workloads and scenarios share: a
+//!   render canvas's largest side, the CIF frame, the netphone's stream.
 //! - [`rap`]: the RAP service's adaptation: budgets grown on misses with
 //!   demand, shrunk when underused, contested capacity split by weight.
 //! - [`sla`]: the render service's SLAs: probe costs per request kind, the
@@ -29,6 +31,7 @@ pub mod cell;
 pub mod edf;
 pub mod ledger;
 pub mod mclock;
+pub mod media;
 pub mod rap;
 pub mod sla;
 pub mod stream;

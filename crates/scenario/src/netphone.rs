@@ -8,65 +8,14 @@
 //! thread scheduled so (`cell:NAME` or `plain`).
 //!
 //! Owns that part of parsing and validation, with the line of every
-//! refusal, and the netphone's [`Stream`] (the workload sends what a
-//! scenario names). Like the rest of the crate, it must never touch the
+//! refusal; the netphone's [`Stream`] is `tessera_policy::media`'s (the
+//! workload sends what a scenario names). Like the rest of the crate, it must never touch the
 //! machine.
 
 use super::{refuse, RawSubject, RawSubjectSched, Refusal};
 use std::ops::Range;
-use std::time::Duration;
+pub use tessera_policy::media::Stream;
 use toml::Spanned;
-
-/// What mike sends: `packet_bytes` of UDP payload `hz` times a second.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stream {
-    pub packet_bytes: usize,
-    pub hz: u32,
-}
-
-impl Stream {
-    /// The seed's audio stream: 1500-byte packets at 100 Hz, 1.2 Mbit/s.
-    pub const AUDIO: Stream = Stream {
-        packet_bytes: 1500,
-        hz: 100,
-    };
-    /// The seed's video stream: 4 KB packets at 500 Hz, 16 Mbit/s.
-    pub const VIDEO: Stream = Stream {
-        packet_bytes: 4096,
-        hz: 500,
-    };
-    /// Bytes of a packet's header: its sequence number and T1.
-    pub const HEADER_BYTES: usize = 16;
-    /// The MTU of the links between the hosts.
-    pub const LINK_MTU: u32 = 9180;
-    /// Smallest packet: the header.
-    pub const MIN_PACKET: usize = Stream::HEADER_BYTES;
-    /// Largest packet: a datagram that fits the link's MTU unfragmented.
-    pub const MAX_PACKET: usize = Stream::LINK_MTU as usize - 28;
-
-    pub fn period_ns(&self) -> u64 {
-        1_000_000_000 / u64::from(self.hz.max(1))
-    }
-
-    pub fn bits_per_second(&self) -> f64 {
-        (self.packet_bytes * 8) as f64 * f64::from(self.hz)
-    }
-
-    /// Packets sent in `duration`.
-    pub fn packets(&self, duration: Duration) -> u64 {
-        (duration.as_nanos() as u64).div_ceil(self.period_ns())
-    }
-
-    /// "1500 B at 100 Hz (1.2 Mbit/s)".
-    pub fn describe(&self) -> String {
-        format!(
-            "{} B at {} Hz ({:.1} Mbit/s)",
-            self.packet_bytes,
-            self.hz,
-            self.bits_per_second() / 1e6
-        )
-    }
-}
 
 /// The roles a configuration schedules one by one.
 pub const ROLES: [&str; 2] = ["mike", "speaker"];
@@ -262,15 +211,6 @@ fn stream(text: &str) -> Result<Stream, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_seeds_streams_have_the_seeds_rates() {
-        assert_eq!(Stream::AUDIO.bits_per_second(), 1.2e6);
-        assert_eq!(Stream::VIDEO.bits_per_second(), 16_384_000.0);
-        assert_eq!(Stream::AUDIO.packets(Duration::from_secs(60)), 6000);
-        assert_eq!(Stream::VIDEO.packets(Duration::from_millis(1001)), 501);
-        assert_eq!(Stream::AUDIO.describe(), "1500 B at 100 Hz (1.2 Mbit/s)");
-    }
 
     #[test]
     fn streams_by_the_seeds_names_or_size_and_rate() {

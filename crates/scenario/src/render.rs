@@ -21,9 +21,8 @@ use std::time::Duration;
 use tessera_policy::sla::SlaRules;
 use toml::Spanned;
 
-/// Largest frame or screen side the render service accepts (the service
-/// takes it from here).
-pub const MAX_SIDE: usize = 8192;
+/// Largest frame or screen side the render service accepts.
+pub use tessera_policy::media::MAX_SIDE;
 /// Most players in one configuration (the service admits 64 clients).
 const MAX_PLAYERS: usize = 32;
 /// Most frames in flight a player may ask for (its pool has 3 slots).

@@ -2,7 +2,7 @@
 //! 000 §4.1, Group 2): a video's frame rate, size and frames, the gui it
 //! feeds, and that the gui runs wherever its videos do. A video's frame
 //! geometry — the CIF size it plays unless told, the bytes of a YUV 4:2:0
-//! frame — is defined here, and the video workload takes it from here.
+//! frame — is `tessera_policy::media`'s, shared with the video workload.
 //!
 //! Owns that part of parsing and validation, with the line of every
 //! refusal. Like the rest of the crate, it must never touch the machine.
@@ -14,15 +14,7 @@ use crate::Interference;
 use std::ops::Range;
 use toml::Spanned;
 
-/// CIF, the frame size of seeds 000 and 003: what a video plays unless told.
-pub const CIF_WIDTH: usize = 352;
-pub const CIF_HEIGHT: usize = 288;
-
-/// Bytes of one YUV 4:2:0 (I420) frame: a full luma plane and two quarter
-/// chroma planes (152 064 for CIF).
-pub fn frame_bytes(width: usize, height: usize) -> usize {
-    width * height + 2 * (width / 2) * (height / 2)
-}
+pub use tessera_policy::media::{frame_bytes, CIF_HEIGHT, CIF_WIDTH};
 
 /// Largest video frame side: a frame must fit the gui's screen once scaled.
 const MAX_VIDEO_SIDE: usize = 1920;

@@ -1,5 +1,4 @@
-//! Workloads for experiments: an AES67 host's streams in a graph
-//! ([`aes67`]), periodic real-time tasks (rt-app style), the
+//! Workloads for experiments: periodic real-time tasks (rt-app style), the
 //! netphone of seed 004 across an emulated LAN of network namespaces
 //! ([`lan`], [`netphone`]), and the interference library — CPU hogs, the
 //! NAS EP kernel, a memory-bandwidth streamer, file-system I/O, a build of
@@ -10,7 +9,6 @@
 //! and how they are scheduled is decided by the caller's setup hook (a cell,
 //! a FIFO priority, nothing). It must never allocate inside its timed loop.
 
-pub mod aes67;
 pub mod build;
 pub mod ep;
 pub mod external;

@@ -31,8 +31,8 @@ use tessera_services::render::{
 use tessera_sys::clock::{monotonic_ns, sleep_monotonic};
 
 /// CIF, the frame size of seeds 000 and 003, and a YUV 4:2:0 frame's
-/// bytes: what a scenario's video plays, defined with its keys.
-pub use tessera_scenario::video::{frame_bytes, CIF_HEIGHT, CIF_WIDTH};
+/// bytes: what a scenario's video plays.
+pub use tessera_policy::media::{frame_bytes, CIF_HEIGHT, CIF_WIDTH};
 /// Records kept for a player that runs until stopped: an hour of frames.
 const UNBOUNDED_RECORDS: Duration = Duration::from_secs(3600);
 

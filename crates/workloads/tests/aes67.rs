@@ -18,11 +18,11 @@ use std::time::Duration;
 
 use tessera_aes67::{Encoding, StreamFormat};
 use tessera_rtguard::{assert_no_rt_allocations, CountingAllocator};
+use tessera_services::aes67::host::{Host, HostConfig, HostReport, Route};
 use tessera_services::aes67::{MediaClock, Playout, StreamSpec, AGE_BUCKET_NS, PAYLOAD_TYPE};
 use tessera_services::net::discovery::DiscoveryConfig;
 use tessera_services::net::{client, Discipline, NetConfig, NetError, NetService};
 use tessera_sys::sched::{set_policy, Policy};
-use tessera_workloads::aes67::{Host, HostConfig, HostReport, Route};
 use tessera_workloads::lan::{End, Lan};
 
 #[global_allocator]

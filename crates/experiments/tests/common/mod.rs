@@ -22,7 +22,7 @@ pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send +
 /// Whether `program` of this workspace is built beside the test (else
 /// the test is skipped, saying so, or failed under CI=true).
 pub fn built(test: &str, program: &str) -> bool {
-    let path = tessera_experiments::servers::program_beside_us(program);
+    let path = tessera_experiments::harness::servers::program_beside_us(program);
     if path.is_file() {
         return true;
     }

@@ -7,9 +7,12 @@
 //! - [`clock`]: the media clock — PTP through linuxptp when it runs, else
 //!   the system clock — and its label;
 //! - [`stream`]: a stream, the flow that carries it, its description;
-//! - [`node`]: the graph's source and sink nodes of streams.
+//! - [`node`]: the graph's source and sink nodes of streams;
+//! - [`host`]: an AES67 host's graph, its streams routed through it (what
+//!   `tessera aes67` runs and the AES67 experiment drives).
 
 pub mod clock;
+pub mod host;
 pub mod node;
 pub mod stream;
 

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// Bytes per pixel of a submitted frame (packed RGB, 8 bits per channel).
 pub const BYTES_PER_PIXEL: usize = 3;
 /// Largest frame or screen side accepted: what a scenario's screen may
-/// ask for, defined with its keys.
-pub use tessera_scenario::render::MAX_SIDE;
+/// ask for.
+pub use tessera_policy::media::MAX_SIDE;
 
 /// A rectangle of the screen, in pixels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]

@@ -52,7 +52,7 @@ use mike::MikeLog;
 use network::PhoneLan;
 use speaker::{Arrival, SpeakerLog};
 pub use speaker::{Delivery, Inbox, ServiceInbox, SocketInbox};
-pub use tessera_scenario::netphone::Stream;
+pub use tessera_policy::media::Stream;
 use tessera_services::net::FlowStatus;
 use tessera_sys::clock::realtime_ns;
 

@@ -1,0 +1,295 @@
+//! `tessera bench guard-scale`: what guarding a full session costs — JACK2
+//! at its client limit and PipeWire with as many pw-jack clients — and how
+//! soon a new client is reserved. For each server: a daemon of its own, the
+//! server, `tessera guard` asking that daemon, and `tessera-jack-peer`
+//! opening the load clients one after another on a staircase, then holding
+//! them. Measured: the guard's and the daemon's CPU (their processes' user
+//! and system time) while the clients join and once all are in, and for
+//! every client thread the time from when it turned real-time (JACK2 and
+//! PipeWire's libjack make a client's thread SCHED_FIFO just before its
+//! first cycle) to when it read SCHED_DEADLINE, by polling its policy every
+//! [`POLL`].
+//!
+//! It owns the daemon and its directory (reset and removed however the run
+//! ends) and drives the audio-server subject's run for the rest; it must
+//! never judge the figures.
+
+use crate::subject::audio_server::{AudioServerRun, GuardPlace};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tessera_broker::paths::Paths;
+use tessera_broker::Session;
+use tessera_measure::Summary;
+use tessera_scenario::{AudioClient, AudioServerSubject, GuardSettings, ServerKind, ServerSched};
+use tessera_sys::clock::monotonic_ns;
+use tessera_sys::proc::{self, Pid};
+use tessera_sys::sched::{self, Policy, Tid};
+
+/// How often the clients' threads' policies are read.
+pub const POLL: Duration = Duration::from_millis(2);
+/// The guard's control interval (its default): the goal for a new client.
+pub const INTERVAL: Duration = Duration::from_millis(100);
+/// Settling after the last client joined, before the steady phase.
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub servers: Vec<ServerKind>,
+    /// Load clients per server; None: JACK2's limit (64 clients in all,
+    /// less the guard's, the monitor's and the server's own), 64 on PipeWire.
+    pub clients: Option<usize>,
+    /// Between two clients joining.
+    pub join_every: Duration,
+    /// How long all clients run together.
+    pub steady: Duration,
+    pub frames: u32,
+    pub rate: u32,
+    /// Each client's work, fraction of the period.
+    pub load: f64,
+    /// The `tessera` binary (the daemon).
+    pub tessera: PathBuf,
+}
+
+/// JACK2's CLIENT_NUM is 64, the server's own driver and freewheel
+/// clients included; the guard's client and the peer's monitor take two.
+pub const JACK2_LOAD_CLIENTS: usize = 60;
+/// PipeWire's pw-jack clients, as many as JACK2's maximum.
+pub const PIPEWIRE_LOAD_CLIENTS: usize = 64;
+
+/// CPU of one process over a phase.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Cpu {
+    /// % of one core.
+    pub guard_pct: f64,
+    pub daemon_pct: f64,
+    pub total_pct: f64,
+}
+
+/// One server's run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerResult {
+    pub server: String,
+    pub clients: usize,
+    pub period_us: f64,
+    /// While the clients joined.
+    pub joining: Cpu,
+    /// All clients in, after settling.
+    pub steady: Cpu,
+    pub steady_s: f64,
+    /// From a client thread turning real-time to it reading SCHED_DEADLINE, ms.
+    pub to_reservation_ms: Summary,
+    /// Client threads seen real-time, and how many were reserved.
+    pub threads_seen: usize,
+    pub threads_reserved: usize,
+    /// Reserved within one control interval of the guard.
+    pub within_interval: usize,
+    /// Xruns the monitor client counted.
+    pub xruns: u64,
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    pub interval_ms: u64,
+    pub servers: Vec<ServerResult>,
+}
+
+/// Runs every server in turn; needs root.
+pub fn run(options: &Options, mut progress: impl FnMut(&str)) -> Result<Results, String> {
+    let mut servers = Vec::new();
+    for &kind in &options.servers {
+        progress(&format!("{}: starting", kind.name()));
+        servers.push(run_one(kind, options, &mut progress)?);
+    }
+    Ok(Results {
+        interval_ms: INTERVAL.as_millis() as u64,
+        servers,
+    })
+}
+
+/// A daemon of the bench's own, stopped, reset and removed when dropped.
+struct Daemon {
+    dir: PathBuf,
+    child: Child,
+}
+
+impl Daemon {
+    fn start(tessera: &Path) -> Result<Daemon, String> {
+        let dir = std::env::temp_dir().join(format!("tessera-guard-scale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let log = std::fs::File::create(dir.join("daemon.log")).map_err(|e| e.to_string())?;
+        let child = Command::new(tessera)
+            .args(["daemon", "--run-dir"])
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("start {} daemon: {e}", tessera.display()))?;
+        let mut daemon = Daemon { dir, child };
+        let start = Instant::now();
+        while Session::daemon_at(&Paths::at(&daemon.dir)).is_err() {
+            if daemon.child.try_wait().ok().flatten().is_some() || start.elapsed().as_secs() > 10 {
+                let log =
+                    std::fs::read_to_string(daemon.dir.join("daemon.log")).unwrap_or_default();
+                return Err(format!("the daemon did not answer: {log}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(daemon)
+    }
+
+    fn pid(&self) -> Pid {
+        self.child.id() as Pid
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Session::embedded(Paths::at(&self.dir)).reset();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn subject(kind: ServerKind, options: &Options) -> AudioServerSubject {
+    let clients = options.clients.unwrap_or(match kind {
+        ServerKind::Jack => JACK2_LOAD_CLIENTS,
+        ServerKind::PipeWire => PIPEWIRE_LOAD_CLIENTS,
+    });
+    AudioServerSubject {
+        server: kind,
+        frames: options.frames,
+        rate: options.rate,
+        priority: 70,
+        clients: (0..clients)
+            .map(|i| AudioClient {
+                load: options.load,
+                start: options.join_every * i as u32,
+                stop: None,
+            })
+            .collect(),
+        network: None,
+    }
+}
+
+/// When each client thread was first seen real-time and first reserved.
+#[derive(Default)]
+struct Seen {
+    real_time: BTreeMap<Tid, u64>,
+    reserved: BTreeMap<Tid, u64>,
+}
+
+impl Seen {
+    /// Reads every thread of `pid` once.
+    fn poll(&mut self, pid: Pid) {
+        let now = monotonic_ns();
+        for tid in proc::threads_of(pid).unwrap_or_default() {
+            match sched::get_policy(tid) {
+                Ok(Policy::Fifo { .. } | Policy::RoundRobin { .. }) => {
+                    self.real_time.entry(tid).or_insert(now);
+                }
+                Ok(Policy::Deadline(_)) if self.real_time.contains_key(&tid) => {
+                    self.reserved.entry(tid).or_insert(now);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Each reserved thread's delay, ms.
+    fn delays_ms(&self) -> Vec<f64> {
+        self.reserved
+            .iter()
+            .filter_map(|(tid, at)| Some((at - self.real_time.get(tid)?) as f64 / 1e6))
+            .collect()
+    }
+}
+
+/// The guard's and the daemon's CPU time now, ns.
+fn cpu_now(guard: Pid, daemon: Pid) -> (u64, u64) {
+    (
+        proc::process_cpu_ns(guard).unwrap_or(0),
+        proc::process_cpu_ns(daemon).unwrap_or(0),
+    )
+}
+
+fn cpu_over(before: (u64, u64), after: (u64, u64), span: Duration) -> Cpu {
+    let pct = |a: u64, b: u64| (b.saturating_sub(a)) as f64 * 100.0 / span.as_nanos().max(1) as f64;
+    let guard_pct = pct(before.0, after.0);
+    let daemon_pct = pct(before.1, after.1);
+    Cpu {
+        guard_pct,
+        daemon_pct,
+        total_pct: guard_pct + daemon_pct,
+    }
+}
+
+fn run_one(
+    kind: ServerKind,
+    options: &Options,
+    progress: &mut impl FnMut(&str),
+) -> Result<ServerResult, String> {
+    let daemon = Daemon::start(&options.tessera)?;
+    let subject = subject(kind, options);
+    let clients = subject.clients.len();
+    let joining = options.join_every * clients as u32;
+    let total = joining + SETTLE + options.steady;
+    let place = GuardPlace {
+        core: None,
+        broker_dir: Some(daemon.dir.clone()),
+    };
+    let sched = ServerSched::Guard(GuardSettings::default());
+    let mut run = AudioServerRun::start_on(&subject, sched, None, total, &place)?;
+    let (peer, guard) = run.pids();
+    let guard = guard.ok_or("the guard did not start")?;
+    let t0 = monotonic_ns() + 200_000_000;
+    run.release(t0)?;
+    let mut seen = Seen::default();
+    let start = Instant::now() + Duration::from_millis(200);
+    let first = (Instant::now(), cpu_now(guard, daemon.pid()));
+    let mut marks = Vec::new();
+    for (phase_end, name) in [
+        (joining, "joined"),
+        (joining + SETTLE, "settled"),
+        (total, "end"),
+    ] {
+        while start.elapsed() < phase_end {
+            seen.poll(peer);
+            std::thread::sleep(POLL);
+        }
+        marks.push((Instant::now(), cpu_now(guard, daemon.pid())));
+        progress(&format!(
+            "{}: {name} at {:.0} s: {} client threads real-time, {} reserved",
+            kind.name(),
+            start.elapsed().as_secs_f64(),
+            seen.real_time.len(),
+            seen.reserved.len()
+        ));
+    }
+    let data = run.finish();
+    let delays = seen.delays_ms();
+    let within = delays
+        .iter()
+        .filter(|&&d| d <= INTERVAL.as_secs_f64() * 1e3)
+        .count();
+    Ok(ServerResult {
+        server: kind.name().to_string(),
+        clients,
+        period_us: subject.period().as_secs_f64() * 1e6,
+        joining: cpu_over(first.1, marks[0].1, marks[0].0 - first.0),
+        steady: cpu_over(marks[1].1, marks[2].1, marks[2].0 - marks[1].0),
+        steady_s: (marks[2].0 - marks[1].0).as_secs_f64(),
+        to_reservation_ms: Summary::from_samples(&delays, None),
+        threads_seen: seen.real_time.len(),
+        threads_reserved: seen.reserved.len(),
+        within_interval: within,
+        xruns: data.record.as_ref().map(|r| r.xruns).unwrap_or(0),
+        notes: data.notes,
+    })
+}

@@ -1,0 +1,1045 @@
+//! AES67 hosts as a scenario's subject: 1–4 hosts (network namespaces on a
+//! bridge), each with a network service process of its own (`tessera
+//! serve net`, started inside the host, its real-time thread as the
+//! `service` role says) and a graph in this process (its engine thread as
+//! the `graph` role says; it reaches its service by socket path only).
+//! Host a's graph writes a marker on channel 1 of each stream it sends to
+//! b; the hosts in between forward each stream both ways; the last sends
+//! it back, and a finds it again: the round trip, first sample in → the
+//! same sample out. A lone host sends its streams to groups it has joined
+//! itself, so they come back through its own network stack: one service's
+//! whole load, none of a peer's. Reported over the measured window (the warm-up left
+//! out): the round trip as a latency histogram against the scenario's
+//! deadline, markers lost, each direction's packets received, lost, late
+//! and resyncs, sends the service had no room for, xruns, the media
+//! clock's label, and the CPU each service process and each graph thread
+//! used, in % of a core.
+//!
+//! It owns the LAN (removed with its namespaces when dropped), the service
+//! processes (stopped by their PIDs however the run ends, their logs
+//! removed), the hosts' graphs (stopped before their services) and the
+//! thread that samples them. Nothing it adds runs on a real-time thread
+//! beyond what [`Host`] runs there. It must never judge a result, nor leave
+//! a process, a namespace or a cell's member behind its configuration.
+
+use crate::subject::contract::{Measured, Running, Stopped};
+use std::fmt::Write as _;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::cells::{role, setup_for};
+use crate::figures::{latency_metric, note_cell, within_cell};
+use crate::harness::net_service::{await_listening, spawn_service};
+use crate::harness::servers::{program_beside_us, unique, OwnedChild};
+use tessera_aes67::JitterCounters;
+use tessera_graph::ThreadSetup;
+use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults};
+use tessera_scenario::{
+    aes67_role, Aes67Subject, Configuration, Scenario, Sched, ServicePlan, Subject,
+};
+use tessera_services::aes67::host::{Host, HostConfig, HostReport, Route};
+use tessera_services::aes67::{MediaClock, Playout, StreamCounts, StreamSpec, PAYLOAD_TYPE};
+use tessera_services::aes67::{AGE_BUCKETS, AGE_BUCKET_NS};
+use tessera_services::net::{Class, Discipline};
+use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
+use tessera_sys::proc::{current_pid, current_tid, thread_cpu_ns, thread_name, threads_of, Pid};
+use tessera_sys::sched::{set_policy, Policy};
+use tessera_workloads::lan::{End, HostId, Lan};
+
+/// The round trip of the marker, and the metric the report's table reads.
+pub const METRIC: &str = "round trip (marker)";
+/// Every received packet's age at arrival (`tessera_services::aes67`'s
+/// packet ages): the tail a receiver's latency must cover.
+pub const AGE_METRIC: &str = "packet age at arrival";
+/// The services' link: the bridge is a gigabit LAN.
+const LINK_BPS: u64 = 1_000_000_000;
+/// The port every stream is sent to (each stream has its own group).
+const PORT: u16 = 5004;
+/// Shortest time between markers: ~100 a second per stream.
+const MIN_MARKER_INTERVAL: Duration = Duration::from_millis(10);
+/// Fewest packets a jitter buffer holds.
+const MIN_BUFFER_PACKETS: usize = 16;
+/// How often the marker latencies are taken (their rings hold 4096).
+const COLLECT_EVERY: Duration = Duration::from_millis(250);
+/// The network service's real-time thread (tessera_services::net).
+const SERVICE_RT_THREAD: &str = "tessera-net-rt";
+/// Note prefixes the report section reads: each holds one column's text.
+const STREAMS_NOTE: &str = "aes67 streams each way: ";
+const MARKERS_NOTE: &str = "aes67 markers lost: ";
+const PACKETS_NOTE: &str = "aes67 packets lost / late: ";
+const XRUNS_NOTE: &str = "aes67 xruns: ";
+const SERVICE_CPU_NOTE: &str = "aes67 service CPU (% of a core): ";
+const GRAPH_CPU_NOTE: &str = "aes67 graph CPU (% of a core): ";
+
+/// The hosts, set up and waiting for the release.
+pub(crate) struct Aes67Run {
+    /// Samples the hosts from the release on; gives them back when done.
+    keeper: Option<JoinHandle<Kept>>,
+    release: Option<mpsc::Sender<u64>>,
+    services: Vec<Service>,
+    dir: RunDir,
+    about: About,
+    /// Last: the namespaces go when everything in them has stopped.
+    lan: Lan,
+}
+
+/// What the report says of the configuration, from its start to its
+/// metrics.
+struct About {
+    describe: String,
+    clock: String,
+    names: Vec<&'static str>,
+    streams: usize,
+    deadline: Duration,
+    /// Each receiver's: the packet ages' deadline.
+    latency: Duration,
+}
+
+/// What it measured, with what the report says of the configuration.
+pub(crate) struct Aes67Data {
+    window: Option<Window>,
+    /// Each host's report when stopped (its errors, if it failed to stop).
+    stopped: Vec<Result<HostReport, String>>,
+    services: Vec<String>,
+    about: About,
+}
+
+/// `tessera serve net` in one host: stopped by its PID when dropped.
+struct Service {
+    host: &'static str,
+    child: OwnedChild,
+    socket: PathBuf,
+    real_time: String,
+}
+
+impl Service {
+    fn stop(mut self) -> String {
+        let stopped = self.child.stop();
+        format!(
+            "network service of host {} (pid {}), real-time thread {}: {stopped}",
+            self.host,
+            self.child.pid(),
+            self.real_time
+        )
+    }
+}
+
+/// The services' sockets and logs, a directory per host; removed when
+/// dropped, after the services that use it.
+struct RunDir(PathBuf);
+
+impl RunDir {
+    fn create() -> Result<RunDir, String> {
+        let dir = std::env::temp_dir().join(unique("tessera-aes67"));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(RunDir(dir))
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Where the CPU a host uses is read: its service process and its graph's
+/// engine thread (its kernel id, once the engine has set it up).
+struct CpuProbe {
+    service: Pid,
+    graph: Arc<AtomicI32>,
+}
+
+impl CpuProbe {
+    /// CPU time so far, ns: the service's threads', the graph thread's.
+    fn sample(&self) -> (u64, u64) {
+        let service = threads_of(self.service)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|&tid| thread_cpu_ns(self.service, tid).ok())
+            .sum();
+        let graph = match self.graph.load(Ordering::Relaxed) {
+            0 => 0,
+            tid => thread_cpu_ns(current_pid(), tid).unwrap_or(0),
+        };
+        (service, graph)
+    }
+}
+
+/// The hosts and what samples them, on the keeper's thread.
+struct Kept {
+    hosts: Vec<Host>,
+    window: Option<Window>,
+}
+
+/// The measured window: each host's reports and CPU at its two ends, and
+/// the marker latencies between them.
+struct Window {
+    start: Vec<(HostReport, (u64, u64))>,
+    end: Vec<(HostReport, (u64, u64))>,
+    latencies_ns: Vec<u64>,
+    length_ns: u64,
+}
+
+/// Each host's report and CPU now (host a's latencies taken: the caller
+/// keeps or drops them).
+fn sample(hosts: &mut [Host], probes: &[CpuProbe]) -> Vec<(HostReport, (u64, u64))> {
+    hosts
+        .iter_mut()
+        .zip(probes)
+        .map(|(host, probe)| (host.report(), probe.sample()))
+        .collect()
+}
+
+/// The keeper: waits for the release, samples at the warm-up's end, takes
+/// the marker latencies every [`COLLECT_EVERY`], samples at the run's end.
+/// Without a release (the run failed before it) it only gives the hosts
+/// back.
+fn keep(
+    mut hosts: Vec<Host>,
+    probes: Vec<CpuProbe>,
+    release: mpsc::Receiver<u64>,
+    warmup: Duration,
+    total: Duration,
+) -> Kept {
+    let Ok(t0) = release.recv() else {
+        return Kept {
+            hosts,
+            window: None,
+        };
+    };
+    let from = t0 + warmup.as_nanos() as u64;
+    let end = t0 + total.as_nanos() as u64;
+    let mut collected = 0;
+    while collected < from {
+        collected = (monotonic_ns() + COLLECT_EVERY.as_nanos() as u64).min(from);
+        sleep_until_monotonic_ns(collected);
+        hosts[0].report();
+    }
+    let start = sample(&mut hosts, &probes);
+    let mut latencies_ns = Vec::new();
+    while collected < end {
+        collected = (monotonic_ns() + COLLECT_EVERY.as_nanos() as u64).min(end);
+        sleep_until_monotonic_ns(collected);
+        latencies_ns.extend(hosts[0].report().latencies_ns);
+    }
+    let end_sample = sample(&mut hosts, &probes);
+    latencies_ns.extend(end_sample.iter().flat_map(|(r, _)| &r.latencies_ns));
+    Kept {
+        hosts,
+        window: Some(Window {
+            start,
+            end: end_sample,
+            latencies_ns,
+            length_ns: end - from,
+        }),
+    }
+}
+
+/// The stream `k` (1-based) from host `from` to its neighbour `to`:
+/// multicast, a group per hop, direction and stream (a lone host's from
+/// 0 to 0).
+fn stream(subject: &Aes67Subject, from: usize, to: usize, k: usize) -> StreamSpec {
+    let hop = from.min(to);
+    let direction = usize::from(to < from);
+    let names = subject.host_names();
+    StreamSpec {
+        name: format!("{}-{}-{k}", names[from], names[to]),
+        address: SocketAddrV4::new(
+            Ipv4Addr::new(239, 69, (10 + 2 * hop + direction) as u8, k as u8),
+            PORT,
+        ),
+        format: subject.format,
+        payload_type: PAYLOAD_TYPE,
+    }
+}
+
+/// What host `i` receives and sends: from and to each neighbour, `streams`
+/// each way, in the order its route pairs them (received k → sent k).
+fn streams_of(
+    subject: &Aes67Subject,
+    i: usize,
+    streams: usize,
+) -> (Vec<StreamSpec>, Vec<StreamSpec>) {
+    let mut receive = Vec::new();
+    let mut send = Vec::new();
+    let ks = 1..=streams;
+    if subject.hosts == 1 {
+        let looped: Vec<_> = ks.map(|k| stream(subject, 0, 0, k)).collect();
+        return (looped.clone(), looped);
+    }
+    if i > 0 {
+        receive.extend(ks.clone().map(|k| stream(subject, i - 1, i, k)));
+    }
+    if i + 1 < subject.hosts {
+        receive.extend(ks.clone().map(|k| stream(subject, i + 1, i, k)));
+        send.extend(ks.clone().map(|k| stream(subject, i, i + 1, k)));
+    }
+    if i > 0 {
+        send.extend(ks.map(|k| stream(subject, i, i - 1, k)));
+    }
+    (receive, send)
+}
+
+/// Frames per cycle: the fewest whole packets the engine runs.
+fn cycle_frames(subject: &Aes67Subject) -> u32 {
+    let packet = subject.format.frames_per_packet;
+    packet * tessera_graph::MIN_FRAMES.div_ceil(packet)
+}
+
+fn frames_of(subject: &Aes67Subject, d: Duration) -> u64 {
+    (d.as_nanos() * u128::from(subject.format.sample_rate) / 1_000_000_000) as u64
+}
+
+/// A marker every 10 ms, or every two round trips if longer: one in
+/// flight at a time.
+fn marker_interval(subject: &Aes67Subject) -> u64 {
+    let round_trip = subject.latency * subject.hops() as u32;
+    frames_of(subject, MIN_MARKER_INTERVAL.max(round_trip * 2))
+}
+
+/// The setup of a graph's engine thread: scheduled by `sched`, its kernel
+/// id noted in `tid` (for its CPU time).
+fn graph_setup(sched: &Sched, core: Option<usize>, tid: Arc<AtomicI32>) -> ThreadSetup {
+    let setup = setup_for(sched, core);
+    Arc::new(move |_| {
+        tid.store(current_tid(), Ordering::Relaxed);
+        setup.clone()().map_err(Into::into)
+    })
+}
+
+/// Host `i`'s graph on `interface`, reaching its service at `service`: a
+/// marker at the first host, forwarding elsewhere; its engine thread set
+/// up by `setup`.
+fn host_config(
+    subject: &Aes67Subject,
+    (i, streams): (usize, usize),
+    (service, interface): (&Path, Ipv4Addr),
+    setup: ThreadSetup,
+    clock: &MediaClock,
+) -> HostConfig {
+    let (receive, send) = streams_of(subject, i, streams);
+    let route = match i {
+        0 => Route::Marker {
+            interval_frames: marker_interval(subject),
+        },
+        _ => Route::Forward,
+    };
+    let packet = subject.format.packet_time_ns();
+    let buffer = (subject.latency.as_nanos() as u64 + packet).div_ceil(packet) as usize * 2;
+    HostConfig {
+        name: subject.host_names()[i].to_string(),
+        service: service.to_path_buf(),
+        interface,
+        receive,
+        send,
+        route,
+        frames: cycle_frames(subject),
+        sample_rate: subject.format.sample_rate,
+        latency_frames: frames_of(subject, subject.latency) as u32,
+        buffer_packets: buffer.max(MIN_BUFFER_PACKETS),
+        playout: Playout::MediaClock,
+        clock: clock.clone(),
+        workers: 0,
+        setup: Some(setup),
+    }
+}
+
+/// Starts `tessera serve net` inside `host`, listening at `dir`/net.sock,
+/// its real-time thread in `sched`'s cell, at its FIFO priority, or plain.
+fn start_service(
+    lan: &Lan,
+    host: (HostId, &'static str),
+    sched: &Sched,
+    dir: &Path,
+) -> Result<Service, String> {
+    let log_dir = dir.join(host.1);
+    std::fs::create_dir_all(&log_dir).map_err(|e| format!("{}: {e}", log_dir.display()))?;
+    let socket = log_dir.join("net.sock");
+    let plan = ServicePlan {
+        discipline: Discipline::MClock,
+        reservation_bps: 0,
+        class: Class::RealTime,
+        streamer: false,
+        link_bps: LINK_BPS,
+    };
+    let command = lan
+        .command(
+            End::Host(host.0),
+            &program_beside_us("tessera").to_string_lossy(),
+        )
+        .map_err(|e| e.to_string())?;
+    let mut service = Service {
+        host: host.1,
+        child: spawn_service(command, &plan, &socket, &log_dir, sched)?,
+        socket: socket.clone(),
+        real_time: sched.describe(),
+    };
+    await_listening(&mut service.child, &socket, &log_dir)?;
+    if let Some(priority) = sched.fifo {
+        raise_real_time_thread(service.child.pid(), priority)?;
+    }
+    Ok(service)
+}
+
+/// Puts the service's real-time thread at SCHED_FIFO `priority` (it runs
+/// with `--no-cell`: SCHED_OTHER until then); the process's end undoes it.
+fn raise_real_time_thread(pid: Pid, priority: u32) -> Result<(), String> {
+    let tid = threads_of(pid)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .find(|&tid| thread_name(pid, tid) == SERVICE_RT_THREAD)
+        .ok_or(format!(
+            "the network service (pid {pid}) has no thread {SERVICE_RT_THREAD:?}"
+        ))?;
+    set_policy(tid, &Policy::Fifo { priority }).map_err(|e| e.to_string())
+}
+
+impl Aes67Run {
+    pub(crate) fn start(scenario: &Scenario, config: &Configuration) -> Result<Aes67Run, String> {
+        let Subject::Aes67(subject) = &scenario.subject else {
+            unreachable!("called for aes67 subjects only")
+        };
+        let streams = config.aes67.expect("validated for aes67 subjects").streams;
+        let names = subject.host_names().to_vec();
+        let mut lan = Lan::new();
+        let ids = names
+            .iter()
+            .map(|name| lan.add_host(name))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
+        let bridge = lan.bridge(&ids).map_err(|e| e.to_string())?;
+        let dir = RunDir::create()?;
+        let mut services = Vec::new();
+        for (&id, &name) in ids.iter().zip(&names) {
+            let sched = role(config, &aes67_role("service", name));
+            services.push(start_service(&lan, (id, name), sched, &dir.0)?);
+        }
+        let clock =
+            MediaClock::system("every host is a namespace of this machine: they share its clock");
+        let mut hosts = Vec::new();
+        let mut probes = Vec::new();
+        // From the last to the first: each stream's receiver is there
+        // before its sender, and host a's markers start last.
+        for i in (0..names.len()).rev() {
+            let tid = Arc::new(AtomicI32::new(0));
+            let sched = role(config, &aes67_role("graph", names[i]));
+            let host = host_config(
+                subject,
+                (i, streams),
+                (&services[i].socket, lan.bridge_address(bridge, ids[i])),
+                graph_setup(sched, scenario.core, tid.clone()),
+                &clock,
+            );
+            hosts.insert(
+                0,
+                Host::start(host).map_err(|e| format!("host {}: {e}", names[i]))?,
+            );
+            probes.insert(
+                0,
+                CpuProbe {
+                    service: services[i].child.pid(),
+                    graph: tid,
+                },
+            );
+        }
+        let (release, wait) = mpsc::channel();
+        let (warmup, total) = (scenario.warmup, scenario.total());
+        let keeper = std::thread::Builder::new()
+            .name("aes67-keeper".into())
+            .spawn(move || keep(hosts, probes, wait, warmup, total))
+            .map_err(|e| format!("the hosts' keeper thread: {e}"))?;
+        Ok(Aes67Run {
+            keeper: Some(keeper),
+            release: Some(release),
+            services,
+            dir,
+            about: About {
+                describe: describe(subject, streams),
+                clock: clock.label(),
+                names,
+                streams,
+                deadline: subject.deadline,
+                latency: subject.latency,
+            },
+            lan,
+        })
+    }
+
+    /// The measured window's clock starts at `t0` (CLOCK_MONOTONIC).
+    pub(crate) fn release(&mut self, t0: u64) {
+        if let Some(release) = &self.release {
+            let _ = release.send(t0);
+        }
+    }
+
+    /// Stops the graphs, then the services, then removes the LAN.
+    pub(crate) fn finish(self) -> Aes67Data {
+        let Aes67Run {
+            keeper,
+            release,
+            services,
+            dir,
+            about,
+            lan,
+        } = self;
+        // Without a release the keeper gives the hosts back at once.
+        drop(release);
+        let (window, stopped) = match keeper.map(JoinHandle::join) {
+            Some(Ok(kept)) => {
+                let stopped = kept
+                    .hosts
+                    .into_iter()
+                    .map(|h| h.stop().map_err(|e| e.to_string()));
+                (kept.window, stopped.collect())
+            }
+            _ => (None, vec![Err("the hosts' keeper thread panicked".into())]),
+        };
+        let services = services.into_iter().map(Service::stop).collect();
+        drop((dir, lan));
+        Aes67Data {
+            window,
+            stopped,
+            services,
+            about,
+        }
+    }
+}
+
+/// The configuration in a line: the chain, the streams, the timing (the
+/// roles are the runner's note).
+fn describe(subject: &Aes67Subject, streams: usize) -> String {
+    let names = subject.host_names();
+    let back = names.iter().rev().skip(1);
+    let chain = match names {
+        [lone] => format!("{lone} → {lone} through groups it joined itself (multicast loopback)"),
+        _ => names
+            .iter()
+            .chain(back)
+            .copied()
+            .collect::<Vec<_>>()
+            .join(" → "),
+    };
+    let f = &subject.format;
+    format!(
+        "hosts on a bridge, {}; {streams} stream(s) each way of {} ch {}/{} Hz, {} µs packets; \
+         each receiver {:.3} ms behind the media clock ({} hops: {:.3} ms round trip); a marker \
+         every {:.0} ms per stream",
+        chain,
+        f.channels,
+        f.encoding.name(),
+        f.sample_rate,
+        f.packet_time_ns() / 1000,
+        subject.latency.as_secs_f64() * 1e3,
+        subject.hops(),
+        (subject.latency * subject.hops() as u32).as_secs_f64() * 1e3,
+        marker_interval(subject) as f64 * 1e3 / f64::from(f.sample_rate),
+    )
+}
+
+/// `end − start` of every count.
+fn difference(start: &StreamCounts, end: &StreamCounts) -> StreamCounts {
+    let (a, b) = (start.jitter.to_array(), end.jitter.to_array());
+    StreamCounts {
+        jitter: JitterCounters::from_array(std::array::from_fn(|i| b[i].saturating_sub(a[i]))),
+        not_rtp: end.not_rtp.saturating_sub(start.not_rtp),
+        silent_frames: end.silent_frames.saturating_sub(start.silent_frames),
+        resyncs: end.resyncs.saturating_sub(start.resyncs),
+        sent: end.sent.saturating_sub(start.sent),
+        send_full: end.send_full.saturating_sub(start.send_full),
+        service_gone: end.service_gone,
+    }
+}
+
+/// The window's counts of each stream, by name and direction, summed per
+/// hop direction ("a-b": from a to b): what b received, what a sent.
+fn per_direction(window: &Window) -> Vec<(String, StreamCounts)> {
+    let mut sums: Vec<(String, StreamCounts)> = Vec::new();
+    for ((start, _), (end, _)) in window.start.iter().zip(&window.end) {
+        for (s, e) in start.streams.iter().zip(&end.streams) {
+            let d = difference(&s.counts, &e.counts);
+            let hop = s.name.rsplit_once('-').map_or(s.name.as_str(), |(h, _)| h);
+            let at = match sums.iter().position(|(h, _)| h == hop) {
+                Some(at) => at,
+                None => {
+                    sums.push((hop.to_string(), StreamCounts::default()));
+                    sums.len() - 1
+                }
+            };
+            add(&mut sums[at].1, &d);
+        }
+    }
+    sums
+}
+
+fn add(sum: &mut StreamCounts, d: &StreamCounts) {
+    let (a, b) = (sum.jitter.to_array(), d.jitter.to_array());
+    sum.jitter = JitterCounters::from_array(std::array::from_fn(|i| a[i] + b[i]));
+    sum.not_rtp += d.not_rtp;
+    sum.silent_frames += d.silent_frames;
+    sum.resyncs += d.resyncs;
+    sum.sent += d.sent;
+    sum.send_full += d.send_full;
+    sum.service_gone |= d.service_gone;
+}
+
+/// A hop direction's counts: "aes67 a → b received", …
+fn direction_counters((hop, c): &(String, StreamCounts)) -> Vec<Counter> {
+    let j = &c.jitter;
+    Counter::counts(
+        [
+            ("sent", c.sent),
+            ("service full", c.send_full),
+            ("received", j.received),
+            ("lost", j.lost),
+            ("late", j.late),
+            ("duplicates", j.duplicates),
+            ("reordered", j.reordered),
+            ("too early", j.too_early),
+            ("frames silent", c.silent_frames),
+            ("resyncs", c.resyncs),
+        ]
+        .map(|(what, n)| (format!("aes67 {}: {what}", hop.replace('-', " → ")), n)),
+    )
+}
+
+fn direction_note((hop, c): &(String, StreamCounts)) -> String {
+    let j = &c.jitter;
+    let gone = if c.service_gone {
+        "; A SERVICE DIED"
+    } else {
+        ""
+    };
+    format!(
+        "aes67 {}: sent {} (service full {}); received {}, lost {}, late {}, duplicates {}, \
+         reordered {}, too early {}; {} frames silent; {} resyncs{gone}",
+        hop.replace('-', " → "),
+        c.sent,
+        c.send_full,
+        j.received,
+        j.lost,
+        j.late,
+        j.duplicates,
+        j.reordered,
+        j.too_early,
+        c.silent_frames,
+        c.resyncs
+    )
+}
+
+/// Every packet the hosts received in the window, as the middle of its age
+/// bucket.
+fn packet_ages_ns(window: &Window) -> impl Iterator<Item = u64> {
+    let mut counts = vec![0u64; AGE_BUCKETS];
+    for ((start, _), (end, _)) in window.start.iter().zip(&window.end) {
+        for (s, e) in start.streams.iter().zip(&end.streams) {
+            for (count, (a, b)) in counts
+                .iter_mut()
+                .zip(s.packet_ages.iter().zip(&e.packet_ages))
+            {
+                *count += b.saturating_sub(*a);
+            }
+        }
+    }
+    counts.into_iter().enumerate().flat_map(|(k, n)| {
+        std::iter::repeat_n(k as u64 * AGE_BUCKET_NS + AGE_BUCKET_NS / 2, n as usize)
+    })
+}
+
+/// `values` per host as "12.3 / 11.0 (a / b)".
+fn per_host(hosts: &[HostFigures], value: fn(&HostFigures) -> f64) -> String {
+    let values: Vec<String> = hosts.iter().map(|h| format!("{:.1}", value(h))).collect();
+    let names: Vec<&str> = hosts.iter().map(|h| h.name).collect();
+    format!("{} ({})", values.join(" / "), names.join(" / "))
+}
+
+/// The measured window's figures the report's table shows, a counter each.
+#[derive(Debug, Clone, PartialEq)]
+struct Figures {
+    markers_lost: u64,
+    markers_written: u64,
+    packets_lost: u64,
+    packets_late: u64,
+    /// In the hosts' order.
+    hosts: Vec<HostFigures>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct HostFigures {
+    name: &'static str,
+    xruns: u64,
+    /// CPU time over the window, % of a core.
+    service_cpu: f64,
+    graph_cpu: f64,
+}
+
+const MARKERS_LOST: &str = "aes67 markers lost";
+const MARKERS_WRITTEN: &str = "aes67 markers written";
+const PACKETS_LOST: &str = "aes67 packets lost";
+const PACKETS_LATE: &str = "aes67 packets late";
+/// A host's counters: "aes67 xruns a", …
+const XRUNS: &str = "aes67 xruns";
+const SERVICE_CPU: &str = "aes67 service CPU";
+const GRAPH_CPU: &str = "aes67 graph CPU";
+const PERCENT_OF_A_CORE: &str = "% of a core";
+
+fn host_counter(what: &str, host: &str) -> String {
+    format!("{what} {host}")
+}
+
+impl Figures {
+    fn markers(&self) -> String {
+        format!("{} of {}", self.markers_lost, self.markers_written)
+    }
+
+    fn packets(&self) -> String {
+        format!("{} / {}", self.packets_lost, self.packets_late)
+    }
+
+    fn xruns(&self) -> String {
+        per_host(&self.hosts, |h| h.xruns as f64)
+    }
+
+    fn service_cpu(&self) -> String {
+        per_host(&self.hosts, |h| h.service_cpu)
+    }
+
+    fn graph_cpu(&self) -> String {
+        per_host(&self.hosts, |h| h.graph_cpu)
+    }
+
+    fn counters(&self) -> Vec<Counter> {
+        let mut counters = Counter::counts([
+            (MARKERS_LOST, self.markers_lost),
+            (MARKERS_WRITTEN, self.markers_written),
+            (PACKETS_LOST, self.packets_lost),
+            (PACKETS_LATE, self.packets_late),
+        ]);
+        for h in &self.hosts {
+            counters.extend([
+                Counter::count(host_counter(XRUNS, h.name), h.xruns),
+                Counter::new(
+                    host_counter(SERVICE_CPU, h.name),
+                    h.service_cpu,
+                    PERCENT_OF_A_CORE,
+                ),
+                Counter::new(
+                    host_counter(GRAPH_CPU, h.name),
+                    h.graph_cpu,
+                    PERCENT_OF_A_CORE,
+                ),
+            ]);
+        }
+        counters
+    }
+
+    /// The figures of a configuration's counters; None if it has none.
+    fn from_result(result: &ConfigurationResult) -> Option<Figures> {
+        let hosts = tessera_scenario::aes67::HOST_NAMES
+            .iter()
+            .map_while(|&name| {
+                let value = |what| Some(result.counter(&host_counter(what, name))?.value);
+                Some(HostFigures {
+                    name,
+                    xruns: result.count(&host_counter(XRUNS, name))?,
+                    service_cpu: value(SERVICE_CPU)?,
+                    graph_cpu: value(GRAPH_CPU)?,
+                })
+            })
+            .collect();
+        Some(Figures {
+            markers_lost: result.count(MARKERS_LOST)?,
+            markers_written: result.count(MARKERS_WRITTEN)?,
+            packets_lost: result.count(PACKETS_LOST)?,
+            packets_late: result.count(PACKETS_LATE)?,
+            hosts,
+        })
+    }
+}
+
+/// The subject's metrics, counters and notes, over the measured window.
+pub(crate) fn metrics(data: Aes67Data) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
+    let mut notes = vec![
+        format!("aes67: {}", data.about.describe),
+        format!("aes67 media clock: {}", data.about.clock),
+        format!("{STREAMS_NOTE}{}", data.about.streams),
+    ];
+    let deadline_us = data.about.deadline.as_nanos() as f64 / 1000.0;
+    let mut metrics = Vec::new();
+    let mut counters = Vec::new();
+    if let Some(w) = &data.window {
+        let a = (&w.start[0].0, &w.end[0].0);
+        let directions = per_direction(w);
+        let total = directions
+            .iter()
+            .fold(StreamCounts::default(), |mut s, (_, c)| {
+                add(&mut s, c);
+                s
+            });
+        let share =
+            |(s, e): (u64, u64)| e.saturating_sub(s) as f64 * 100.0 / w.length_ns.max(1) as f64;
+        let hosts = data
+            .about
+            .names
+            .iter()
+            .zip(w.start.iter().zip(&w.end))
+            .map(|(&name, ((s, s_cpu), (e, e_cpu)))| HostFigures {
+                name,
+                xruns: e.xruns.saturating_sub(s.xruns),
+                service_cpu: share((s_cpu.0, e_cpu.0)),
+                graph_cpu: share((s_cpu.1, e_cpu.1)),
+            })
+            .collect();
+        let figures = Figures {
+            markers_lost: a.1.markers_lost.saturating_sub(a.0.markers_lost),
+            markers_written: a.1.markers_written.saturating_sub(a.0.markers_written),
+            packets_lost: total.jitter.lost,
+            packets_late: total.jitter.late,
+            hosts,
+        };
+        notes.push(format!("{MARKERS_NOTE}{}", figures.markers()));
+        notes.push(format!("{PACKETS_NOTE}{}", figures.packets()));
+        notes.extend(directions.iter().map(direction_note));
+        counters.extend(directions.iter().flat_map(direction_counters));
+        notes.push(format!("{XRUNS_NOTE}{}", figures.xruns()));
+        notes.push(format!("{SERVICE_CPU_NOTE}{}", figures.service_cpu()));
+        notes.push(format!("{GRAPH_CPU_NOTE}{}", figures.graph_cpu()));
+        counters.extend(figures.counters());
+        metrics.push(latency_metric(
+            METRIC,
+            Some(deadline_us),
+            w.latencies_ns.iter().copied(),
+        ));
+        let latency_us = data.about.latency.as_nanos() as f64 / 1000.0;
+        metrics.push(latency_metric(
+            AGE_METRIC,
+            Some(latency_us),
+            packet_ages_ns(w),
+        ));
+    } else {
+        notes.push("aes67: nothing measured (the run ended before its release)".into());
+    }
+    for (name, stopped) in data.about.names.iter().zip(&data.stopped) {
+        match stopped {
+            Ok(r) if !r.late_nodes.is_empty() => notes.push(format!(
+                "aes67 host {name}: xruns named late {:?} (whole run)",
+                r.late_nodes
+            )),
+            Ok(_) => {}
+            Err(e) => notes.push(format!("aes67 host {name}: {e}")),
+        }
+    }
+    notes.extend(data.services);
+    (metrics, counters, notes)
+}
+
+/// The report's AES67 section: a row per configuration. Empty for other
+/// runs.
+pub fn report_section(results: &RunResults) -> String {
+    let mut rows = String::new();
+    let mut deadline = None;
+    for c in &results.configurations {
+        let Some(m) = c.metric(METRIC) else { continue };
+        deadline = deadline.or(m.deadline);
+        let s = &m.summary;
+        let within = within_cell(s.misses);
+        let figures = Figures::from_result(c);
+        let cell = |f: fn(&Figures) -> String| figures.as_ref().map_or("–".into(), f);
+        let ages = c.metric(AGE_METRIC).map_or("–".into(), |a| {
+            let a = &a.summary;
+            format!(
+                "{:.2} / {:.2} / {:.2}",
+                a.p50 / 1000.0,
+                a.p999 / 1000.0,
+                a.max / 1000.0
+            )
+        });
+        let _ = writeln!(
+            rows,
+            "| {} | {} | {:.2} / {:.2} / {:.2} | {within} | {ages} | {} | {} | {} | {} | {} |",
+            c.name,
+            note_cell(&c.notes, STREAMS_NOTE),
+            s.p50 / 1000.0,
+            s.p999 / 1000.0,
+            s.max / 1000.0,
+            cell(Figures::markers),
+            cell(Figures::packets),
+            cell(Figures::xruns),
+            cell(Figures::service_cpu),
+            cell(Figures::graph_cpu),
+        );
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let deadline_ms = deadline.map_or("–".into(), |d| format!("{:.1} ms", d / 1000.0));
+    let step = AGE_BUCKET_NS / 1000;
+    format!(
+        "\n## AES67: round trip, loss and CPU per configuration\n\n\
+         The marker's round trip (first sample in → the same sample out at host a) over the \
+         measured window, against the deadline of {deadline_ms}; every received packet's age at \
+         arrival (from the media time of its first sample to the kernel's receive stamp, in \
+         {step} µs steps: what a receiver's latency must cover); markers and packets lost or late \
+         over all hosts and directions (a packet is lost when its first frame is not there when \
+         played — its later frames may still be heard; late when all of it came after); xruns \
+         and CPU (% of a core) per host.\n\n\
+         | configuration | streams each way | round trip p50 / p99.9 / max (ms) | ≤ {deadline_ms} | \
+         packet age p50 / p99.9 / max (ms) | markers lost | packets lost / late | xruns | \
+         service CPU % | graph CPU % |\n\
+         |---|--:|---|---|---|---|---|---|---|---|\n{rows}"
+    )
+}
+
+/// `[subject] kind = "aes67"`.
+pub(crate) struct Kind;
+
+impl crate::subject::contract::Subject for Kind {
+    fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
+        matches!(scenario.subject, Subject::Aes67(_))
+    }
+
+    fn start(
+        &self,
+        scenario: &Scenario,
+        config: &Configuration,
+    ) -> Result<Box<dyn Running>, String> {
+        Ok(Box::new(Aes67Run::start(scenario, config)?))
+    }
+
+    fn report_section(&self, results: &RunResults, _dir: &Path) -> Result<String, String> {
+        Ok(report_section(results))
+    }
+}
+
+impl Running for Aes67Run {
+    fn release(&mut self, t0: u64) -> Result<(), String> {
+        Aes67Run::release(self, t0);
+        Ok(())
+    }
+
+    fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
+        Box::new(self.finish())
+    }
+}
+
+impl Stopped for Aes67Data {
+    fn measure(self: Box<Self>, _scenario: &Scenario, _t0: u64) -> Measured {
+        metrics(*self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_aes67::{Encoding, StreamFormat};
+
+    fn subject(hosts: usize) -> Aes67Subject {
+        Aes67Subject {
+            hosts,
+            streams: 2,
+            format: StreamFormat::with_packet_time(Encoding::L24, 48_000, 8, 1000).unwrap(),
+            latency: Duration::from_micros(1750),
+            deadline: Duration::from_millis(8),
+        }
+    }
+
+    #[test]
+    fn each_host_forwards_what_comes_from_one_neighbour_to_the_other() {
+        let s = subject(3);
+        let names = |v: Vec<StreamSpec>| v.into_iter().map(|s| s.name).collect::<Vec<_>>();
+        let (rx, tx) = streams_of(&s, 0, 2);
+        assert_eq!(
+            (names(rx), names(tx)),
+            (
+                vec!["b-a-1".to_string(), "b-a-2".into()],
+                vec!["a-b-1".to_string(), "a-b-2".into()]
+            )
+        );
+        let (rx, tx) = streams_of(&s, 1, 1);
+        assert_eq!(names(rx), ["a-b-1", "c-b-1"]);
+        assert_eq!(names(tx), ["b-c-1", "b-a-1"]);
+        let (rx, tx) = streams_of(&s, 2, 1);
+        assert_eq!(
+            (names(rx), names(tx)),
+            (vec!["b-c-1".to_string()], vec!["c-b-1".to_string()])
+        );
+        let groups: Vec<Ipv4Addr> = [(0, 1), (1, 0), (1, 2), (2, 1)]
+            .map(|(f, t)| *stream(&s, f, t, 3).address.ip())
+            .to_vec();
+        assert_eq!(
+            groups,
+            [
+                [239, 69, 10, 3],
+                [239, 69, 11, 3],
+                [239, 69, 12, 3],
+                [239, 69, 13, 3]
+            ]
+            .map(Ipv4Addr::from)
+        );
+    }
+
+    #[test]
+    fn the_tables_counts_are_rendered_from_the_counters() {
+        let host = |name, xruns, service_cpu| HostFigures {
+            name,
+            xruns,
+            service_cpu,
+            graph_cpu: 3.25,
+        };
+        let figures = Figures {
+            markers_lost: 1,
+            markers_written: 500,
+            packets_lost: 2,
+            packets_late: 3,
+            hosts: vec![host("a", 4, 12.5), host("b", 0, 11.0)],
+        };
+        let result = ConfigurationResult {
+            name: "guarded".into(),
+            notes: vec![format!("{STREAMS_NOTE}2")],
+            metrics: vec![latency_metric(
+                METRIC,
+                Some(8000.0),
+                [1_000_000].into_iter(),
+            )],
+            counters: figures.counters(),
+        };
+        assert_eq!(result.count("aes67 xruns a"), Some(4));
+        assert_eq!(Figures::from_result(&result), Some(figures));
+        let results = RunResults {
+            configurations: vec![result],
+            ..RunResults::start("aes67")
+        };
+        let section = report_section(&results);
+        assert!(
+            section.contains(
+                "| 1 of 500 | 2 / 3 | 4.0 / 0.0 (a / b) | 12.5 / 11.0 (a / b) | 3.2 / 3.2 (a / b) |"
+            ),
+            "{section}"
+        );
+    }
+
+    #[test]
+    fn a_lone_host_receives_what_it_sends() {
+        let s = subject(1);
+        let (rx, tx) = streams_of(&s, 0, 2);
+        assert_eq!(rx, tx);
+        let names: Vec<_> = rx.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["a-a-1", "a-a-2"]);
+        assert!(describe(&s, 2).contains("a → a through groups it joined itself"));
+    }
+
+    #[test]
+    fn cycles_are_whole_packets_and_markers_outlast_the_round_trip() {
+        let mut s = subject(2);
+        assert_eq!(cycle_frames(&s), 48);
+        assert_eq!(marker_interval(&s), 480);
+        s.format = StreamFormat::with_packet_time(Encoding::L24, 48_000, 8, 125).unwrap();
+        assert_eq!(cycle_frames(&s), 36);
+        let mut chain = subject(4);
+        chain.latency = Duration::from_millis(2);
+        assert_eq!(marker_interval(&chain), 48 * 24);
+    }
+}

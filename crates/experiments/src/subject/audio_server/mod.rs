@@ -1,0 +1,505 @@
+//! The `audio-server` subject's run (seed 001 §4.4–4.6 on the real
+//! servers): a private jackd2 or PipeWire ([`crate::harness::servers`]), `tessera
+//! guard` as a child in the guard configurations, and `tessera-jack-peer`
+//! hosting the load clients, which join the chain on the scenario's
+//! timeline and time every cycle.
+//!
+//! It owns one configuration's processes and scratch directory: started
+//! server first, then the clients' process (pinned like the server; its
+//! clients open on the timeline once the release sends it t0), then the
+//! guard; stopped the other way round — the clients end on their own at the
+//! end of the run, the guard gets SIGTERM by its PID before the server does
+//! — and the directory is removed, on error too. It must never signal a process it
+//! did not start nor judge the numbers ([`figures`] reports them).
+//!
+//! A subject with `[subject.network_app]` runs as [`network_app`] instead:
+//! two hosts, each a jackd with a network-audio client.
+
+mod budgets;
+mod figures;
+mod ground_truth;
+pub mod network_app;
+
+pub use budgets::{BUDGET, THREAD_PREDICTED, THREAD_SET, THREAD_USED};
+pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, OTHER_PERIOD, PERIOD};
+
+use crate::harness::servers::{self, AudioServer, OwnedChild, ServerSpec};
+use crate::subject::contract::{Measured, Running, Stopped};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use tessera_jack_peer::record::PeerRecord;
+use tessera_measure::{Counter, Metric};
+use tessera_scenario::{
+    AudioServerSubject, Configuration, Scenario, ServerKind, ServerSched, Subject,
+};
+use tessera_sys::clock::monotonic_ns;
+
+/// How long the clients may take to end after the run's end.
+const PEER_EXIT_WAIT: Duration = Duration::from_secs(15);
+/// How long the clients and the guard may take to exit after SIGTERM.
+const CHILD_GRACE: Duration = Duration::from_secs(5);
+/// Time the guard gets to find the server's threads before the clients come.
+const GUARD_SETTLE: Duration = Duration::from_millis(300);
+/// The guard outlives the run by this much at most if nobody stops it.
+const GUARD_DEAD_MAN: Duration = Duration::from_secs(30);
+
+/// Where `tessera guard` puts its reservations and which broker it asks.
+pub(crate) struct GuardPlace {
+    /// Its `--core` (a CPU number, or `global`); None: the guard's default.
+    pub core: Option<String>,
+    /// The run directory of the broker it asks (`TESSERA_RUN_DIR`); None:
+    /// the one `tessera_broker::Session::connect` finds.
+    pub broker_dir: Option<PathBuf>,
+}
+
+/// A scratch directory of one configuration, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn create() -> Result<Scratch, String> {
+        let dir = std::env::temp_dir().join(servers::unique("tessera-audio"));
+        fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        Ok(Scratch(dir))
+    }
+
+    fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `tessera guard` running as a child.
+struct GuardChild {
+    process: OwnedChild,
+    /// When it started (CLOCK_MONOTONIC ns): its record's time origin.
+    started_ns: u64,
+}
+
+/// One configuration's server, guard and clients. Fields drop in order:
+/// clients, guard, server, scratch directory.
+pub struct AudioServerRun {
+    peer: Option<OwnedChild>,
+    guard: Option<GuardChild>,
+    server: Option<AudioServer>,
+    scratch: Scratch,
+    subject: AudioServerSubject,
+    sched: ServerSched,
+    total: Duration,
+    t0: Option<u64>,
+}
+
+/// What a run left for the metrics.
+pub struct AudioServerData {
+    pub subject: AudioServerSubject,
+    pub sched: ServerSched,
+    pub record: Result<PeerRecord, String>,
+    /// The guard's record, in run time (s from t0).
+    pub budgets: Option<Result<Vec<budgets::BudgetRow>, String>>,
+    pub notes: Vec<String>,
+}
+
+impl AudioServerRun {
+    /// Starts the server (and the guard); the clients start at
+    /// [`AudioServerRun::release`].
+    pub fn start(scenario: &Scenario, config: &Configuration) -> Result<AudioServerRun, String> {
+        let Subject::AudioServer(subject) = &scenario.subject else {
+            unreachable!("called for audio-server subjects only")
+        };
+        let sched = config.server.clone().expect("validated with the subject");
+        let guard = GuardPlace {
+            core: scenario.core.map(|c| c.to_string()),
+            broker_dir: None,
+        };
+        AudioServerRun::start_on(subject, sched, scenario.core, scenario.total(), &guard)
+    }
+
+    /// [`AudioServerRun::start`] from its parts: the server, its clients
+    /// and (under `ServerSched::Guard`) the guard, placed as `guard` says;
+    /// `core` is the scenario's, `total` the run's length.
+    pub(crate) fn start_on(
+        subject: &AudioServerSubject,
+        sched: ServerSched,
+        core: Option<usize>,
+        total: Duration,
+        guard: &GuardPlace,
+    ) -> Result<AudioServerRun, String> {
+        let peer = servers::program_beside_us("tessera-jack-peer");
+        if !servers::is_program(&peer) {
+            return Err("tessera-jack-peer is not built: cargo build -p tessera-jack-peer".into());
+        }
+        let scratch = Scratch::create()?;
+        let pinned = pinned_core(&sched, core);
+        let server = start_server(subject, &sched, pinned, &scratch)?;
+        let peer = start_peer(&server, subject, pinned, total, &scratch)?;
+        let guard = match &sched {
+            ServerSched::Guard(settings) => {
+                let mut args = settings.args();
+                if let Some(core) = &guard.core {
+                    args.extend(["--core".to_string(), core.clone()]);
+                }
+                Some(start_guard(
+                    &server,
+                    &args,
+                    &scratch,
+                    total,
+                    guard.broker_dir.as_deref(),
+                )?)
+            }
+            ServerSched::Fifo(_) => None,
+        };
+        Ok(AudioServerRun {
+            peer: Some(peer),
+            guard,
+            server: Some(server),
+            scratch,
+            subject: subject.clone(),
+            sched,
+            total,
+            t0: None,
+        })
+    }
+
+    /// The clients' process and the guard's, if there is one.
+    pub(crate) fn pids(&self) -> (tessera_sys::proc::Pid, Option<tessera_sys::proc::Pid>) {
+        let peer = self.peer.as_ref().map(OwnedChild::pid).unwrap_or(0);
+        (peer, self.guard.as_ref().map(|g| g.process.pid()))
+    }
+
+    /// Starts the clients' timeline at `t0`.
+    pub fn release(&mut self, t0: u64) -> Result<(), String> {
+        let peer = self.peer.as_mut().expect("started");
+        peer.tell(&t0.to_string()).map_err(|e| {
+            let log = servers::log_tail(&self.scratch.file("peer.log"));
+            format!("{e}: {log}")
+        })?;
+        self.t0 = Some(t0);
+        Ok(())
+    }
+
+    /// Stops the clients now (SIGTERM by their PID) instead of waiting for
+    /// the end of their timeline: the run was interrupted.
+    pub fn cut_short(&mut self) {
+        if let Some(peer) = self.peer.as_mut() {
+            peer.stop();
+        }
+    }
+
+    /// Waits for the clients to end, stops the guard and the server, and
+    /// reads what they recorded.
+    pub fn finish(mut self) -> AudioServerData {
+        let mut notes: Vec<String> = self.wait_for_clients().into_iter().collect();
+        let budgets = self.guard.take().map(|guard| {
+            let (ending, budgets) = self.stop_guard(guard);
+            notes.extend(ending);
+            budgets
+        });
+        if let Some(server) = self.server.take() {
+            server.stop();
+        }
+        let peer_log = self.scratch.file("peer.log");
+        let record = match self.t0 {
+            None => Err("the clients never started".to_string()),
+            Some(_) => fs::read_to_string(self.scratch.file("peer.tsv"))
+                .map_err(|e| {
+                    format!(
+                        "no record from the clients ({e}): {}",
+                        servers::log_tail(&peer_log)
+                    )
+                })
+                .and_then(|text| PeerRecord::parse(&text)),
+        };
+        AudioServerData {
+            subject: self.subject.clone(),
+            sched: self.sched.clone(),
+            record,
+            budgets,
+            notes,
+        }
+    }
+
+    /// Waits until the clients ended on their own (they stop at the end of
+    /// the run), or stops them; a note if they failed.
+    fn wait_for_clients(&mut self) -> Option<String> {
+        let (peer, t0) = (self.peer.as_mut()?, self.t0?);
+        let end = t0 + (self.total + PEER_EXIT_WAIT).as_nanos() as u64;
+        let wait = Duration::from_nanos(end.saturating_sub(monotonic_ns()));
+        match peer.wait_until(Instant::now() + wait) {
+            Some(status) if status.success() => None,
+            Some(status) => Some(format!(
+                "tessera-jack-peer failed ({status}): {}",
+                servers::log_tail(&self.scratch.file("peer.log"))
+            )),
+            None => Some(peer.stop()),
+        }
+    }
+
+    /// Stops the guard (SIGTERM by its PID) and reads its record; a note
+    /// if it did not end cleanly.
+    fn stop_guard(
+        &self,
+        mut guard: GuardChild,
+    ) -> (Option<String>, Result<Vec<budgets::BudgetRow>, String>) {
+        let ending = guard.process.stop();
+        let note = (!ending.contains("exit status: 0")).then(|| {
+            let log = servers::log_tail(&self.scratch.file("guard.log"));
+            format!("{ending}: {log}")
+        });
+        let origin = budgets::Origin {
+            guard_started_ns: guard.started_ns,
+            t0_ns: self.t0.unwrap_or(guard.started_ns),
+        };
+        (
+            note,
+            budgets::read(&self.scratch.file("guard.csv"), &origin),
+        )
+    }
+}
+
+/// The metrics and notes of a finished run; `t0` is the run's origin.
+pub fn metrics(
+    data: AudioServerData,
+    scenario: &Scenario,
+    t0: u64,
+) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
+    let window = figures::Window::of_run(scenario, t0);
+    let mut notes = data.notes;
+    let record = match data.record {
+        Ok(record) => record,
+        Err(e) => {
+            notes.insert(0, format!("not measured: {e}"));
+            return (Vec::new(), Vec::new(), notes);
+        }
+    };
+    let (mut metrics, mut headline, more) = figures::measure(&record, &data.subject, &window);
+    notes.extend(more);
+    match data.budgets {
+        Some(Ok(rows)) => {
+            let labels = budgets::labels(&record);
+            let warmup_s = scenario.warmup.as_secs_f64();
+            let (budget_metrics, ratio, budget_notes) = budgets::metrics(&rows, &labels, warmup_s);
+            metrics.extend(budget_metrics);
+            headline.reserved_per_used = ratio;
+            notes.extend(budget_notes);
+            let truths = ground_truth::compare(&rows, &record, t0, warmup_s);
+            notes.extend(ground_truth::note(&truths));
+        }
+        Some(Err(e)) => notes.push(format!("guard's record: {e}")),
+        None => {}
+    }
+    headline.sched = data.sched.describe();
+    notes.insert(0, headline.note());
+    (metrics, headline.counters(), notes)
+}
+
+/// The core the server and its clients start pinned to: the scenario's
+/// under plain FIFO; none under the guard, which places each real-time
+/// thread on its own core in a reservation. (Cells of the tasks may have
+/// made the scenario's core an exclusive cpuset already: nothing outside
+/// them can be pinned there.)
+fn pinned_core(sched: &ServerSched, core: Option<usize>) -> Option<usize> {
+    match sched {
+        ServerSched::Fifo(_) => core,
+        ServerSched::Guard(_) => None,
+    }
+}
+
+/// The subject's server as this configuration runs it, pinned to `core`,
+/// logging into the scratch directory.
+fn server_spec(
+    subject: &AudioServerSubject,
+    sched: &ServerSched,
+    core: Option<usize>,
+    scratch: &Scratch,
+) -> ServerSpec {
+    ServerSpec {
+        frames: subject.frames,
+        rate: subject.rate,
+        priority: sched.jack_priority(subject).unwrap_or(subject.priority),
+        core,
+        log: scratch.file("server.log"),
+    }
+}
+
+fn start_server(
+    subject: &AudioServerSubject,
+    sched: &ServerSched,
+    core: Option<usize>,
+    scratch: &Scratch,
+) -> Result<AudioServer, String> {
+    let spec = server_spec(subject, sched, core, scratch);
+    match subject.server {
+        ServerKind::Jack => {
+            servers::JackServer::start(Path::new("jackd"), &spec).map(AudioServer::Jack)
+        }
+        ServerKind::PipeWire => servers::PipeWireServer::start(&spec).map(AudioServer::PipeWire),
+    }
+}
+
+/// `tessera-jack-peer` with the subject's clients, pinned like the server,
+/// waiting for t0 on its stdin.
+fn start_peer(
+    server: &AudioServer,
+    subject: &AudioServerSubject,
+    core: Option<usize>,
+    total: Duration,
+    scratch: &Scratch,
+) -> Result<OwnedChild, String> {
+    let mut command = server.client_command(&servers::program_beside_us("tessera-jack-peer"));
+    command.args(peer_args(subject, total));
+    command.arg("--out").arg(scratch.file("peer.tsv"));
+    let log = fs::File::create(scratch.file("peer.log")).map_err(|e| e.to_string())?;
+    let log_err = log.try_clone().map_err(|e| e.to_string())?;
+    command.stdin(Stdio::piped()).stdout(log).stderr(log_err);
+    let child = servers::spawn_on(&mut command, core, "pipewire-jack")?;
+    Ok(OwnedChild::new(child, "tessera-jack-peer", CHILD_GRACE))
+}
+
+/// `tessera guard jackd --server NAME --pid PID …` (or `pipewire --pid
+/// PID …`), in the server's environment (and `broker_dir`'s broker),
+/// recording into the scratch directory. Refused with the reason when this
+/// build has no guard.
+fn start_guard(
+    server: &AudioServer,
+    settings: &[String],
+    scratch: &Scratch,
+    total: Duration,
+    broker_dir: Option<&Path>,
+) -> Result<GuardChild, String> {
+    let tessera = servers::program_beside_us("tessera");
+    guard_available(&tessera)?;
+    let mut command = Command::new(&tessera);
+    command.envs(server.client_env()).arg("guard");
+    if let Some(dir) = broker_dir {
+        command.env("TESSERA_RUN_DIR", dir);
+    }
+    match server {
+        AudioServer::Jack(jack) => command.args(["jackd", "--server", jack.name()]),
+        AudioServer::PipeWire(_) => command.arg("pipewire"),
+    };
+    command
+        .args(["--pid", &server.pid().to_string()])
+        .args(settings)
+        .arg("--record")
+        .arg(scratch.file("guard.csv"))
+        .args(["--seconds", &(total + GUARD_DEAD_MAN).as_secs().to_string()])
+        .arg("--quiet");
+    let log = scratch.file("guard.log");
+    let out = fs::File::create(&log).map_err(|e| e.to_string())?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    command.stdin(Stdio::null()).stdout(out).stderr(err);
+    let started_ns = monotonic_ns();
+    let child = command
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", tessera.display()))?;
+    let mut process = OwnedChild::new(child, "tessera guard", CHILD_GRACE);
+    std::thread::sleep(GUARD_SETTLE);
+    if let Some(status) = process.exited() {
+        return Err(format!(
+            "tessera guard exited at start ({status}): {}",
+            servers::log_tail(&log)
+        ));
+    }
+    Ok(GuardChild {
+        process,
+        started_ns,
+    })
+}
+
+/// Whether `tessera guard` exists in this build.
+fn guard_available(tessera: &Path) -> Result<(), String> {
+    let help = Command::new(tessera)
+        .args(["guard", "--help"])
+        .stdin(Stdio::null())
+        .output();
+    match help {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(_) => Err(format!(
+            "{} has no `guard` command yet: the guard configurations need `tessera guard` \
+             (build it: cargo build -p tessera-cli)",
+            tessera.display()
+        )),
+        Err(e) => Err(format!(
+            "cannot run {} ({e}): the guard configurations need `tessera guard` \
+             (build it: cargo build -p tessera-cli)",
+            tessera.display()
+        )),
+    }
+}
+
+/// The peer's command line for the subject's clients on the run's
+/// timeline (its origin on stdin): a chain, a monitor, each client's load,
+/// start and stop.
+fn peer_args(subject: &AudioServerSubject, total: Duration) -> Vec<String> {
+    let list = |f: &dyn Fn(&tessera_scenario::AudioClient) -> String| {
+        subject.clients.iter().map(f).collect::<Vec<_>>().join(",")
+    };
+    vec![
+        "--topology".into(),
+        "chain".into(),
+        "--monitor".into(),
+        "--loads".into(),
+        subject.clients.len().to_string(),
+        "--load".into(),
+        list(&|c| c.load.to_string()),
+        "--starts".into(),
+        list(&|c| c.start.as_secs_f64().to_string()),
+        "--stops".into(),
+        list(&|c| c.stop.map_or("-".into(), |s| s.as_secs_f64().to_string())),
+        "--t0-ns".into(),
+        "stdin".into(),
+        "--seconds".into(),
+        total.as_secs_f64().to_string(),
+    ]
+}
+
+/// `[subject] kind = "audio-server"` without a network application.
+pub(crate) struct Kind;
+
+impl crate::subject::contract::Subject for Kind {
+    fn runs(&self, scenario: &Scenario, _config: &Configuration) -> bool {
+        matches!(&scenario.subject, Subject::AudioServer(a) if a.network.is_none())
+    }
+
+    fn start(
+        &self,
+        scenario: &Scenario,
+        config: &Configuration,
+    ) -> Result<Box<dyn Running>, String> {
+        Ok(Box::new(AudioServerRun::start(scenario, config)?))
+    }
+
+    fn report_section(
+        &self,
+        results: &tessera_measure::RunResults,
+        _dir: &Path,
+    ) -> Result<String, String> {
+        Ok(report_section(results))
+    }
+}
+
+impl Running for AudioServerRun {
+    fn release(&mut self, t0: u64) -> Result<(), String> {
+        AudioServerRun::release(self, t0)
+    }
+
+    fn cut_short(&mut self) {
+        AudioServerRun::cut_short(self);
+    }
+
+    fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
+        Box::new(self.finish())
+    }
+}
+
+impl Stopped for AudioServerData {
+    fn measure(self: Box<Self>, scenario: &Scenario, t0: u64) -> Measured {
+        metrics(*self, scenario, t0)
+    }
+}

@@ -1,0 +1,62 @@
+//! What every scenario subject provides, in the order a run uses it: a
+//! [`Subject`] says whether it runs a configuration and starts it, a
+//! [`Running`] subject is released, advanced, perhaps cut short and
+//! stopped, a [`Stopped`] one measures itself.
+//!
+//! A leaf: the subjects implement these traits and the registry above
+//! lists them, so neither imports the other. It must never name a subject.
+
+use std::path::Path;
+use tessera_measure::{Counter, Metric, RunResults};
+use tessera_scenario::{Configuration, Scenario};
+
+/// What a stopped subject measured: its metrics, its counters and notes
+/// saying the same in words.
+pub(crate) type Measured = (Vec<Metric>, Vec<Counter>, Vec<String>);
+
+/// A kind of scenario subject.
+pub(crate) trait Subject: Sync {
+    /// Whether it runs `scenario`'s subject in `config` (exactly one
+    /// registered subject does).
+    fn runs(&self, scenario: &Scenario, config: &Configuration) -> bool;
+
+    /// Sets it up for `config`, waiting for [`Running::release`].
+    fn start(
+        &self,
+        scenario: &Scenario,
+        config: &Configuration,
+    ) -> Result<Box<dyn Running>, String>;
+
+    /// Its section of a run's report (README.md), with any figures written
+    /// into `dir`; empty when the run has none of its configurations.
+    fn report_section(&self, _results: &RunResults, _dir: &Path) -> Result<String, String> {
+        Ok(String::new())
+    }
+}
+
+/// A subject set up for one configuration.
+pub(crate) trait Running {
+    /// Releases it: t0 is the run's origin (CLOCK_MONOTONIC ns).
+    fn release(&mut self, t0: u64) -> Result<(), String>;
+
+    /// Does what is due `elapsed_ns` after t0; returns when the next thing
+    /// is due (ns after t0), if anything is.
+    fn advance(&mut self, _elapsed_ns: u64) -> Result<Option<u64>, String> {
+        Ok(None)
+    }
+
+    /// Ends what would otherwise wait for the run's natural end, before
+    /// [`Running::stop`] (the run was interrupted).
+    fn cut_short(&mut self) {}
+
+    /// Stops and joins everything it started, whatever state it is in;
+    /// what went wrong on the way goes to `notes`.
+    fn stop(self: Box<Self>, notes: &mut Vec<String>) -> Box<dyn Stopped>;
+}
+
+/// What a subject left when it stopped: its typed result.
+pub(crate) trait Stopped {
+    /// Its metrics, counters and notes, measured after the warm-up of
+    /// `scenario` (t0: the run's origin).
+    fn measure(self: Box<Self>, scenario: &Scenario, t0: u64) -> Measured;
+}
