@@ -6,7 +6,7 @@
 //! the results do not hold (the ratio and the lowest sizes come from
 //! [`super::ServerResult`]).
 
-use super::{Config, ConfigResult, LowestResults, ServerResult, GOAL_RATIO};
+use super::results::{Config, ConfigResult, LowestResults, ServerResult, GOAL_RATIO};
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -249,14 +249,14 @@ fn plot(results: &LowestResults, dir: &Path) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Options, Trial};
+    use super::super::results::{latency_ms, Options, Trial};
     use super::*;
     use tessera_scenario::ServerKind;
 
     fn trial(frames: u32, failures: u64) -> Trial {
         Trial {
             frames,
-            latency_ms: super::super::latency_ms(frames),
+            latency_ms: latency_ms(frames),
             held: failures == 0,
             failures,
             xruns: failures,
@@ -278,14 +278,14 @@ mod tests {
         jack.configs[1].trials = vec![trial(128, 0), trial(32, 70), trial(64, 2)];
         let searches = [
             (Config::Plain, {
-                let mut b = super::super::Bisection::new(7);
+                let mut b = super::super::search::Bisection::new(7);
                 b.record(3, false);
                 b.record(5, true);
                 b.record(4, false);
                 b
             }),
             (Config::Guarded, {
-                let mut b = super::super::Bisection::new(7);
+                let mut b = super::super::search::Bisection::new(7);
                 b.record(3, true);
                 b.record(1, false);
                 b.record(2, false);

@@ -8,7 +8,7 @@
 //! It owns what a trial counts against holding. It must never start or stop
 //! a process itself: the runner and [`crate::harness::servers`] do, by PID.
 
-use super::{Config, Options, Trial, CLIENTS, CLIENT_LOAD, RATE};
+use super::results::{latency_ms, Config, Options, Trial, CLIENTS, CLIENT_LOAD, RATE};
 use crate::harness::servers;
 use crate::runner;
 use crate::subject::audio_server::{Headline, OTHER_PERIOD};
@@ -204,7 +204,7 @@ fn figures(
     let failures = failures(server, &headline);
     Ok(Trial {
         frames,
-        latency_ms: super::latency_ms(frames),
+        latency_ms: latency_ms(frames),
         held: refused.is_none() && failures == 0,
         failures,
         xruns: headline.xruns,

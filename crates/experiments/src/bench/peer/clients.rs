@@ -16,7 +16,7 @@ use tessera_measure::LatencyHistogram;
 use tessera_sys::sched::{self, Policy};
 
 use super::cycles::{figures, CycleNodes, NodeTimes, Role};
-use super::{
+use super::setup::{
     run_to_end, tool, Figures, Options, PeerError, Topology, HISTOGRAM_MAX_NS, INSTALL_FIX,
 };
 use crate::harness::servers::{AudioServer, JackServer, PipeWireServer, ServerSpec};

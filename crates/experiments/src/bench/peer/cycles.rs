@@ -7,7 +7,7 @@
 
 use tessera_measure::LatencyHistogram;
 
-use super::{Figures, Options, Topology, HISTOGRAM_MAX_NS};
+use super::setup::{Figures, Options, Topology, HISTOGRAM_MAX_NS};
 
 /// A node's place in the fan-out (every chain node is a load).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use std::process::Command;
 
 use tessera_measure::LatencyHistogram;
 
-use super::{run_to_end, tool, Figures, Options, PeerError, HISTOGRAM_MAX_NS};
+use super::setup::{run_to_end, tool, Figures, Options, PeerError, HISTOGRAM_MAX_NS};
 
 /// Bound of cyclictest's histogram, in µs (its resolution is 1 µs).
 const HISTOGRAM_US: u64 = 20_000;

@@ -13,7 +13,7 @@ use tessera_measure::LatencyHistogram;
 use tessera_sys::sched::{self, Policy};
 
 use super::cycles::{figures, CycleNodes, NodeTimes, Role};
-use super::{Figures, Options, PeerError, Topology, HISTOGRAM_MAX_NS, WARM_UP};
+use super::setup::{Figures, Options, PeerError, Topology, HISTOGRAM_MAX_NS, WARM_UP};
 
 pub(super) fn run(options: &Options, topology: Topology) -> Result<Figures, PeerError> {
     let engine_error = |e: &dyn std::fmt::Display| PeerError::Engine(e.to_string());

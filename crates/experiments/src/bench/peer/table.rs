@@ -9,7 +9,7 @@
 use tessera_measure::LatencyHistogram;
 
 use super::clients::{configuration, label};
-use super::{Figures, Options, Topology, SERVERS};
+use super::setup::{Figures, Options, Topology, SERVERS};
 
 fn us(ns: u64) -> f64 {
     ns as f64 / 1_000.0
@@ -145,7 +145,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::HISTOGRAM_MAX_NS;
+    use super::super::setup::HISTOGRAM_MAX_NS;
     use super::*;
 
     fn figures(name: &str, overhead_ns: u64, xruns: Option<u64>) -> Figures {

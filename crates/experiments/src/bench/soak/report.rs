@@ -13,7 +13,7 @@ use std::path::Path;
 use tessera_measure::plot::{self, SeriesPanel};
 use tessera_measure::{RunResults, Series};
 
-use super::{MinuteDt, ProcessSample, Sample, SoakResults};
+use super::results::{MinuteDt, ProcessSample, Sample, SoakResults};
 
 const KIB_PER_MIB: f64 = 1024.0;
 
