@@ -383,3 +383,36 @@ fn a_cpuset_only_member_shares_the_cells_core_at_its_own_policy_and_takes_no_slo
     plain.finish();
     reserved.finish();
 }
+
+#[test]
+fn a_cell_for_a_thread_that_cannot_be_attached_is_not_left_behind() {
+    let Some(m) = privileged("cell-for-thread") else {
+        return;
+    };
+    let (mut broker, _) = tessera_broker::Broker::open(
+        m.paths.clone(),
+        tessera_broker::config::Config::default(),
+        "test".into(),
+    )
+    .unwrap();
+    let owner = tessera_broker::state::Owner {
+        uid: 0,
+        process: None,
+    };
+    let me = tessera_sys::proc::current_pid();
+    // PID 1's thread is not a thread of this process.
+    let err = broker
+        .create_cell_for_thread(event_triggered("stray", 100, 1000), owner.clone(), me, 1)
+        .unwrap_err();
+    assert!(broker.status().cells.is_empty(), "{err}: no cell left");
+    let t = Parked::spawn(|| {});
+    broker
+        .create_cell_for_thread(event_triggered("mine", 100, 1000), owner, me, t.tid)
+        .unwrap();
+    assert!(matches!(
+        sched::get_policy(t.tid).unwrap(),
+        Policy::Deadline(_)
+    ));
+    broker.destroy_cell("mine", 0).unwrap();
+    t.finish();
+}

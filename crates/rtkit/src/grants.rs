@@ -402,14 +402,8 @@ impl Grants {
                 start_time: target.process_start,
             }),
         };
-        let mut broker = self.broker();
-        broker.create_cell(request, owner)?;
-        broker
-            .attach(cell, target.pid, Some(target.tid), target.uid)
-            .map(drop)
-            .inspect_err(|_| {
-                let _ = broker.destroy_cell(cell, target.uid);
-            })
+        self.broker()
+            .create_cell_for_thread(request, owner, target.pid, target.tid)
     }
 
     /// What a request admission refused gets.
