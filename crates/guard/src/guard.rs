@@ -172,10 +172,20 @@ struct Reserved {
     used_ns: u64,
 }
 
+/// The cores as the broker last told them, and what the guard held then.
+struct RoomSeen {
+    cores: Vec<CoreUsage>,
+    global_free: Bandwidth,
+    held: Bandwidth,
+}
+
 /// A thread admission refused.
 struct LeftOut {
     pid: Pid,
     kind: Kind,
+    /// What it asked (its opening budget, or the budget it held when a move
+    /// failed): the layout makes room for it.
+    asked: Bandwidth,
     why: String,
     at: Instant,
 }
@@ -273,7 +283,7 @@ pub struct Guard {
     /// is tried again like any thread left out).
     own_loop_tried: bool,
     /// The cores as the broker last told them.
-    room_seen: Option<(Vec<CoreUsage>, Bandwidth)>,
+    room_seen: Option<RoomSeen>,
     last_layout: Instant,
     last_scan: Instant,
     started: Instant,
@@ -369,7 +379,7 @@ impl Guard {
         guard.machine.sample();
         if let Ok(status) = guard.session.status() {
             let global = global_free(&status);
-            guard.room_seen = Some((status.cores, global));
+            guard.see_room(status.cores, global);
         }
         Ok(guard)
     }
@@ -513,6 +523,12 @@ impl Guard {
                     r.set
                 ));
                 self.reserved.insert(tid, r);
+                // Where budgets share a room, the newcomer's raise is one
+                // squeeze with everyone's: raised alone it would take all the
+                // room kept for newcomers, and the next would be left out.
+                if self.room().is_some() {
+                    self.apply_targets(log);
+                }
                 // A client joining is new work for the server's own threads,
                 // which run the graph (§3.4.5); the other clients' work does
                 // not change, and the new thread holds its initial budget.
@@ -529,11 +545,13 @@ impl Guard {
                 log.push(format!(
                     "left thread {tid} ({name}) of process {pid} as its program set it: {e}"
                 ));
+                let asked = self.opening_want(kind);
                 self.left_out.insert(
                     tid,
                     LeftOut {
                         pid,
                         kind,
+                        asked,
                         why: e.to_string(),
                         at: Instant::now(),
                     },
@@ -550,10 +568,7 @@ impl Guard {
         kind: Kind,
         seed: Option<Bandwidth>,
     ) -> Result<Reserved, GuardError> {
-        let mut controller = match kind {
-            Kind::Share | Kind::Guard => share_controller(&self.settings.budgeting)?,
-            _ => self.controller()?,
-        };
+        let mut controller = self.controller_for(kind)?;
         if let Some(used) = seed {
             let cycle = self.cycle_ns(kind);
             controller.observe(used.runtime_in(cycle), 1);
@@ -580,8 +595,11 @@ impl Guard {
             count_wakes: false,
             used_ns: 0,
         };
-        let target = self.with_floor(&r, r.controller.wanted(), 1);
-        apply(&mut self.session, &mut r, target)?;
+        // Squeezed with the others (see `reserve`), or raised alone.
+        if self.room().is_none() {
+            let target = self.with_floor(&r, r.controller.wanted(), 1);
+            apply(&mut self.session, &mut r, target)?;
+        }
         Ok(r)
     }
 
@@ -671,6 +689,21 @@ impl Guard {
 
     /// A new thread's controller (with a fixed share, one of
     /// `self.reserved.len() + 1` threads).
+    /// A new controller for a thread of `kind`.
+    fn controller_for(&self, kind: Kind) -> Result<Adaptive, GuardError> {
+        match kind {
+            Kind::Share | Kind::Guard => share_controller(&self.settings.budgeting),
+            Kind::RealTime | Kind::Graph => self.controller(),
+        }
+    }
+
+    /// What a thread of `kind` wants when it opens, before anything is
+    /// measured.
+    fn opening_want(&self, kind: Kind) -> Bandwidth {
+        self.controller_for(kind)
+            .map_or(Bandwidth::ZERO, |c| c.wanted().bandwidth())
+    }
+
     fn controller(&self) -> Result<Adaptive, GuardError> {
         let config = match &self.settings.budgeting {
             Budgeting::Adaptive(c) => *c,
@@ -890,6 +923,12 @@ impl Guard {
     /// threads are guarded.
     fn adapt(&mut self, log: &mut Vec<String>) {
         self.observe();
+        self.apply_targets(log);
+    }
+
+    /// Asks admission, in one batch, for the budgets [`Guard::targets`]
+    /// gives, shrinking ones first.
+    fn apply_targets(&mut self, log: &mut Vec<String>) {
         let targets = self.targets();
         let mut asks: Vec<(Tid, Budget)> = self
             .reserved
@@ -919,7 +958,7 @@ impl Guard {
                 )),
             }
         }
-        self.room_seen = Some((reply.cores, reply.global_free));
+        self.see_room(reply.cores, reply.global_free);
     }
 
     /// Gives each controller the CPU time its thread used since the last
@@ -996,15 +1035,43 @@ impl Guard {
     }
 
     /// The bandwidth the guard's reservations may share: what their one
-    /// core has free plus what they hold, less [`NEWCOMER_ROOM`], as the
-    /// broker last told it. None when they are not on one core (admission
+    /// core — or, under global EDF, the shared cores together — has free
+    /// plus what they hold, less [`NEWCOMER_ROOM`], as the broker last told
+    /// it. Under global EDF too: a session's newcomers open at their
+    /// initial budget, and a burst of them would otherwise fill the domain
+    /// before the first have measured what they need, leaving the next
+    /// ones out. None when they are spread over several cores (admission
     /// alone decides) or the broker has not said.
     fn room(&self) -> Option<Bandwidth> {
-        let core = self.single_core()?;
-        let (cores, _) = self.room_seen.as_ref()?;
-        let usage = cores.iter().find(|c| c.core == core)?;
-        let held: Bandwidth = self.reserved.values().map(|r| r.set.bandwidth()).sum();
-        Some((usage.free() + held).saturating_sub(Bandwidth::from_fraction(NEWCOMER_ROOM)))
+        let seen = self.room_seen.as_ref()?;
+        let free = match self.single_core() {
+            Some(core) => seen.cores.iter().find(|c| c.core == core)?.free(),
+            None if self.is_global() => seen.global_free,
+            None => return None,
+        };
+        Some((free + seen.held).saturating_sub(Bandwidth::from_fraction(NEWCOMER_ROOM)))
+    }
+
+    /// Records what the broker said of the cores, with what the guard held
+    /// when it said it: a reservation opened since is in what the guard
+    /// holds and already out of what the broker counted free, and must not
+    /// count twice.
+    fn see_room(&mut self, cores: Vec<CoreUsage>, global_free: Bandwidth) {
+        let held = self.reserved.values().map(|r| r.set.bandwidth()).sum();
+        self.room_seen = Some(RoomSeen {
+            cores,
+            global_free,
+            held,
+        });
+    }
+
+    /// Whether every reservation is under global EDF now.
+    fn is_global(&self) -> bool {
+        match (self.settings.cores, &self.layout) {
+            (Cores::Global, _) => true,
+            (Cores::Auto { .. }, Some(layout)) => layout.spread == Spread::Global,
+            _ => false,
+        }
     }
 
     /// Decides again where the reservations go (with `Cores::Auto`), from
@@ -1014,7 +1081,7 @@ impl Guard {
         self.last_layout = Instant::now();
         if let Ok(status) = self.session.status() {
             let global = global_free(&status);
-            self.room_seen = Some((status.cores, global));
+            self.see_room(status.cores, global);
         }
         let Cores::Auto { preferred } = self.settings.cores else {
             return;
@@ -1027,7 +1094,7 @@ impl Guard {
             return;
         };
         let wanted = self.wanted();
-        let wants: Vec<Want> = self
+        let mut wants: Vec<Want> = self
             .reserved
             .values()
             .map(|r| Want {
@@ -1037,7 +1104,17 @@ impl Guard {
                 used: Bandwidth::of(r.used_ns, r.set.period_ns),
             })
             .collect();
-        let layout = place(&wants, &room);
+        // The threads admission refused count with what they asked: a
+        // session that outgrew its core spreads, instead of leaving each
+        // newcomer out for want of room on it.
+        wants.extend(self.left_out.iter().map(|(&tid, l)| Want {
+            thread: tid,
+            graph: l.kind.is_graph(),
+            wanted: l.asked,
+            used: Bandwidth::ZERO,
+        }));
+        let mut layout = place(&wants, &room);
+        layout.cores.truncate(self.reserved.len());
         let current: Vec<Option<usize>> = self.reserved.values().map(|r| r.core).collect();
         if current == layout.cores {
             self.pending = None;
@@ -1067,6 +1144,11 @@ impl Guard {
         for (tid, core) in moves {
             self.move_reservation(tid, core, log);
         }
+        // Those left out for want of room try the new layout at once.
+        let due = Instant::now().checked_sub(RETRY_LEFT_OUT);
+        for l in self.left_out.values_mut() {
+            l.at = due.unwrap_or(l.at);
+        }
     }
 
     /// What ran outside the reservations since the last relayout: the
@@ -1088,7 +1170,9 @@ impl Guard {
     /// what the guard holds there, the shared cores' room for global
     /// reservations plus what the guard holds globally.
     fn room_for_layout(&self, preferred: usize) -> Option<Room> {
-        let (cores, global_free) = self.room_seen.as_ref()?;
+        let RoomSeen {
+            cores, global_free, ..
+        } = self.room_seen.as_ref()?;
         let held_on = |core: Option<usize>| -> Bandwidth {
             self.reserved
                 .values()
@@ -1156,6 +1240,7 @@ impl Guard {
                     LeftOut {
                         pid: r.pid,
                         kind: r.kind,
+                        asked: r.set.bandwidth(),
                         why: e.to_string(),
                         at: Instant::now(),
                     },
