@@ -18,10 +18,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// `PERF_TYPE_TRACEPOINT`: `config` is the tracepoint's id from tracefs.
 const TYPE_TRACEPOINT: u32 = 2;
 /// The sample fields every record carries, in this order: the time
-/// (`PERF_SAMPLE_TIME`), the CPU (`PERF_SAMPLE_CPU`) and the tracepoint's
-/// own record (`PERF_SAMPLE_RAW`).
+/// (`PERF_SAMPLE_TIME`), the CPU (`PERF_SAMPLE_CPU`), the period
+/// (`PERF_SAMPLE_PERIOD`) and the tracepoint's own record
+/// (`PERF_SAMPLE_RAW`). The period is asked for because without it a
+/// tracepoint that counts more than one per hit (`sched_stat_runtime`
+/// counts ns) gives one sample per unit counted: a flood.
 const SAMPLE_TIME: u64 = 1 << 2;
 const SAMPLE_CPU: u64 = 1 << 7;
+const SAMPLE_PERIOD: u64 = 1 << 8;
 const SAMPLE_RAW: u64 = 1 << 10;
 /// Bits of the attribute's flag word: created disabled, wake-ups by bytes
 /// (`watermark`) rather than per record, times on `clockid`.
@@ -71,7 +75,8 @@ struct PerfEventAttr {
 const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == 112);
 
 /// One tracepoint counted on one CPU for every task, each hit sampled with
-/// its `CLOCK_MONOTONIC` time, its CPU and its raw record. Created disabled.
+/// its `CLOCK_MONOTONIC` time, its CPU, its count and its raw record.
+/// Created disabled.
 #[derive(Debug)]
 pub struct Tracepoint {
     fd: OwnedFd,
@@ -89,7 +94,7 @@ impl Tracepoint {
             size: std::mem::size_of::<PerfEventAttr>() as u32,
             config: id,
             sample_period: 1,
-            sample_type: SAMPLE_TIME | SAMPLE_CPU | SAMPLE_RAW,
+            sample_type: SAMPLE_TIME | SAMPLE_CPU | SAMPLE_PERIOD | SAMPLE_RAW,
             flags: FLAG_DISABLED | FLAG_WATERMARK | FLAG_USE_CLOCKID,
             wakeup_watermark: (ring_bytes / 2) as u32,
             clockid: libc::CLOCK_MONOTONIC,

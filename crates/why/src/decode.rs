@@ -277,14 +277,14 @@ impl Decoder {
         self.by_id.insert(id as u16, layout);
     }
 
-    /// A `PERF_RECORD_SAMPLE` body with TIME, CPU and RAW: `u64 time;
-    /// u32 cpu, res; u32 size; u8 raw[size]`, the raw record starting
-    /// with its tracepoint id (`common_type`).
+    /// A `PERF_RECORD_SAMPLE` body with TIME, CPU, PERIOD and RAW: `u64
+    /// time; u32 cpu, res; u64 period; u32 size; u8 raw[size]`, the raw
+    /// record starting with its tracepoint id (`common_type`).
     pub fn sample(&self, body: &[u8]) -> Option<Event> {
         let time_ns = u64::from_ne_bytes(body.get(0..8)?.try_into().ok()?);
         let cpu = u32::from_ne_bytes(body.get(8..12)?.try_into().ok()?);
-        let size = u32::from_ne_bytes(body.get(16..20)?.try_into().ok()?) as usize;
-        let raw = body.get(20..20usize.checked_add(size)?)?;
+        let size = u32::from_ne_bytes(body.get(24..28)?.try_into().ok()?) as usize;
+        let raw = body.get(28..28usize.checked_add(size)?)?;
         let id = u16::from_ne_bytes(raw.get(0..2)?.try_into().ok()?);
         let what = self.by_id.get(&id)?.what(raw)?;
         Some(Event { time_ns, cpu, what })
@@ -375,6 +375,7 @@ mod tests {
         body.extend(event.time_ns.to_ne_bytes());
         body.extend(event.cpu.to_ne_bytes());
         body.extend(0u32.to_ne_bytes());
+        body.extend(1u64.to_ne_bytes());
         body.extend((raw.len() as u32).to_ne_bytes());
         body.extend(raw);
         body
@@ -411,7 +412,7 @@ mod tests {
             },
         };
         let mut body = encode(layouts[1].0, &layouts[1].1, &event);
-        body[20] = 0xee; // another common_type
+        body[28] = 0xee; // another common_type
         assert_eq!(d.sample(&body), None);
     }
 
@@ -449,7 +450,7 @@ mod tests {
         }
 
         #[test]
-        fn a_cut_sample_decodes_to_nothing(cut in 0usize..84) {
+        fn a_cut_sample_decodes_to_nothing(cut in 0usize..92) {
             let (d, layouts) = decoder();
             let event = Event { time_ns: 1, cpu: 0, what: What::Switch {
                 prev: Task { pid: 1, comm: "a".into(), prio: 120 }, prev_state: 1,
