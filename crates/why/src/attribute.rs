@@ -3,9 +3,9 @@
 //!
 //! - The cycle's expected release is the earliest of: when it was woken,
 //!   the expiry its own timer asked for, and (when its period is known)
-//!   the next point of its period's grid after the previous release. A
-//!   thread whose timers are relative to its own end has no grid: watch it
-//!   without a period.
+//!   the next point of its period's grid after the previous release by its
+//!   own timer. A thread whose timers are relative to its own end has no
+//!   grid: watch it without a period.
 //! - It missed when it ended after release + deadline, or when its
 //!   SCHED_DEADLINE budget ran out in it.
 //! - Its response (release → end) is cut into parts that add up to it:
@@ -153,7 +153,12 @@ impl Judge {
             self.previous_release,
             self.watch.period_ns,
         );
-        self.previous_release = Some(release);
+        // Only a release by the thread's own timer anchors its grid: a
+        // wake-up by anything else (a start signal, a packet) has a phase
+        // of its own.
+        if cycle.timer_ns.is_some() {
+            self.previous_release = Some(release);
+        }
         let response = cycle.end_ns.saturating_sub(release);
         if response <= self.watch.deadline_ns && cycle.throttles == 0 {
             return None;
