@@ -126,6 +126,9 @@ pub enum Command {
     /// A live view of the cells: budget set and used, load, misses and xruns per second.
     #[command(after_help = crate::top::EXAMPLES)]
     Top(crate::top::TopArgs),
+    /// Why each miss of a cell's (or a process's) threads was late: a line per miss with its cause and the µs of each part, from the kernel's events.
+    #[command(after_help = crate::why::EXAMPLES)]
+    Why(crate::why::WhyArgs),
     /// The demo's configuration with Group 2 for an hour: misses, RSS and open descriptors sampled each minute.
     #[command(after_help = crate::soak::EXAMPLES)]
     Soak(crate::soak::SoakArgs),

@@ -39,6 +39,7 @@ mod synth;
 mod top;
 mod trace;
 mod video;
+mod why;
 
 use args::{Cli, Command};
 use clap::Parser;
@@ -96,6 +97,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Failure> {
         },
         Command::Render { command } => render::run(command),
         Command::Top(args) => top::run(args),
+        Command::Why(args) => why::run(args),
         Command::Soak(args) => soak::run(args),
         Command::Install(args) => install::install(args),
         Command::Uninstall(args) => install::uninstall(args),

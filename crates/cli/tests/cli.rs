@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{privileged, wait_until, Machine};
+use common::{as_nobody, privileged, wait_until, Machine};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -272,24 +272,6 @@ fn reset_restores_the_cpuset_tree_even_after_the_state_is_lost() {
     assert!(out.contains("demoted"), "{out}");
     assert_eq!(cpuset_tree(), before);
     assert_eq!(policy_of(sleeper), "SCHED_OTHER nice 0");
-}
-
-fn as_nobody(m: &Machine, args: &[&str]) -> Output {
-    eprintln!("(as nobody, without capabilities)");
-    common::run_logged(
-        Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-            ])
-            .arg(env!("CARGO_BIN_EXE_tessera"))
-            .env("TESSERA_RUN_DIR", &m.dir)
-            .stdin(Stdio::null()),
-        args,
-    )
 }
 
 #[test]

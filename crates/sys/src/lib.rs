@@ -4,7 +4,8 @@
 //! affinity, cgroup cpusets (v1 and v2), memory locking, clocks, futexes
 //! (private and shared), epoll/timerfd/eventfd, shared memory (memfd and
 //! mmap), signals, process control, pidfds, peer credentials, descriptor
-//! passing (SCM_RIGHTS), the /proc readers and the kernel's process-events connector. Every failure is an [`Error`] that names the cause and the fix.
+//! passing (SCM_RIGHTS), the /proc readers, the kernel's process-events connector and
+//! tracepoints read through perf events (`perf`). Every failure is an [`Error`] that names the cause and the fix.
 //! It must never hold policy: what to ask for is decided above this layer.
 
 pub mod affinity;
@@ -20,6 +21,7 @@ pub mod marking;
 pub mod mem;
 pub mod net;
 pub mod nudge;
+pub mod perf;
 pub mod pidfd;
 pub mod proc;
 pub mod process;

@@ -140,3 +140,22 @@ pub fn run_logged(command: &mut Command, args: &[&str]) -> Output {
     );
     out
 }
+
+/// Runs `tessera` with `args` as nobody, without capabilities.
+pub fn as_nobody(m: &Machine, args: &[&str]) -> Output {
+    eprintln!("(as nobody, without capabilities)");
+    run_logged(
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+            ])
+            .arg(env!("CARGO_BIN_EXE_tessera"))
+            .env("TESSERA_RUN_DIR", &m.dir)
+            .stdin(Stdio::null()),
+        args,
+    )
+}

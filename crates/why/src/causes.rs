@@ -1,0 +1,180 @@
+//! The vocabulary of attribution and its serialised form: the causes of a
+//! late cycle, the time each part of a cycle took, a miss with its cause,
+//! and the totals of a run (what results.json carries under `"causes"`).
+//!
+//! Data only; it must never decide a cause (that is [`crate::attribute`]).
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Why a cycle ended after its deadline. Declared in the order a report
+/// lists them; serialised by the names users read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Cause {
+    /// Released after it should have been: its timer was armed or fired
+    /// late, or the idle CPU it was woken on took long to run it.
+    #[serde(rename = "woken late")]
+    WokenLate,
+    /// Runnable while another thread held its CPU.
+    #[serde(rename = "waited for a CPU")]
+    WaitedForCpu,
+    /// Its SCHED_DEADLINE budget ran out before its work did.
+    #[serde(rename = "throttled")]
+    Throttled,
+    /// The hypervisor ran something else while the thread was running.
+    #[serde(rename = "stolen")]
+    Stolen,
+    /// Interrupts and softirqs ran on its CPU while it was running.
+    #[serde(rename = "interrupts")]
+    Interrupts,
+    /// It slept uninterruptibly (I/O, a lock in the kernel) or took page
+    /// faults within the cycle.
+    #[serde(rename = "faults or blocking")]
+    FaultsOrBlocking,
+    /// Its own work was longer than its budget.
+    #[serde(rename = "own work")]
+    OwnWork,
+    /// The events do not tell (none were read, or some were lost).
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+
+impl Cause {
+    pub const ALL: [Cause; 8] = [
+        Cause::WokenLate,
+        Cause::WaitedForCpu,
+        Cause::Throttled,
+        Cause::Stolen,
+        Cause::Interrupts,
+        Cause::FaultsOrBlocking,
+        Cause::OwnWork,
+        Cause::Unknown,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Cause::WokenLate => "woken late",
+            Cause::WaitedForCpu => "waited for a CPU",
+            Cause::Throttled => "throttled",
+            Cause::Stolen => "stolen",
+            Cause::Interrupts => "interrupts",
+            Cause::FaultsOrBlocking => "faults or blocking",
+            Cause::OwnWork => "own work",
+            Cause::Unknown => "unknown",
+        }
+    }
+}
+
+/// The time (ns) each part of a cycle took, from its expected release to
+/// its end, by cause; `Unknown` is what no event accounts for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Parts([u64; 8]);
+
+impl Parts {
+    pub fn get(&self, cause: Cause) -> u64 {
+        self.0[cause as usize]
+    }
+
+    pub fn set(&mut self, cause: Cause, ns: u64) {
+        self.0[cause as usize] = ns;
+    }
+
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// In µs by cause name, the parts that took any time.
+    pub fn micros(&self) -> BTreeMap<Cause, f64> {
+        Cause::ALL
+            .into_iter()
+            .filter(|&c| self.get(c) > 0)
+            .map(|c| (c, micros(self.get(c))))
+            .collect()
+    }
+}
+
+/// ns as µs, to a tenth.
+pub fn micros(ns: u64) -> f64 {
+    (ns as f64 / 100.0).round() / 10.0
+}
+
+/// Another thread that held the watched thread's CPU while it waited.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Holder {
+    pub pid: i32,
+    pub comm: String,
+    /// Its kernel priority (-1: SCHED_DEADLINE; 0–98: SCHED_FIFO/RR; 100–139: others).
+    pub prio: i32,
+    /// The cell it belongs to, if any.
+    pub cell: Option<String>,
+    pub us: f64,
+}
+
+/// One late cycle of a watched thread and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Miss {
+    /// When it should have been released, CLOCK_MONOTONIC ns.
+    pub release_ns: u64,
+    pub tid: i32,
+    pub comm: String,
+    pub cpu: u32,
+    pub cause: Cause,
+    /// From the expected release to the end of the cycle, and the deadline.
+    pub response_us: f64,
+    pub deadline_us: f64,
+    /// Each part's time; they add up to the response.
+    pub parts_us: BTreeMap<Cause, f64>,
+    /// Who held the CPU while it waited, longest first.
+    pub holders: Vec<Holder>,
+    /// Its SCHED_DEADLINE budget ran out in this cycle.
+    pub throttled: bool,
+    /// Page faults it took in the cycle.
+    pub faults: u32,
+}
+
+/// A run's misses by cause: how many, and the µs the winning part took
+/// over all of them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Causes {
+    pub misses: BTreeMap<Cause, u64>,
+    pub us: BTreeMap<Cause, f64>,
+}
+
+impl Causes {
+    pub fn add(&mut self, miss: &Miss) {
+        *self.misses.entry(miss.cause).or_default() += 1;
+        let part = miss.parts_us.get(&miss.cause).copied().unwrap_or(0.0);
+        *self.us.entry(miss.cause).or_default() += part;
+    }
+
+    /// `n` misses whose cause is not known (attribution was unavailable).
+    pub fn add_unknown(&mut self, n: u64) {
+        if n > 0 {
+            *self.misses.entry(Cause::Unknown).or_default() += n;
+            self.us.entry(Cause::Unknown).or_default();
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.misses.values().sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_serialise_by_the_names_users_read() {
+        let mut causes = Causes::default();
+        causes.add_unknown(2);
+        let json = serde_json::to_string(&causes).unwrap();
+        assert_eq!(json, r#"{"misses":{"unknown":2},"us":{"unknown":0.0}}"#);
+        for c in Cause::ALL {
+            assert_eq!(
+                serde_json::to_string(&c).unwrap(),
+                format!("\"{}\"", c.name())
+            );
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Why was it late: every miss of a watched thread attributed to a cause,
+//! with the time each part of its cycle took, from the kernel's own
+//! scheduling events (docs/why.md says what each cause tells a user).
+//!
+//! # Where the events come from, and why
+//!
+//! The kernel's tracepoints (`sched_switch`, `sched_waking`,
+//! `sched_stat_runtime`, `sched_migrate_task`, the irq, softirq and
+//! interrupt-vector entries and exits, `page_fault_*`, `hrtimer_start`,
+//! `sys_enter_sched_yield`) read through **`perf_event_open`**, one event
+//! per tracepoint and CPU, each CPU's events writing into one mmap ring;
+//! the syscall, the ioctls and the ring live in `tessera_sys::perf` (the
+//! only crate with unsafe code). Chosen over the alternatives because:
+//!
+//! - it needs nothing at build time: eBPF through libbpf-rs would need
+//!   clang, libbpf and libelf on every machine that builds tessera (CI,
+//!   developers, `cargo deb`) and a C program beside the Rust, and aya's
+//!   eBPF side needs a nightly toolchain;
+//! - the kernel still filters: each event carries a tracepoint filter
+//!   (`prev_pid == T || next_pid == T`, `pid == T`, `common_pid == T`)
+//!   tested before the record is written, so only the watched threads'
+//!   events reach the rings — the cost is per watched thread's switch, not
+//!   per context switch of the machine, which is what lets it stay on in
+//!   long runs;
+//! - each reader has its own rings, unlike tracefs's buffers, which are
+//!   one per instance and whose page format is harder to read;
+//! - the records' layouts are read at run time from tracefs's `format`
+//!   files ([`format`]), so no offset is assumed from one kernel version
+//!   (tracefs is mounted only for that read, and unmounted again if tessera
+//!   mounted it);
+//! - times are CLOCK_MONOTONIC (`use_clockid`), the clock tessera's own
+//!   cycles and deadlines are measured on.
+//!
+//! Without privileges (perf on tracepoints needs root or CAP_PERFMON) or
+//! without the tracepoints, [`Tracer::start`] says why, and callers report
+//! their misses as "unknown" rather than failing.
+//!
+//! # Layers
+//!
+//! [`decode`] (samples → events) and [`attribute`] (cycles → misses and
+//! causes) are pure and property-tested; [`timeline`] folds a thread's
+//! events into cycles; [`tracer`] is the only module that touches the
+//! kernel. It sits above `tessera-sys` and below the measurements and the
+//! cli: [`Recorder`] is the library API a run uses (start for a set of
+//! threads, stop, get an [`Attribution`]: every [`Miss`] and the
+//! [`Causes`] totals, serialisable).
+
+pub mod attribute;
+pub mod causes;
+pub mod decode;
+pub mod error;
+pub mod format;
+pub mod timeline;
+pub mod tracer;
+
+pub use attribute::Watch;
+pub use causes::{Cause, Causes, Holder, Miss};
+pub use error::WhyError;
+pub use tracer::{watch, Attribution, Recorder, Tracer};
