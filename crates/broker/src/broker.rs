@@ -141,8 +141,6 @@ impl Broker {
     /// threads would otherwise write its whole state ten times a second.
     /// A crash loses at most `delay` of budget changes; recovery re-admits
     /// the cells at the budgets saved, and their owners adapt them again.
-    /// Reported misses and xruns wait alike (a graph that overruns reports
-    /// ten times a second): a crash loses at most `delay` of counts.
     pub fn defer_budget_saves(&mut self, delay: Duration) {
         self.budget_save_delay = Some(delay);
     }
@@ -155,8 +153,7 @@ impl Broker {
         }
     }
 
-    /// Saves a budget change or a report now, or marks it for
-    /// [`Broker::save_if_due`].
+    /// Saves a budget change now, or marks it for [`Broker::save_if_due`].
     fn persist_soon(&mut self) -> Outcome<()> {
         match self.budget_save_delay {
             Some(_) => {
@@ -969,7 +966,7 @@ impl Broker {
         cell.reported.misses = cell.reported.misses.saturating_add(reported.misses);
         cell.reported.xruns = cell.reported.xruns.saturating_add(reported.xruns);
         let total = cell.reported;
-        self.persist_soon()?;
+        self.persist()?;
         Ok(total)
     }
 

@@ -284,11 +284,21 @@ pub struct Guard {
     own_loop_tried: bool,
     /// The cores as the broker last told them.
     room_seen: Option<RoomSeen>,
+    /// Overruns heard and not yet reported to the broker (see
+    /// [`XRUN_REPORT_EVERY`]), and when they last were.
+    unreported_xruns: u64,
+    last_xrun_report: Instant,
     last_layout: Instant,
     last_scan: Instant,
     started: Instant,
     record: Option<Box<dyn Write + Send>>,
 }
+
+/// How often the graph's overruns are reported to the broker at most: each
+/// report is saved at once (counts survive a crash), and a graph that
+/// overruns every interval would have the daemon write its whole state ten
+/// times a second.
+const XRUN_REPORT_EVERY: Duration = Duration::from_secs(1);
 
 /// Share of the guard's core kept out of the squeeze, so that a thread
 /// that turns real-time finds room to open its reservation (at 1 %).
@@ -370,6 +380,8 @@ impl Guard {
             pending: None,
             own_loop_tried: false,
             room_seen: None,
+            unreported_xruns: 0,
+            last_xrun_report: Instant::now(),
             last_layout: Instant::now(),
             last_scan: Instant::now(),
             started: Instant::now(),
@@ -865,7 +877,10 @@ impl Guard {
         let overruns = (now.xruns + now.skipped).saturating_sub(before.xruns + before.skipped);
         if overruns > 0 {
             self.bump(|_| true, Adaptive::on_xrun);
-            self.report_xruns(overruns, log);
+            self.unreported_xruns += overruns;
+        }
+        if self.unreported_xruns > 0 && self.last_xrun_report.elapsed() >= XRUN_REPORT_EVERY {
+            self.report_xruns(log);
         }
         if now.joins > before.joins || now.leaves > before.leaves {
             self.rescan_clients();
@@ -889,7 +904,9 @@ impl Guard {
     /// graph's).
     /// Only the server's cells: one request per server thread, not one per
     /// client thread, however large the session.
-    fn report_xruns(&mut self, overruns: u64, log: &mut Vec<String>) {
+    fn report_xruns(&mut self, log: &mut Vec<String>) {
+        let overruns = std::mem::take(&mut self.unreported_xruns);
+        self.last_xrun_report = Instant::now();
         let server = self.server.pid;
         for r in self.reserved.values().filter(|r| r.pid == server) {
             if let Err(e) = self.session.report(&r.cell, 0, overruns) {

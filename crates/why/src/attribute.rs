@@ -153,11 +153,13 @@ impl Judge {
             self.previous_release,
             self.watch.period_ns,
         );
-        // Only a release by the thread's own timer anchors its grid: a
-        // wake-up by anything else (a start signal, a packet) has a phase
-        // of its own.
-        if cycle.timer_ns.is_some() {
-            self.previous_release = Some(release);
+        // Only the thread's own timer anchors its grid, at the expiry it
+        // asked for: a wake-up by anything else (a start signal, a packet)
+        // has a phase of its own, and a grid carried on from computed
+        // releases drifts from a timer that is not exactly periodic (JACK's
+        // dummy driver sleeps whole µs: every cycle looked a period late).
+        if let Some(timer) = cycle.timer_ns {
+            self.previous_release = Some(timer);
         }
         let response = cycle.end_ns.saturating_sub(release);
         if response <= self.watch.deadline_ns && cycle.throttles == 0 {
