@@ -16,6 +16,7 @@ packages=(
   faust                        # the seed's DSP compiler, for the synthesizer benchmark
   dbus-daemon dbus-bin systemd # RTKit's interface: private system buses in tests, busctl
   python3-dbus                 # a foreign RTKit client (libdbus) in the tests
+  rtkit polkitd                # stock RTKit (and the polkit it asks) for the desktop scenario
 )
 
 missing=()

@@ -48,7 +48,7 @@ impl Desktop {
         let bus = PrivateBus::start(&m.dir).expect("a private system bus");
         std::fs::write(m.dir.join("daemon.toml"), config).unwrap();
         let mut d = Desktop {
-            user: TestUser::create(USER),
+            user: common::session::test_user(USER),
             bus,
             m,
             daemon: None,
@@ -86,7 +86,7 @@ impl Desktop {
     /// A command run as the test user, on the private bus, with a runtime
     /// directory of its own (as a login session has).
     fn as_user(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
-        let runtime = self.user.runtime_dir(&self.m.dir.join("xdg"));
+        let runtime = self.user.runtime_dir(&self.m.dir.join("xdg")).unwrap();
         let mut cmd = self.user.command(&runtime, program);
         cmd.env("DBUS_SYSTEM_BUS_ADDRESS", &self.bus.address);
         cmd

@@ -48,7 +48,7 @@ impl Session {
         std::fs::set_permissions(&m.dir, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
         Some(Session {
-            user: TestUser::create(USER),
+            user: common::session::test_user(USER),
             m,
         })
     }
@@ -57,7 +57,7 @@ impl Session {
     /// directory is `xdg` (under the test's directory); returns its pid once
     /// its socket is there.
     fn start_pipewire(&mut self, xdg: &str) -> i32 {
-        let runtime = self.user.runtime_dir(&self.m.dir.join(xdg));
+        let runtime = self.user.runtime_dir(&self.m.dir.join(xdg)).unwrap();
         let cmd = self.user.command(&runtime, "pipewire");
         self.start_daemon_as(cmd, xdg, &runtime)
     }
@@ -65,7 +65,7 @@ impl Session {
     /// Starts PipeWire as the user with real-time rights of its own: its
     /// module-rt makes its data loop SCHED_FIFO itself, without RTKit.
     fn start_pipewire_with_rt_rights(&mut self, xdg: &str) -> i32 {
-        let runtime = self.user.runtime_dir(&self.m.dir.join(xdg));
+        let runtime = self.user.runtime_dir(&self.m.dir.join(xdg)).unwrap();
         let cmd = self.user.command_with_rt_rights(&runtime, "pipewire");
         self.start_daemon_as(cmd, xdg, &runtime)
     }

@@ -10,5 +10,7 @@ pub mod cells;
 mod figures;
 pub mod harness;
 mod interference;
+mod jack_peer;
 pub mod runner;
+mod scratch;
 pub mod subject;

@@ -14,6 +14,7 @@ pub mod adaptation;
 pub mod aes67;
 pub mod audio_server;
 mod contract;
+pub mod desktop;
 pub mod graph;
 pub mod music;
 pub mod netphone;
@@ -39,6 +40,7 @@ static SUBJECTS: &[&dyn Subject] = &[
     &render::Kind,
     &adaptation::Kind,
     &aes67::Kind,
+    &desktop::Kind,
 ];
 
 /// The subject that runs `config` of `scenario`.

@@ -1,5 +1,6 @@
 //! A system bus of one's own: a `dbus-daemon` on a socket in a given
-//! directory, whose policy lets root own RTKit's name and everyone call it.
+//! directory, whose policy lets root own RTKit's name (and polkit's daemon
+//! its own, which a stock rtkit-daemon asks) and everyone call it.
 //! For tests and benchmarks, which must never take the machine's bus name
 //! from its real owner; every process pointed at it through
 //! `DBUS_SYSTEM_BUS_ADDRESS` (libdbus, sd-bus and zbus all honour it) sees
@@ -12,6 +13,11 @@ use crate::bus::BUS_NAME;
 use crate::RtkitError;
 use std::path::Path;
 use std::process::{Command, Stdio};
+
+/// polkit's bus name: Debian's polkitd drops to its user `polkitd` before
+/// it takes the name (dbus-daemon ignores the rule where no such user
+/// exists).
+pub const POLKIT_NAME: &str = "org.freedesktop.PolicyKit1";
 
 /// The bus daemon, terminated when dropped.
 pub struct PrivateBus {
@@ -72,7 +78,8 @@ fn policy(socket: &Path) -> String {
   <type>system</type>
   <listen>unix:path={}</listen>
   <auth>EXTERNAL</auth>
-  <policy user="root"><allow own="{BUS_NAME}"/></policy>
+  <policy user="root"><allow own="{BUS_NAME}"/><allow own="{POLKIT_NAME}"/></policy>
+  <policy user="polkitd"><allow own="{POLKIT_NAME}"/></policy>
   <policy context="default">
     <allow user="*"/>
     <allow send_destination="*" eavesdrop="false"/>

@@ -311,6 +311,29 @@ pub(super) fn subject(
             );
         }
     }
+    let (frames, rate) = frames_and_rate(s, table)?;
+    let priority = priority(s, server)?;
+    let network = s
+        .network_app
+        .as_ref()
+        .map(|raw| network_app::subject(raw, s, server))
+        .transpose()?;
+    let clients = match network {
+        Some(_) => Vec::new(),
+        None => clients(s, table, total)?,
+    };
+    Ok(AudioServerSubject {
+        server,
+        frames,
+        rate,
+        priority,
+        clients,
+        network,
+    })
+}
+
+/// A real server's quantum (`frames`, a power of two) and `rate`.
+pub(super) fn frames_and_rate(s: &RawSubject, table: &Range<usize>) -> Result<(u32, u32), Refusal> {
     let frames = required(&s.frames, table, "frames")?;
     if !frames.get_ref().is_power_of_two() || !(16..=4096).contains(frames.get_ref()) {
         return refuse(
@@ -328,24 +351,7 @@ pub(super) fn subject(
             format!("rate must be 8000–192000 Hz, not {}", rate.get_ref()),
         );
     }
-    let priority = priority(s, server)?;
-    let network = s
-        .network_app
-        .as_ref()
-        .map(|raw| network_app::subject(raw, s, server))
-        .transpose()?;
-    let clients = match network {
-        Some(_) => Vec::new(),
-        None => clients(s, table, total)?,
-    };
-    Ok(AudioServerSubject {
-        server,
-        frames: *frames.get_ref(),
-        rate: *rate.get_ref(),
-        priority,
-        clients,
-        network,
-    })
+    Ok((*frames.get_ref(), *rate.get_ref()))
 }
 
 fn priority(s: &RawSubject, server: ServerKind) -> Result<u32, Refusal> {

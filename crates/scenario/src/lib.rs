@@ -3,8 +3,10 @@
 //! probe, the music application, a real audio server: [`audio_server`], the
 //! netphone: [`netphone`], video players on the render service: [`render`],
 //! cells whose demand changes, for the RAP service: [`adaptation`], AES67
-//! hosts passing streams along a chain: [`aes67`]), interference, duration
-//! and warm-up, and the named configurations run back to back; durations
+//! hosts passing streams along a chain: [`aes67`], an ordinary user's
+//! PipeWire and where its real-time rights come from: [`desktop`]),
+//! interference, duration and warm-up, and the named configurations run
+//! back to back; durations
 //! and rates as people write them ([`units`]). docs/scenarios.md documents
 //! every key. The experiments run what it returns; the cli parses its
 //! options' durations and rates with it.
@@ -47,6 +49,7 @@ use toml::Spanned;
 pub mod adaptation;
 pub mod aes67;
 pub mod audio_server;
+pub mod desktop;
 pub mod net_service;
 pub mod netphone;
 pub mod render;
@@ -57,6 +60,7 @@ pub use aes67::{role_name as aes67_role, Aes67Settings, Aes67Subject, ROLES as A
 pub use audio_server::{
     AudioClient, AudioServerSubject, GuardSettings, NetworkApp, ServerKind, ServerSched,
 };
+pub use desktop::{DesktopSubject, Rights};
 pub use net_service::ServicePlan;
 pub use netphone::{
     NetphoneSettings, NetphoneSubject, ROLES as NETPHONE_ROLES,
@@ -195,6 +199,10 @@ pub enum Subject {
     /// AES67 hosts on a bridge passing streams along a chain and back: the
     /// round trip of a marker in the audio, loss, CPU.
     Aes67(Aes67Subject),
+    /// An ordinary user's PipeWire with pw-jack load clients, its
+    /// real-time rights from nowhere, stock RTKit or tessera's: skipped
+    /// and late cycles, the threads' policies, CPU reserved.
+    Desktop(DesktopSubject),
 }
 
 /// The roles of a music subject a configuration may schedule one by one.
@@ -314,6 +322,9 @@ pub struct Configuration {
     /// How an aes67 subject runs (None for other subjects); its roles, one
     /// per host, are `roles`.
     pub aes67: Option<Aes67Settings>,
+    /// Where a desktop subject's real-time rights come from (None for
+    /// other subjects).
+    pub desktop: Option<Rights>,
 }
 
 /// A validated scenario.
@@ -354,6 +365,8 @@ impl Configuration {
     pub fn needs_privilege(&self) -> bool {
         self.server.is_some()
             || self.demand.is_some()
+            // A user of its own, a system bus, RTKit.
+            || self.desktop.is_some()
             // Network namespaces.
             || self.aes67.is_some()
             || self
@@ -597,6 +610,9 @@ struct RawSubject {
     work_factor: Option<Spanned<f64>>,
     seed: Option<Spanned<u64>>,
     network: Option<Spanned<String>>,
+    // kind = "desktop" (and frames, rate)
+    clients: Option<Spanned<usize>>,
+    load: Option<Spanned<f64>>,
     // kind = "audio-server" (and frames, rate)
     server: Option<Spanned<String>>,
     priority: Option<Spanned<u32>>,
@@ -1102,11 +1118,14 @@ impl Validator {
             "netphone" => netphone::subject(s).map(Subject::Netphone),
             "render" => render::subject(s, &table).map(Subject::Render),
             "aes67" => aes67::subject(s, &table).map(Subject::Aes67),
+            "desktop" => {
+                desktop::subject(s, &table, tessera_sys::process::installed).map(Subject::Desktop)
+            }
             other => refuse(
                 s.kind.span(),
                 format!(
                     "unknown subject kind {other:?} (periodic, graph, probe, music, audio-server, \
-                     netphone, render, changing-demand, aes67)"
+                     netphone, render, changing-demand, aes67, desktop)"
                 ),
             ),
         }
@@ -1411,8 +1430,16 @@ impl Validator {
             }
             (_, None) => None,
         };
+        let desktop = match &scenario.subject {
+            Subject::Desktop(_) => Some(desktop::configuration(
+                c.subject.as_ref(),
+                &table,
+                tessera_sys::process::installed,
+            )?),
+            _ => None,
+        };
         let (subject, roles) = match (&c.subject, &netphone) {
-            _ if demand.is_some() => (Sched::default(), Vec::new()),
+            _ if demand.is_some() || desktop.is_some() => (Sched::default(), Vec::new()),
             _ if aes.is_some() => {
                 let span = c.subject.as_ref().map_or(table.clone(), Spanned::span);
                 let aes = aes.as_ref().expect("matched");
@@ -1514,6 +1541,7 @@ impl Validator {
             server,
             netphone: netphone.map(|phone| phone.settings),
             aes67: aes.map(|a| a.settings),
+            desktop,
         };
         self.feasible(&configuration, scenario, &table)?;
         Ok(configuration)

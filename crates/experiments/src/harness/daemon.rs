@@ -1,6 +1,7 @@
 //! A `tessera daemon` of one configuration's own: a fresh run directory
 //! (socket, state, `monitor.jsonl`), the daemon's config file written there
-//! (monitor interval, `[adaptation]` on or off), the daemon started as a
+//! (monitor interval, `[adaptation]` on or off; or `rtkit = true` with a
+//! private system bus to own RTKit's name on), the daemon started as a
 //! child of this process and awaited until it answers.
 //!
 //! It owns that daemon and that directory: when done (or dropped, on error
@@ -11,6 +12,7 @@
 //! process it did not start.
 
 use crate::harness::servers::{self, OwnedChild};
+use crate::harness::stock_rtkit::await_name;
 use serde::Serialize;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -24,11 +26,17 @@ use tessera_policy::rap::RapConfig;
 /// How long the daemon may take to exit after SIGTERM.
 const DAEMON_GRACE: Duration = Duration::from_secs(5);
 
-/// The daemon's config file, as `tessera_broker::config::Config` reads it.
-#[derive(Serialize)]
+/// The daemon's config file, as `tessera_broker::config::Config` reads it
+/// (what is absent keeps its default).
+#[derive(Serialize, Default)]
 struct DaemonConfig<'a> {
-    monitor_interval_ms: u64,
-    adaptation: &'a RapConfig,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    monitor_interval_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    adaptation: Option<&'a RapConfig>,
+    /// Own RTKit's name on the system bus.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    rtkit: bool,
 }
 
 /// A daemon started here, in a run directory of its own.
@@ -44,6 +52,29 @@ impl PrivateDaemon {
     pub(crate) fn start(
         monitor_interval: Duration,
         adaptation: &RapConfig,
+    ) -> Result<PrivateDaemon, String> {
+        let config = DaemonConfig {
+            monitor_interval_ms: Some(monitor_interval.as_millis() as u64),
+            adaptation: Some(adaptation),
+            ..DaemonConfig::default()
+        };
+        PrivateDaemon::start_with(&config, None)
+    }
+
+    /// A daemon answering RTKit's interface (`rtkit = true`, the rest of
+    /// its config the defaults) on the system bus at `bus_address`;
+    /// returns once it owns RTKit's name there.
+    pub(crate) fn start_rtkit(bus_address: &str) -> Result<PrivateDaemon, String> {
+        let config = DaemonConfig {
+            rtkit: true,
+            ..DaemonConfig::default()
+        };
+        PrivateDaemon::start_with(&config, Some(bus_address))
+    }
+
+    fn start_with(
+        config_values: &DaemonConfig,
+        bus_address: Option<&str>,
     ) -> Result<PrivateDaemon, String> {
         refuse_beside_another_broker()?;
         let tessera = servers::program_beside_us("tessera");
@@ -64,18 +95,19 @@ impl PrivateDaemon {
             paths,
         };
         let config = daemon.paths.dir.join("daemon.toml");
-        let text = toml::to_string(&DaemonConfig {
-            monitor_interval_ms: monitor_interval.as_millis() as u64,
-            adaptation,
-        })
-        .map_err(|e| format!("the daemon's config: {e}"))?;
+        let text =
+            toml::to_string(config_values).map_err(|e| format!("the daemon's config: {e}"))?;
         std::fs::write(&config, text).map_err(|e| format!("write {}: {e}", config.display()))?;
         let log = daemon.paths.dir.join("daemon.log");
         let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
         let err = out
             .try_clone()
             .map_err(|e| format!("{}: {e}", log.display()))?;
-        let child = Command::new(&tessera)
+        let mut command = Command::new(&tessera);
+        if let Some(address) = bus_address {
+            command.env("DBUS_SYSTEM_BUS_ADDRESS", address);
+        }
+        let child = command
             .arg("daemon")
             .arg("--config")
             .arg(&config)
@@ -94,6 +126,10 @@ impl PrivateDaemon {
         servers::await_ready(process, &log, "tessera daemon", || {
             UnixStream::connect(&socket).is_ok()
         })?;
+        if let Some(address) = bus_address {
+            let name = tessera_rtkit::bus::BUS_NAME;
+            await_name(process, &log, "tessera daemon", address, name)?;
+        }
         Ok(daemon)
     }
 

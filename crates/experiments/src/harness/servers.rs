@@ -1,7 +1,8 @@
 //! The audio servers experiments start — Debian's jackd2 on its dummy
 //! driver under a private server name, PipeWire headless in a private
 //! runtime directory (its Dummy-Driver, the quantum and rate forced through
-//! its `settings` metadata) — and the child processes around them: where a
+//! its `settings` metadata), as root or as a session user who owns that
+//! directory — and the child processes around them: where a
 //! program is, how it starts pinned to a core, how it is stopped.
 //!
 //! It owns their lifecycle: a server is stopped by the PID it was started
@@ -18,6 +19,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tessera_sys::proc::Pid;
+
+use crate::harness::session_user::Owner;
 
 /// How long a server may take to accept clients.
 const READY_WAIT: Duration = Duration::from_secs(10);
@@ -344,10 +347,13 @@ impl Drop for JackServer {
 }
 
 /// A PipeWire daemon started here, headless, in a runtime directory of its
-/// own: its socket, and so its settings, are this run's only.
+/// own: its socket, and so its settings, are this run's only. Its clients
+/// and tools run as its owner.
 pub struct PipeWireServer {
     process: OwnedChild,
     runtime_dir: PathBuf,
+    /// The session user it runs as (None: this process's user).
+    owner: Option<Owner>,
 }
 
 impl PipeWireServer {
@@ -355,12 +361,24 @@ impl PipeWireServer {
     /// forced to the spec's and checked; ready for clients when this
     /// returns.
     pub fn start(spec: &ServerSpec) -> Result<PipeWireServer, String> {
+        PipeWireServer::start_as(spec, None)
+    }
+
+    /// [`PipeWireServer::start`] as `owner`, whose runtime directory it
+    /// makes (mode 0700, the owner's).
+    pub fn start_as(spec: &ServerSpec, owner: Option<Owner>) -> Result<PipeWireServer, String> {
         let runtime_dir = std::env::temp_dir().join(unique("tessera-pw"));
         create_private_dir(&runtime_dir)?;
+        if let Some(o) = &owner {
+            std::os::unix::fs::chown(&runtime_dir, Some(o.uid), Some(o.gid)).map_err(|e| {
+                let _ = fs::remove_dir_all(&runtime_dir);
+                format!("chown {}: {e}", runtime_dir.display())
+            })?;
+        }
         let (out, err) = log_to(&spec.log)?;
         let mut command = Command::new("pipewire");
+        as_owner(&mut command, owner.as_ref(), &runtime_dir);
         command.stdin(Stdio::null()).stdout(out).stderr(err);
-        private_environment(&mut command, &runtime_dir);
         // From here on, the handle removes the directory whatever happens.
         let child = spawn_on(&mut command, spec.core, "pipewire").inspect_err(|_| {
             let _ = fs::remove_dir_all(&runtime_dir);
@@ -368,6 +386,7 @@ impl PipeWireServer {
         let mut server = PipeWireServer {
             process: OwnedChild::new(child, "pipewire", SERVER_EXIT_WAIT),
             runtime_dir,
+            owner,
         };
         let socket = server.runtime_dir.join("pipewire-0");
         await_ready(&mut server.process, &spec.log, "pipewire", || {
@@ -416,8 +435,13 @@ impl PipeWireServer {
     /// client of this server only.
     pub fn pipewire_command(&self, program: &str) -> Command {
         let mut command = Command::new(program);
-        private_environment(&mut command, &self.runtime_dir);
+        as_owner(&mut command, self.owner.as_ref(), &self.runtime_dir);
         command
+    }
+
+    /// Its runtime directory (its owner's to write in).
+    pub fn runtime_dir(&self) -> &Path {
+        &self.runtime_dir
     }
 
     fn metadata(&self, args: &[&str]) -> Result<String, String> {
@@ -448,6 +472,15 @@ impl Drop for PipeWireServer {
         self.process.stop();
         let _ = fs::remove_dir_all(&self.runtime_dir);
     }
+}
+
+/// Makes a PipeWire program run as `owner` (if any), pointed at the
+/// private runtime directory only.
+fn as_owner(command: &mut Command, owner: Option<&Owner>, runtime_dir: &Path) {
+    if let Some(owner) = owner {
+        owner.apply(command, runtime_dir);
+    }
+    private_environment(command, runtime_dir);
 }
 
 /// Points a PipeWire program at the private runtime directory only (no
@@ -501,7 +534,7 @@ impl AudioServer {
             }
         };
         if let AudioServer::PipeWire(s) = self {
-            private_environment(&mut command, &s.runtime_dir);
+            as_owner(&mut command, s.owner.as_ref(), &s.runtime_dir);
         }
         command.envs(self.client_env());
         command

@@ -11,10 +11,12 @@
 //! saying in which direction it differs from the thesis.
 
 use crate::figures::latency_histogram;
+pub use crate::jack_peer::Window;
+use crate::jack_peer::{cycles, periods, thinned, Cycle, MONITOR};
 use std::fmt::Write as _;
 use tessera_jack_peer::record::PeerRecord;
-use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series, Summary};
-use tessera_scenario::{AudioServerSubject, Scenario};
+use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Summary};
+use tessera_scenario::AudioServerSubject;
 
 pub const END_TO_END: &str = "cycle end-to-end";
 pub const CLIENT_END: &str = "client end";
@@ -22,43 +24,6 @@ pub const PERIOD: &str = "period";
 /// How the note that the server ran another buffer size than the
 /// scenario's begins.
 pub const OTHER_PERIOD: &str = "the server gave its clients";
-/// Series keep the worst value of every bin this long (s): a 90 s run
-/// would otherwise plot 67 500 points per client.
-const BIN_S: f64 = 0.01;
-const MONITOR: &str = "monitor";
-
-/// The measured part of the run (CLOCK_MONOTONIC ns) and its origin.
-pub struct Window {
-    pub from_ns: u64,
-    pub to_ns: u64,
-    pub t0_ns: u64,
-}
-
-impl Window {
-    /// A run of `scenario` whose origin is `t0` (ns): after its warm-up,
-    /// to its end.
-    pub fn of_run(scenario: &Scenario, t0: u64) -> Window {
-        Window {
-            from_ns: t0 + scenario.warmup.as_nanos() as u64,
-            to_ns: t0 + scenario.total().as_nanos() as u64,
-            t0_ns: t0,
-        }
-    }
-
-    pub(crate) fn contains(&self, ns: u64) -> bool {
-        (self.from_ns..self.to_ns).contains(&ns)
-    }
-
-    /// Seconds from the run's origin.
-    pub(crate) fn t(&self, ns: u64) -> f64 {
-        ns.saturating_sub(self.t0_ns) as f64 / 1e9
-    }
-
-    /// The window's start and end, in seconds from the run's origin.
-    pub(crate) fn seconds(&self) -> (f64, f64) {
-        (self.t(self.from_ns), self.t(self.to_ns))
-    }
-}
 
 /// One configuration's headline figures. They travel as its counters
 /// ([`Headline::counters`]) beside a note saying them in words
@@ -144,93 +109,6 @@ impl Headline {
         let failed = self.failed + self.lost;
         failed as f64 / (self.cycles + self.lost).max(1) as f64
     }
-}
-
-/// One cycle: its start, and when each load client that ran finished.
-struct Cycle {
-    frames: u32,
-    start_ns: u64,
-    /// (client, finished − start).
-    ends: Vec<(usize, u64)>,
-    /// Load clients that were open but did not run.
-    missing: usize,
-}
-
-impl Cycle {
-    fn end_to_end(&self) -> Option<u64> {
-        self.ends.iter().map(|&(_, e)| e).max()
-    }
-}
-
-/// The cycles of the record, in order; every client that is not the
-/// monitor is a load.
-fn cycles(record: &PeerRecord) -> Vec<Cycle> {
-    let monitor = record.client(MONITOR);
-    let mut rows = record.rows.clone();
-    rows.sort_by_key(|r| (r.frames, r.client));
-    // Each load's first and last cycle: it was open in between.
-    let mut open: Vec<Option<(u32, u32)>> = vec![None; record.clients.len()];
-    for r in rows.iter().filter(|r| Some(r.client) != monitor) {
-        let span = open[r.client].get_or_insert((r.frames, r.frames));
-        span.1 = r.frames;
-    }
-    rows.chunk_by(|a, b| a.frames == b.frames)
-        .map(|group| {
-            let frames = group[0].frames;
-            let start_ns = group.iter().map(|r| r.start_ns).min().unwrap_or(0);
-            let ends: Vec<(usize, u64)> = group
-                .iter()
-                .filter(|r| Some(r.client) != monitor)
-                .map(|r| (r.client, r.finished_ns.saturating_sub(start_ns)))
-                .collect();
-            let expected = open
-                .iter()
-                .flatten()
-                .filter(|(first, last)| (*first..=*last).contains(&frames))
-                .count();
-            Cycle {
-                frames,
-                start_ns,
-                missing: expected.saturating_sub(ends.len()),
-                ends,
-            }
-        })
-        .collect()
-}
-
-/// Periods between consecutive cycles (ns, with the later cycle's start)
-/// and the periods skipped between recorded cycles.
-fn periods(cycles: &[&Cycle], frames: u32) -> (Vec<(u64, u64)>, u64) {
-    let mut periods = Vec::with_capacity(cycles.len());
-    let mut lost = 0;
-    for pair in cycles.windows(2) {
-        let step = pair[1].frames.wrapping_sub(pair[0].frames);
-        if step == frames {
-            periods.push((
-                pair[1].start_ns,
-                pair[1].start_ns.saturating_sub(pair[0].start_ns),
-            ));
-        } else if frames > 0 && step > frames && step % frames == 0 {
-            lost += u64::from(step / frames - 1);
-        }
-    }
-    (periods, lost)
-}
-
-/// The worst value of every [`BIN_S`] of time-ordered points.
-fn thinned(name: impl Into<String>, points: &[(f64, f64)]) -> Series {
-    let mut bins: Vec<(f64, f64)> = Vec::new();
-    for &(t, v) in points {
-        match bins.last_mut() {
-            Some((start, worst)) if t - *start < BIN_S => *worst = worst.max(v),
-            _ => bins.push((t, v)),
-        }
-    }
-    let mut series = Series::with_capacity(name, "us", bins.len());
-    bins.into_iter().for_each(|(t, v)| {
-        series.push(t, v);
-    });
-    series
 }
 
 fn us(ns: u64) -> f64 {

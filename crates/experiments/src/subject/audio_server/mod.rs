@@ -23,27 +23,19 @@ pub mod network_app;
 pub use budgets::{BUDGET, THREAD_PREDICTED, THREAD_SET, THREAD_USED};
 pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, OTHER_PERIOD, PERIOD};
 
-use crate::harness::servers::{self, AudioServer, OwnedChild, ServerSpec};
+use crate::harness::guard::{start_guard, GuardChild, GuardFiles};
+use crate::harness::servers::{self, AudioServer, ServerSpec};
+use crate::jack_peer::{peer_args, PeerClients};
+use crate::scratch::Scratch;
 use crate::subject::contract::{Measured, Running, Stopped};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tessera_jack_peer::record::PeerRecord;
 use tessera_measure::{Counter, Metric};
 use tessera_scenario::{
     AudioServerSubject, Configuration, Scenario, ServerKind, ServerSched, Subject,
 };
-use tessera_sys::clock::monotonic_ns;
-
-/// How long the clients may take to end after the run's end.
-const PEER_EXIT_WAIT: Duration = Duration::from_secs(15);
-/// How long the clients and the guard may take to exit after SIGTERM.
-const CHILD_GRACE: Duration = Duration::from_secs(5);
-/// Time the guard gets to find the server's threads before the clients come.
-const GUARD_SETTLE: Duration = Duration::from_millis(300);
-/// The guard outlives the run by this much at most if nobody stops it.
-const GUARD_DEAD_MAN: Duration = Duration::from_secs(30);
 
 /// Where `tessera guard` puts its reservations and which broker it asks.
 pub(crate) struct GuardPlace {
@@ -54,38 +46,10 @@ pub(crate) struct GuardPlace {
     pub broker_dir: Option<PathBuf>,
 }
 
-/// A scratch directory of one configuration, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn create() -> Result<Scratch, String> {
-        let dir = std::env::temp_dir().join(servers::unique("tessera-audio"));
-        fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-        Ok(Scratch(dir))
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// `tessera guard` running as a child.
-struct GuardChild {
-    process: OwnedChild,
-    /// When it started (CLOCK_MONOTONIC ns): its record's time origin.
-    started_ns: u64,
-}
-
 /// One configuration's server, guard and clients. Fields drop in order:
 /// clients, guard, server, scratch directory.
 pub struct AudioServerRun {
-    peer: Option<OwnedChild>,
+    peer: Option<PeerClients>,
     guard: Option<GuardChild>,
     server: Option<AudioServer>,
     scratch: Scratch,
@@ -130,14 +94,11 @@ impl AudioServerRun {
         total: Duration,
         guard: &GuardPlace,
     ) -> Result<AudioServerRun, String> {
-        let peer = servers::program_beside_us("tessera-jack-peer");
-        if !servers::is_program(&peer) {
-            return Err("tessera-jack-peer is not built: cargo build -p tessera-jack-peer".into());
-        }
-        let scratch = Scratch::create()?;
+        let program = PeerClients::program()?;
+        let scratch = Scratch::create("tessera-audio")?;
         let pinned = pinned_core(&sched, core);
         let server = start_server(subject, &sched, pinned, &scratch)?;
-        let peer = start_peer(&server, subject, pinned, total, &scratch)?;
+        let peer = start_peer(&server, &program, subject, pinned, total, &scratch)?;
         let guard = match &sched {
             ServerSched::Guard(settings) => {
                 let mut args = settings.args();
@@ -147,7 +108,7 @@ impl AudioServerRun {
                 Some(start_guard(
                     &server,
                     &args,
-                    &scratch,
+                    &guard_files(&scratch),
                     total,
                     guard.broker_dir.as_deref(),
                 )?)
@@ -168,26 +129,22 @@ impl AudioServerRun {
 
     /// The clients' process and the guard's, if there is one.
     pub(crate) fn pids(&self) -> (tessera_sys::proc::Pid, Option<tessera_sys::proc::Pid>) {
-        let peer = self.peer.as_ref().map(OwnedChild::pid).unwrap_or(0);
+        let peer = self.peer.as_ref().map(PeerClients::pid).unwrap_or(0);
         (peer, self.guard.as_ref().map(|g| g.process.pid()))
     }
 
     /// Starts the clients' timeline at `t0`.
     pub fn release(&mut self, t0: u64) -> Result<(), String> {
-        let peer = self.peer.as_mut().expect("started");
-        peer.tell(&t0.to_string()).map_err(|e| {
-            let log = servers::log_tail(&self.scratch.file("peer.log"));
-            format!("{e}: {log}")
-        })?;
+        self.peer.as_mut().expect("started").release(t0)?;
         self.t0 = Some(t0);
         Ok(())
     }
 
-    /// Stops the clients now (SIGTERM by their PID) instead of waiting for
-    /// the end of their timeline: the run was interrupted.
+    /// Stops the clients now instead of waiting for the end of their
+    /// timeline: the run was interrupted.
     pub fn cut_short(&mut self) {
         if let Some(peer) = self.peer.as_mut() {
-            peer.stop();
+            peer.cut_short();
         }
     }
 
@@ -228,16 +185,7 @@ impl AudioServerRun {
     /// the run), or stops them; a note if they failed.
     fn wait_for_clients(&mut self) -> Option<String> {
         let (peer, t0) = (self.peer.as_mut()?, self.t0?);
-        let end = t0 + (self.total + PEER_EXIT_WAIT).as_nanos() as u64;
-        let wait = Duration::from_nanos(end.saturating_sub(monotonic_ns()));
-        match peer.wait_until(Instant::now() + wait) {
-            Some(status) if status.success() => None,
-            Some(status) => Some(format!(
-                "tessera-jack-peer failed ({status}): {}",
-                servers::log_tail(&self.scratch.file("peer.log"))
-            )),
-            None => Some(peer.stop()),
-        }
+        peer.wait_for_end(t0, self.total)
     }
 
     /// Stops the guard (SIGTERM by its PID) and reads its record; a note
@@ -342,121 +290,29 @@ fn start_server(
     }
 }
 
-/// `tessera-jack-peer` with the subject's clients, pinned like the server,
-/// waiting for t0 on its stdin.
+/// `tessera-jack-peer` (`program`) with the subject's clients, pinned like
+/// the server, waiting for t0 on its stdin.
 fn start_peer(
     server: &AudioServer,
+    program: &Path,
     subject: &AudioServerSubject,
     core: Option<usize>,
     total: Duration,
     scratch: &Scratch,
-) -> Result<OwnedChild, String> {
-    let mut command = server.client_command(&servers::program_beside_us("tessera-jack-peer"));
+) -> Result<PeerClients, String> {
+    let mut command = server.client_command(program);
     command.args(peer_args(subject, total));
     command.arg("--out").arg(scratch.file("peer.tsv"));
-    let log = fs::File::create(scratch.file("peer.log")).map_err(|e| e.to_string())?;
-    let log_err = log.try_clone().map_err(|e| e.to_string())?;
-    command.stdin(Stdio::piped()).stdout(log).stderr(log_err);
-    let child = servers::spawn_on(&mut command, core, "pipewire-jack")?;
-    Ok(OwnedChild::new(child, "tessera-jack-peer", CHILD_GRACE))
+    PeerClients::start(&mut command, core, &scratch.file("peer.log"))
 }
 
-/// `tessera guard jackd --server NAME --pid PID …` (or `pipewire --pid
-/// PID …`), in the server's environment (and `broker_dir`'s broker),
-/// recording into the scratch directory. Refused with the reason when this
-/// build has no guard.
-fn start_guard(
-    server: &AudioServer,
-    settings: &[String],
-    scratch: &Scratch,
-    total: Duration,
-    broker_dir: Option<&Path>,
-) -> Result<GuardChild, String> {
-    let tessera = servers::program_beside_us("tessera");
-    guard_available(&tessera)?;
-    let mut command = Command::new(&tessera);
-    command.envs(server.client_env()).arg("guard");
-    if let Some(dir) = broker_dir {
-        command.env("TESSERA_RUN_DIR", dir);
+/// Where the guard of a configuration logs and records: its scratch
+/// directory.
+fn guard_files(scratch: &Scratch) -> GuardFiles {
+    GuardFiles {
+        log: scratch.file("guard.log"),
+        record: scratch.file("guard.csv"),
     }
-    match server {
-        AudioServer::Jack(jack) => command.args(["jackd", "--server", jack.name()]),
-        AudioServer::PipeWire(_) => command.arg("pipewire"),
-    };
-    command
-        .args(["--pid", &server.pid().to_string()])
-        .args(settings)
-        .arg("--record")
-        .arg(scratch.file("guard.csv"))
-        .args(["--seconds", &(total + GUARD_DEAD_MAN).as_secs().to_string()])
-        .arg("--quiet");
-    let log = scratch.file("guard.log");
-    let out = fs::File::create(&log).map_err(|e| e.to_string())?;
-    let err = out.try_clone().map_err(|e| e.to_string())?;
-    command.stdin(Stdio::null()).stdout(out).stderr(err);
-    let started_ns = monotonic_ns();
-    let child = command
-        .spawn()
-        .map_err(|e| format!("starting {}: {e}", tessera.display()))?;
-    let mut process = OwnedChild::new(child, "tessera guard", CHILD_GRACE);
-    std::thread::sleep(GUARD_SETTLE);
-    if let Some(status) = process.exited() {
-        return Err(format!(
-            "tessera guard exited at start ({status}): {}",
-            servers::log_tail(&log)
-        ));
-    }
-    Ok(GuardChild {
-        process,
-        started_ns,
-    })
-}
-
-/// Whether `tessera guard` exists in this build.
-fn guard_available(tessera: &Path) -> Result<(), String> {
-    let help = Command::new(tessera)
-        .args(["guard", "--help"])
-        .stdin(Stdio::null())
-        .output();
-    match help {
-        Ok(out) if out.status.success() => Ok(()),
-        Ok(_) => Err(format!(
-            "{} has no `guard` command yet: the guard configurations need `tessera guard` \
-             (build it: cargo build -p tessera-cli)",
-            tessera.display()
-        )),
-        Err(e) => Err(format!(
-            "cannot run {} ({e}): the guard configurations need `tessera guard` \
-             (build it: cargo build -p tessera-cli)",
-            tessera.display()
-        )),
-    }
-}
-
-/// The peer's command line for the subject's clients on the run's
-/// timeline (its origin on stdin): a chain, a monitor, each client's load,
-/// start and stop.
-fn peer_args(subject: &AudioServerSubject, total: Duration) -> Vec<String> {
-    let list = |f: &dyn Fn(&tessera_scenario::AudioClient) -> String| {
-        subject.clients.iter().map(f).collect::<Vec<_>>().join(",")
-    };
-    vec![
-        "--topology".into(),
-        "chain".into(),
-        "--monitor".into(),
-        "--loads".into(),
-        subject.clients.len().to_string(),
-        "--load".into(),
-        list(&|c| c.load.to_string()),
-        "--starts".into(),
-        list(&|c| c.start.as_secs_f64().to_string()),
-        "--stops".into(),
-        list(&|c| c.stop.map_or("-".into(), |s| s.as_secs_f64().to_string())),
-        "--t0-ns".into(),
-        "stdin".into(),
-        "--seconds".into(),
-        total.as_secs_f64().to_string(),
-    ]
 }
 
 /// `[subject] kind = "audio-server"` without a network application.

@@ -5,7 +5,7 @@
 //! network-audio client (`tessera-jack-peer --net-listen …`) that sends its
 //! output to the other host over UDP and plays what it receives; in the
 //! guard configurations a `tessera guard jackd --server NAME --pid PID` per
-//! host, started like the audio-server subject's own ([`super::start_guard`]).
+//! host, started like the audio-server subject's own ([`crate::harness::guard::start_guard`]).
 //!
 //! It owns the LAN, both hosts' processes and scratch directories: started
 //! servers first, then the clients (which wait for t0 on their stdin), then
@@ -21,8 +21,10 @@ mod figures;
 pub use figures::{report_section, HostData, HostFigures, NetworkAppData, NetworkFigures, HOSTS};
 
 use super::figures::Window;
-use super::{budgets, server_spec, start_guard, GuardChild, Scratch};
+use super::{budgets, guard_files, server_spec};
+use crate::harness::guard::{start_guard, GuardChild};
 use crate::harness::servers::{self, AudioServer, JackServer, OwnedChild};
+use crate::scratch::Scratch;
 use crate::subject::contract::{Measured, Running, Stopped};
 use std::fs;
 use std::net::Ipv4Addr;
@@ -101,7 +103,7 @@ impl NetworkAppRun {
             t0: None,
         };
         for (k, id) in ids.into_iter().enumerate() {
-            let scratch = Scratch::create()?;
+            let scratch = Scratch::create("tessera-audio")?;
             let server = start_server_in(&run.lan, id, subject, &sched, &scratch)?;
             run.hosts.push(Host {
                 name: HOSTS[k],
@@ -136,7 +138,13 @@ impl NetworkAppRun {
             }
             for host in &mut run.hosts {
                 let server = host.server.as_ref().expect("started");
-                host.guard = Some(start_guard(server, &args, &host.scratch, run.total, None)?);
+                host.guard = Some(start_guard(
+                    server,
+                    &args,
+                    &guard_files(&host.scratch),
+                    run.total,
+                    None,
+                )?);
             }
         }
         Ok(run)

@@ -12,8 +12,8 @@
 //! computes and states; it must never run anything, and never call a
 //! result good or bad beyond saying whether the stated goal was met.
 
+use crate::jack_peer::Window;
 use crate::subject::audio_server::budgets::{self, BudgetRow, SHARES_RATIO};
-use crate::subject::audio_server::figures::Window;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use tessera_jack_peer::record::{NetSnapshot, PeerRecord};

@@ -1,0 +1,106 @@
+//! `tessera guard` as a child of an experiment: `tessera guard jackd` or
+//! `pipewire` against a server started here, asking a given broker, with
+//! a dead-man time so that it never outlives the run by much, given time to
+//! find the server's threads before the clients come.
+//!
+//! It owns that child: stopped by its PID when its handle drops. It must
+//! never read the guard's record for a report (the subjects do).
+
+use crate::harness::servers::{self, AudioServer, OwnedChild};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use tessera_sys::clock::monotonic_ns;
+
+/// How long the guard may take to exit after SIGTERM.
+const CHILD_GRACE: Duration = Duration::from_secs(5);
+/// Time the guard gets to find the server's threads before the clients come.
+const GUARD_SETTLE: Duration = Duration::from_millis(300);
+/// The guard outlives the run by this much at most if nobody stops it.
+const GUARD_DEAD_MAN: Duration = Duration::from_secs(30);
+
+/// `tessera guard` running as a child.
+pub(crate) struct GuardChild {
+    pub process: OwnedChild,
+    /// When it started (CLOCK_MONOTONIC ns): its record's time origin.
+    pub started_ns: u64,
+}
+
+/// Where the guard logs (stdout and stderr) and records (`--record`).
+pub(crate) struct GuardFiles {
+    pub log: PathBuf,
+    pub record: PathBuf,
+}
+
+/// `tessera guard jackd --server NAME --pid PID …` (or `pipewire --pid
+/// PID …`), in the server's environment (and `broker_dir`'s broker),
+/// logging and recording into `files`. Refused with the reason when this
+/// build has no guard.
+pub(crate) fn start_guard(
+    server: &AudioServer,
+    settings: &[String],
+    files: &GuardFiles,
+    total: Duration,
+    broker_dir: Option<&Path>,
+) -> Result<GuardChild, String> {
+    let tessera = servers::program_beside_us("tessera");
+    guard_available(&tessera)?;
+    let mut command = Command::new(&tessera);
+    command.envs(server.client_env()).arg("guard");
+    if let Some(dir) = broker_dir {
+        command.env("TESSERA_RUN_DIR", dir);
+    }
+    match server {
+        AudioServer::Jack(jack) => command.args(["jackd", "--server", jack.name()]),
+        AudioServer::PipeWire(_) => command.arg("pipewire"),
+    };
+    command
+        .args(["--pid", &server.pid().to_string()])
+        .args(settings)
+        .arg("--record")
+        .arg(&files.record)
+        .args(["--seconds", &(total + GUARD_DEAD_MAN).as_secs().to_string()])
+        .arg("--quiet");
+    let log = &files.log;
+    let out = fs::File::create(log).map_err(|e| e.to_string())?;
+    let err = out.try_clone().map_err(|e| e.to_string())?;
+    command.stdin(Stdio::null()).stdout(out).stderr(err);
+    let started_ns = monotonic_ns();
+    let child = command
+        .spawn()
+        .map_err(|e| format!("starting {}: {e}", tessera.display()))?;
+    let mut process = OwnedChild::new(child, "tessera guard", CHILD_GRACE);
+    std::thread::sleep(GUARD_SETTLE);
+    if let Some(status) = process.exited() {
+        return Err(format!(
+            "tessera guard exited at start ({status}): {}",
+            servers::log_tail(log)
+        ));
+    }
+    Ok(GuardChild {
+        process,
+        started_ns,
+    })
+}
+
+/// Whether `tessera guard` exists in this build.
+fn guard_available(tessera: &Path) -> Result<(), String> {
+    let help = Command::new(tessera)
+        .args(["guard", "--help"])
+        .stdin(Stdio::null())
+        .output();
+    match help {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(_) => Err(format!(
+            "{} has no `guard` command yet: the guard configurations need `tessera guard` \
+             (build it: cargo build -p tessera-cli)",
+            tessera.display()
+        )),
+        Err(e) => Err(format!(
+            "cannot run {} ({e}): the guard configurations need `tessera guard` \
+             (build it: cargo build -p tessera-cli)",
+            tessera.display()
+        )),
+    }
+}
