@@ -14,6 +14,7 @@ use crate::protocol::{HelloReply, Request, Response, PROTOCOL_VERSION};
 use crate::registry::ServiceEntry;
 use crate::state::{Owner, ProcessId, Reported};
 use crate::wire::{self, Incoming};
+use crate::workgroup;
 use std::io::{BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -126,6 +127,16 @@ pub fn handle(
         } => json(serde_json::to_value(
             broker.monitor(since_ms, fresh_within_ms),
         )),
+        Request::OpenWorkgroup { name, create } => json(serde_json::to_value(workgroup::open(
+            broker, &name, create, &peer,
+        )?)),
+        Request::JoinWorkgroup { name, tid } => json(serde_json::to_value(workgroup::join(
+            broker, &name, tid, &peer,
+        )?)),
+        Request::LeaveWorkgroup { name, tid } => {
+            workgroup::leave(broker, &name, tid, &peer)?;
+            Ok(serde_json::Value::Null)
+        }
     }
 }
 

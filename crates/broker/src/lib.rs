@@ -12,6 +12,9 @@
 //! broker, and clients open them by name, checked against each service's
 //! policy ([`registry`]).
 //!
+//! Workgroups ([`workgroup`]) are cells whose members share one deadline
+//! per cycle, opened by name from the processes of the same user.
+//!
 //! The same [`Broker`] serves the daemon (`tessera daemon`, a Unix socket
 //! speaking [`protocol`]) and runs embedded in a process when no daemon is
 //! running; [`Session`] picks one. Decisions come from `tessera-policy`; only
@@ -31,6 +34,7 @@ pub mod registry;
 pub mod session;
 pub mod state;
 pub mod wire;
+pub mod workgroup;
 
 pub use broker::Broker;
 pub use error::{BrokerError, ErrorCode};
@@ -38,3 +42,4 @@ pub use facts::{Facts, Mode};
 pub use protocol::{BudgetChange, CellInfo, Request, ResizeCellsReply, Response, StatusReport};
 pub use registry::{ServiceEntry, ServiceInfo, ServicePolicy};
 pub use session::{ServiceRegistration, Session};
+pub use workgroup::{WorkgroupInfo, WorkgroupShape};

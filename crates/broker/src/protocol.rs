@@ -14,6 +14,7 @@ use crate::error::BrokerError;
 use crate::facts::Mode;
 use crate::registry::ServicePolicy;
 use crate::state::Member;
+use crate::workgroup::WorkgroupShape;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use tessera_policy::{Bandwidth, Budget, CellRequest, CoreUsage, Grant};
@@ -108,6 +109,25 @@ pub enum Request {
         since_ms: Option<u64>,
         #[serde(default = "default_freshness")]
         fresh_within_ms: u64,
+    },
+    /// Open workgroup `name` (the requester's user's, or any for root);
+    /// with `create`, a workgroup of that shape bound to the requesting
+    /// process when no cell has the name.
+    OpenWorkgroup {
+        name: String,
+        #[serde(default)]
+        create: Option<WorkgroupShape>,
+    },
+    /// Make thread `tid` of the requesting process a member of workgroup
+    /// `name`: it takes one of the cell's reservations.
+    JoinWorkgroup {
+        name: String,
+        tid: i32,
+    },
+    /// Take thread `tid` (of the requesting process) out of workgroup `name`.
+    LeaveWorkgroup {
+        name: String,
+        tid: i32,
     },
 }
 
@@ -325,6 +345,43 @@ mod tests {
         )
         .unwrap();
         assert_eq!((info.entry.process.pid, info.alive), (812, true));
+    }
+
+    #[test]
+    fn the_documented_workgroup_requests_parse() {
+        let open: RequestLine = serde_json::from_str(
+            r#"{"v":1,"id":5,"op":"open-workgroup","name":"jack","create":{"capacity":4,"budget":{"runtime_ns":500000,"deadline_ns":2666666,"period_ns":2666666}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            open.request,
+            Request::OpenWorkgroup {
+                name: "jack".into(),
+                create: Some(WorkgroupShape {
+                    capacity: 4,
+                    budget: Budget::new(500_000, 2_666_666)
+                })
+            }
+        );
+        let join: RequestLine =
+            serde_json::from_str(r#"{"v":1,"op":"join-workgroup","name":"jack","tid":4242}"#)
+                .unwrap();
+        assert_eq!(
+            join.request,
+            Request::JoinWorkgroup {
+                name: "jack".into(),
+                tid: 4242
+            }
+        );
+        assert!(serde_json::from_str::<RequestLine>(
+            r#"{"v":1,"op":"leave-workgroup","name":"jack","tid":4242}"#
+        )
+        .is_ok());
+        assert!(
+            serde_json::from_str::<RequestLine>(r#"{"v":1,"op":"join-workgroup","name":"jack"}"#)
+                .is_err(),
+            "a join names its thread"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::protocol::{
 };
 use crate::registry::{ServiceEntry, ServiceInfo, ServicePolicy};
 use crate::state::Reported;
+use crate::workgroup::{WorkgroupInfo, WorkgroupShape};
 use serde::de::DeserializeOwned;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -409,6 +410,36 @@ impl Session {
             since_ms,
             fresh_within_ms,
         })
+    }
+
+    /// Opens workgroup `name`; with `create`, creates it (bound to this
+    /// process) when no cell has the name.
+    pub fn open_workgroup(
+        &mut self,
+        name: &str,
+        create: Option<WorkgroupShape>,
+    ) -> Result<WorkgroupInfo, BrokerError> {
+        self.typed(Request::OpenWorkgroup {
+            name: name.into(),
+            create,
+        })
+    }
+
+    /// Makes thread `tid` of this process a member of workgroup `name`.
+    pub fn join_workgroup(&mut self, name: &str, tid: i32) -> Result<WorkgroupInfo, BrokerError> {
+        self.typed(Request::JoinWorkgroup {
+            name: name.into(),
+            tid,
+        })
+    }
+
+    /// Takes thread `tid` of this process out of workgroup `name`.
+    pub fn leave_workgroup(&mut self, name: &str, tid: i32) -> Result<(), BrokerError> {
+        self.call(Request::LeaveWorkgroup {
+            name: name.into(),
+            tid,
+        })
+        .map(drop)
     }
 
     /// The registered services, each with whether its process still runs.

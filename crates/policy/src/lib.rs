@@ -23,6 +23,8 @@
 //!   terms offered (reservation, gate, service times), the request gate.
 //! - [`stream`]: an audio stream's buffer size and sample rate, whose period
 //!   is the period of the cell that runs its graph.
+//! - [`workgroup`]: a workgroup's budgets from its members' exact per-cycle
+//!   samples (the adaptive feedback per member), overruns and misses.
 
 pub mod adaptive;
 pub mod application;
@@ -35,6 +37,7 @@ pub mod media;
 pub mod rap;
 pub mod sla;
 pub mod stream;
+pub mod workgroup;
 
 pub use adaptive::{
     compress, Adaptive, AdaptiveConfig, AdaptiveReport, PredictorConfig, PredictorKind,
@@ -46,3 +49,4 @@ pub use mclock::{
     admit, Capacity, Discipline, FlowClass, FlowError, FlowId, FlowRefusal, FlowSpec, FlowStats,
     MClock, Pacer, Phase, Pick, Resource, SpecError,
 };
+pub use workgroup::{CycleSample, MemberId, MemberReport, WorkgroupControl};

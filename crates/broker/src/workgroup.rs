@@ -1,0 +1,190 @@
+//! Workgroups: a cell whose members (the threads of one audio cycle: the
+//! server's callback and its workers, a host's plug-in threads) share one
+//! deadline per cycle, each holding a reservation of the cell's budget.
+//!
+//! A workgroup is opened by name — created on first open, bound to the
+//! process that created it — and joined by threads of any process of the
+//! same user, or of root: a host joins its audio server's workgroup with
+//! its own credentials, as it joins Apple's `kAudioDevicePropertyIOThreadOSWorkgroup`.
+//! Any bandwidth cell can be opened as a workgroup; its capacity is its
+//! number of reservations. The budget is changed with `resize-cell` by the
+//! members' process (libtessera's controller).
+//!
+//! It owns the checks a workgroup adds to a cell's (who may open it, its
+//! capacity, who may take a member out); it must never touch the kernel or
+//! the state but through the [`Broker`]'s operations.
+
+use crate::broker::{Broker, Outcome};
+use crate::error::{BrokerError, ErrorCode};
+use crate::facts::Mode;
+use crate::protocol::CellInfo;
+use crate::state::{Owner, ProcessId};
+use serde::{Deserialize, Serialize};
+use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest, Placement};
+use tessera_sys::ipc::PeerCredentials;
+
+/// What a workgroup created on its first open looks like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkgroupShape {
+    /// How many members it holds at most (one reservation each), cut to the
+    /// machine's cores.
+    pub capacity: usize,
+    /// Each member's budget until its cycles are measured.
+    pub budget: Budget,
+}
+
+/// A workgroup as its members see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkgroupInfo {
+    pub name: String,
+    pub owner_uid: u32,
+    /// How many members it can hold (`tessera_workgroup_max_parallel_threads`).
+    pub capacity: usize,
+    /// The members' thread ids.
+    pub members: Vec<i32>,
+    /// The budget each member's reservation has.
+    pub budget: Budget,
+    /// Whether reservations are enforced, or the broker runs best-effort.
+    pub mode: Mode,
+}
+
+/// Opens workgroup `name` for `peer`, creating it from `create` (bound to
+/// the peer's process) when no cell has that name.
+pub fn open(
+    broker: &mut Broker,
+    name: &str,
+    create: Option<WorkgroupShape>,
+    peer: &PeerCredentials,
+) -> Outcome<WorkgroupInfo> {
+    let cell = match (broker.show(name), create) {
+        (Ok(cell), _) => cell,
+        (Err(e), Some(shape)) if e.code == ErrorCode::NotFound => {
+            let owner = Owner {
+                uid: peer.uid,
+                process: Some(ProcessId::of(peer.pid)?),
+            };
+            broker.create_cell(
+                request(name, shape, broker.facts.machine.limits.cores.len()),
+                owner,
+            )?
+        }
+        (Err(e), _) => return Err(unknown(name, e)),
+    };
+    info(broker, cell, peer)
+}
+
+/// Makes thread `tid` of the peer's process a member of workgroup `name`.
+pub fn join(
+    broker: &mut Broker,
+    name: &str,
+    tid: i32,
+    peer: &PeerCredentials,
+) -> Outcome<WorkgroupInfo> {
+    let wg = open(broker, name, None, peer)?;
+    if wg.members.contains(&tid) {
+        return Ok(wg);
+    }
+    if wg.members.len() >= wg.capacity {
+        return Err(BrokerError::new(
+            ErrorCode::Refused,
+            format!(
+                "workgroup {name:?} is full: its {} member(s) (threads {:?}) hold all its reservations",
+                wg.capacity, wg.members
+            ),
+            "join at most tessera_workgroup_max_parallel_threads threads; let another leave first",
+        ));
+    }
+    broker.attach_as(name, peer.pid, Some(tid), peer.uid, false)?;
+    open(broker, name, None, peer)
+}
+
+/// Takes thread `tid` out of workgroup `name`: the thread's own process
+/// or root only.
+pub fn leave(broker: &mut Broker, name: &str, tid: i32, peer: &PeerCredentials) -> Outcome<()> {
+    let wg = open(broker, name, None, peer)?;
+    if !wg.members.contains(&tid) {
+        return Err(BrokerError::new(
+            ErrorCode::NotFound,
+            format!("thread {tid} is not a member of workgroup {name:?}"),
+            "leave with the token its join filled",
+        ));
+    }
+    let process = tessera_sys::proc::process_of(tid).ok();
+    if peer.uid != 0 && process != Some(peer.pid) {
+        return Err(BrokerError::new(
+            ErrorCode::Permission,
+            format!(
+                "thread {tid} of workgroup {name:?} is not a thread of your process {}",
+                peer.pid
+            ),
+            "a member leaves from its own process",
+        ));
+    }
+    broker.detach(tid, peer.uid)
+}
+
+/// The cell a workgroup is: global EDF over the shared cores, one
+/// reservation per member, its budget adapted by its owner.
+fn request(name: &str, shape: WorkgroupShape, cores: usize) -> CellRequest {
+    let mut req = CellRequest::new(
+        name,
+        CellPolicy::EventTriggered,
+        CoreRequest::Count(shape.capacity.clamp(1, cores.max(1))),
+        Some(shape.budget),
+    );
+    req.placement = Placement::Global;
+    req.owner_adapts = true;
+    req
+}
+
+fn unknown(name: &str, e: BrokerError) -> BrokerError {
+    if e.code != ErrorCode::NotFound {
+        return e;
+    }
+    BrokerError::new(
+        ErrorCode::NotFound,
+        format!("no workgroup named {name:?}"),
+        "open it from the audio server first (tessera_workgroup_open creates it), or check the name with `tessera cell list`",
+    )
+}
+
+fn info(broker: &Broker, cell: CellInfo, peer: &PeerCredentials) -> Outcome<WorkgroupInfo> {
+    if peer.uid != 0 && cell.owner_uid != peer.uid {
+        return Err(BrokerError::new(
+            ErrorCode::Permission,
+            format!(
+                "workgroup {:?} belongs to uid {}, not to you (uid {})",
+                cell.name, cell.owner_uid, peer.uid
+            ),
+            "a workgroup is joined by its owner's processes or root: run the host as the audio server's user",
+        ));
+    }
+    let budget = cell
+        .grant
+        .request
+        .budget
+        .filter(|_| !cell.grant.reservations.is_empty());
+    let Some(budget) = budget else {
+        return Err(BrokerError::new(
+            ErrorCode::Invalid,
+            format!(
+                "cell {:?} is not a workgroup: its threads hold no reservations",
+                cell.name
+            ),
+            "open a bandwidth cell (event- or time-triggered), or another name to create a workgroup",
+        ));
+    };
+    Ok(WorkgroupInfo {
+        capacity: cell.grant.reservations.len(),
+        members: cell
+            .members
+            .iter()
+            .filter(|m| m.slot.is_some())
+            .map(|m| m.tid)
+            .collect(),
+        budget,
+        owner_uid: cell.owner_uid,
+        mode: broker.mode().clone(),
+        name: cell.name,
+    })
+}

@@ -1,0 +1,117 @@
+//! Workgroups through the broker (as root, on a private state directory,
+//! the machine reset afterwards): created on first open and bound to the
+//! opener, joined by a thread of the same user, refused past their
+//! capacity, to another user, by an unknown name and for a cell without
+//! reservations; a member that leaves gets its scheduling back.
+
+use std::time::Duration;
+use tessera_broker::config::Config;
+use tessera_broker::daemon::handle;
+use tessera_broker::session::hold_lock;
+use tessera_broker::{Broker, ErrorCode, Request, WorkgroupInfo, WorkgroupShape};
+use tessera_policy::{Budget, CellRequest};
+use tessera_sys::ipc::PeerCredentials;
+use tessera_sys::sched::{self, Policy};
+use tessera_testkit::privileged;
+
+const PERIOD: u64 = 10_000_000;
+
+fn shape(capacity: usize) -> WorkgroupShape {
+    WorkgroupShape {
+        capacity,
+        budget: Budget::new(1_000_000, PERIOD),
+    }
+}
+
+fn me(uid: u32) -> PeerCredentials {
+    PeerCredentials {
+        pid: tessera_sys::proc::current_pid(),
+        uid,
+        gid: uid,
+    }
+}
+
+#[test]
+fn a_workgroup_is_opened_joined_left_and_refused_with_its_codes() {
+    let Some(machine) = privileged("a_workgroup_is_opened_joined_left_and_refused_with_its_codes")
+    else {
+        return;
+    };
+    let mut session = machine.session();
+    let unknown = session.open_workgroup("wg-none", None).unwrap_err();
+    assert_eq!(unknown.code, ErrorCode::NotFound, "{unknown}");
+
+    let wg = session.open_workgroup("wg-test", Some(shape(1))).unwrap();
+    assert_eq!((wg.capacity, wg.members.len()), (1, 0));
+    assert_eq!(wg.budget, Budget::new(1_000_000, PERIOD));
+    // A second open finds it, whatever shape it asks for.
+    assert_eq!(
+        session.open_workgroup("wg-test", Some(shape(2))).unwrap(),
+        wg
+    );
+
+    let tid = tessera_sys::proc::current_tid();
+    let joined = session.join_workgroup("wg-test", tid).unwrap();
+    assert_eq!(joined.members, vec![tid]);
+    assert!(matches!(
+        sched::get_policy(tid).unwrap(),
+        Policy::Deadline(_)
+    ));
+
+    // Past its capacity: another thread of this process is refused.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let other = std::thread::spawn(move || {
+        let _ = tx.send(tessera_sys::proc::current_tid());
+        std::thread::sleep(Duration::from_millis(500));
+    });
+    let other_tid = rx.recv().unwrap();
+    let full = session.join_workgroup("wg-test", other_tid).unwrap_err();
+    assert_eq!(full.code, ErrorCode::Refused, "{full}");
+    other.join().unwrap();
+
+    // Another user's workgroup, seen by the broker as that user would be.
+    {
+        let _lock = hold_lock(&machine.paths, Duration::from_secs(10)).unwrap();
+        let (mut broker, _) =
+            Broker::open(machine.paths.clone(), Config::default(), "test".into()).unwrap();
+        let open = Request::OpenWorkgroup {
+            name: "wg-test".into(),
+            create: None,
+        };
+        let refused = handle(&mut broker, open.clone(), me(65534)).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Permission, "{refused}");
+        let join = Request::JoinWorkgroup {
+            name: "wg-test".into(),
+            tid,
+        };
+        let refused = handle(&mut broker, join, me(65534)).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Permission, "{refused}");
+        let seen: WorkgroupInfo =
+            serde_json::from_value(handle(&mut broker, open, me(0)).unwrap()).unwrap();
+        assert_eq!(seen.members, vec![tid], "root opens anyone's");
+    }
+
+    // A cell without reservations is no workgroup.
+    let request = CellRequest::new(
+        "wg-plain",
+        tessera_policy::CellPolicy::BestEffort,
+        tessera_policy::CoreRequest::Count(1),
+        None,
+    );
+    session.create_cell(request, false).unwrap();
+    let invalid = session.open_workgroup("wg-plain", None).unwrap_err();
+    assert_eq!(invalid.code, ErrorCode::Invalid, "{invalid}");
+
+    let not_member = session.leave_workgroup("wg-test", other_tid).unwrap_err();
+    assert_eq!(not_member.code, ErrorCode::NotFound, "{not_member}");
+    session.leave_workgroup("wg-test", tid).unwrap();
+    assert!(!matches!(
+        sched::get_policy(tid).unwrap(),
+        Policy::Deadline(_)
+    ));
+    assert!(session
+        .open_workgroup("wg-test", None)
+        .unwrap()
+        .members
+        .is_empty());
+}

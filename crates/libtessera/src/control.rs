@@ -1,0 +1,178 @@
+//! A workgroup's control thread (not real-time): it drains its members'
+//! rings of per-cycle samples, feeds them to the policy's
+//! [`WorkgroupControl`], and asks the broker for the budget it wants,
+//! recording what was granted. [`Shared`] is what it shares with the
+//! joining and leaving threads (under a lock the real-time path never
+//! takes) and with the members (only the closed flag and a drop count,
+//! both atomics).
+//!
+//! It must never block a member: members only push into their rings.
+//! When several processes share a workgroup, each controls from its own
+//! members' samples; one that did not create the workgroup only ever grows
+//! its budget (the creator's controller also shrinks it), so neither takes
+//! from the other what its members need.
+
+use rtrb::Consumer;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use tessera_broker::Session;
+use tessera_policy::{AdaptiveConfig, Budget, CycleSample, MemberReport, WorkgroupControl};
+
+/// How often the control thread looks at the rings: a few cycles.
+const TICK: Duration = Duration::from_millis(2);
+/// Ticks to wait after the broker failed a change before asking again.
+const BACKOFF_TICKS: u32 = 50;
+
+/// The members this process's handle joined, and what the control thread
+/// has not yet taken in.
+#[derive(Default)]
+pub struct Roster {
+    pub joined: Vec<(i32, Consumer<CycleSample>)>,
+    pub left: Vec<i32>,
+    /// Every member now (thread ids), to leave on close.
+    pub members: Vec<i32>,
+    /// The control thread's last report, per member.
+    pub report: Vec<MemberReport>,
+    /// The budget in force (granted, or the workgroup's initial one).
+    pub budget: Option<Budget>,
+}
+
+/// What the handle, its members and its control thread share.
+pub struct Shared {
+    pub name: String,
+    closed: AtomicBool,
+    /// Samples lost to a full ring.
+    pub dropped: AtomicU64,
+    roster: Mutex<Roster>,
+}
+
+impl Shared {
+    pub fn new(name: String, budget: Option<Budget>) -> Shared {
+        Shared {
+            name,
+            closed: AtomicBool::new(false),
+            dropped: AtomicU64::new(0),
+            roster: Mutex::new(Roster {
+                budget,
+                ..Roster::default()
+            }),
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
+    /// Never taken on the real-time path.
+    pub fn roster(&self) -> MutexGuard<'_, Roster> {
+        self.roster.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The controller's parameters: AQuoSA's, starting at 20 % of the period.
+pub fn config() -> AdaptiveConfig {
+    AdaptiveConfig {
+        initial_budget_pct: 20,
+        ..AdaptiveConfig::default()
+    }
+}
+
+/// Starts the control thread of `shared`, resizing through `session`
+/// (none: best-effort, samples counted but no budget asked).
+pub fn spawn(
+    shared: Arc<Shared>,
+    session: Option<Session>,
+    period_ns: u64,
+    grows_only: bool,
+) -> std::io::Result<JoinHandle<()>> {
+    let control = WorkgroupControl::new(config(), period_ns)
+        .expect("the library's config and the broker's period are valid");
+    let mut run = Control {
+        shared,
+        session,
+        control,
+        rings: Vec::new(),
+        grows_only,
+        backoff: 0,
+    };
+    std::thread::Builder::new()
+        .name("tessera-wg".into())
+        .spawn(move || run.serve())
+}
+
+struct Control {
+    shared: Arc<Shared>,
+    session: Option<Session>,
+    control: WorkgroupControl,
+    rings: Vec<(i32, Consumer<CycleSample>)>,
+    grows_only: bool,
+    backoff: u32,
+}
+
+impl Control {
+    fn serve(&mut self) {
+        while !self.shared.is_closed() {
+            self.take_roster();
+            self.drain();
+            self.resize();
+            self.shared.roster().report = self.control.report();
+            std::thread::park_timeout(TICK);
+        }
+    }
+
+    fn take_roster(&mut self) {
+        let mut roster = self.shared.roster();
+        for tid in roster.left.drain(..) {
+            self.control.leave(tid);
+            self.rings.retain(|(t, _)| *t != tid);
+        }
+        for (tid, ring) in roster.joined.drain(..) {
+            self.control.join(tid);
+            self.rings.push((tid, ring));
+        }
+    }
+
+    fn drain(&mut self) {
+        for (tid, ring) in &mut self.rings {
+            while let Ok(sample) = ring.pop() {
+                // A period the kernel cannot enforce is ignored: the
+                // member's next cycles say more.
+                let _ = self.control.observe(*tid, sample);
+            }
+        }
+    }
+
+    fn resize(&mut self) {
+        if self.backoff > 0 {
+            self.backoff -= 1;
+            return;
+        }
+        let (Some(session), Some(mut wanted)) = (self.session.as_mut(), self.control.update())
+        else {
+            return;
+        };
+        let held = self.shared.roster().budget;
+        if self.grows_only {
+            if let Some(held) = held.filter(|h| h.period_ns == wanted.period_ns) {
+                if wanted.runtime_ns <= held.runtime_ns {
+                    self.control.granted(held, false);
+                    return;
+                }
+                wanted.runtime_ns = wanted.runtime_ns.max(held.runtime_ns);
+            }
+        }
+        match session.resize_cell(&self.shared.name, wanted, true) {
+            Ok(reply) => {
+                self.control.granted(reply.budget, reply.degraded);
+                self.shared.roster().budget = Some(reply.budget);
+            }
+            Err(_) => self.backoff = BACKOFF_TICKS,
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! libtessera: workgroups for audio hosts and plug-ins, in C.
+//!
+//! A workgroup is a cell whose members — the threads of one audio cycle:
+//! a server's callback and its workers, a host's plug-in threads — share
+//! one deadline per cycle. A thread joins it (and gets a reservation of
+//! its own), marks each cycle's start, deadline and finish
+//! (`tessera_workgroup_interval_*`, after Apple's `os_workgroup_interval_*`)
+//! or reports its work (`tessera_hint_*`, after Android's ADPF), and the
+//! library's control thread turns those exact per-cycle samples into the
+//! budget the broker admits (the AQuoSA feedback of
+//! `tessera_policy::workgroup`). docs/workgroups.md is the user's guide;
+//! `include/tessera.h` is generated from this file by cbindgen (the test
+//! `header` fails when it is stale; `TESSERA_BLESS=1` rewrites it).
+//!
+//! Why this crate has `unsafe`: it is a C ABI. C hands it raw pointers (a
+//! name, a workgroup handle, a token, a stats record) that Rust cannot check;
+//! each `unsafe` block says what the C caller's contract guarantees. Null
+//! pointers are refused with `TESSERA_ERR_NULL`, and no call panics across
+//! the boundary: a panic becomes `TESSERA_ERR_BROKER`. The interval and hint
+//! calls never dereference the handle (they compare its address with the
+//! calling thread's membership), so they stay safe even on a closed one.
+//!
+//! It must never make a decision of its own (the policy decides, the
+//! broker admits) nor allocate, lock or block on the interval path.
+
+use std::ffi::{c_char, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+mod control;
+mod member;
+pub mod status;
+mod workgroup;
+
+pub use status::*;
+use workgroup::Workgroup;
+
+/// A workgroup, opened by name (opaque).
+#[allow(non_camel_case_types)]
+pub struct tessera_workgroup {
+    inner: Workgroup,
+}
+
+/// Filled by `tessera_workgroup_join`, passed back to
+/// `tessera_workgroup_leave` (as Apple's `os_workgroup_join_token_s`).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+pub struct tessera_join_token {
+    pub opaque: [u64; 4],
+}
+
+/// A member's counts, as the control thread last saw them.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+pub struct tessera_member_stats {
+    /// Cycles marked (or reported).
+    pub cycles: u64,
+    /// Cycles that used more CPU than the member's budget per cycle.
+    pub overruns: u64,
+    /// Cycles that finished after their deadline.
+    pub misses: u64,
+    /// The runtime of each member's reservation, per reservation period.
+    pub budget_ns: u64,
+    /// The reservation period (a whole number of cycles).
+    pub period_ns: u64,
+}
+
+std::thread_local! {
+    static LAST_ERROR: std::cell::Cell<i32> = const { std::cell::Cell::new(TESSERA_OK) };
+}
+
+/// Runs `f`, turning a panic into `TESSERA_ERR_BROKER`.
+fn guarded(f: impl FnOnce() -> i32) -> i32 {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(TESSERA_ERR_BROKER)
+}
+
+/// Runs a member's call through the handle's address (never dereferenced:
+/// the membership is the calling thread's own), or refuses a null handle.
+fn on_member(wg: *mut tessera_workgroup, f: impl FnOnce(usize) -> i32) -> i32 {
+    if wg.is_null() {
+        return TESSERA_ERR_NULL;
+    }
+    guarded(|| f(wg as usize))
+}
+
+/// Runs `f` on the workgroup behind `wg` and writes what it answers into
+/// `out`, returning its code; a null `wg` or `out` is refused.
+///
+/// # Safety
+/// `wg` is null or a live handle from open; `out` is null or writable.
+unsafe fn answer_into<T>(
+    wg: *const tessera_workgroup,
+    out: *mut T,
+    f: impl FnOnce(&Workgroup) -> Result<(T, i32), i32>,
+) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller's contract (null or live).
+        let Some(w) = (unsafe { workgroup(wg) }) else {
+            return TESSERA_ERR_NULL;
+        };
+        if out.is_null() {
+            return TESSERA_ERR_NULL;
+        }
+        match f(w) {
+            Ok((answer, code)) => {
+                // SAFETY: not null, writable by the caller's contract.
+                unsafe { out.write(answer) };
+                code
+            }
+            Err(code) => code,
+        }
+    })
+}
+
+/// The workgroup behind `wg`, or None for a null pointer.
+///
+/// # Safety
+/// `wg` is null or a pointer returned by `tessera_workgroup_open` and not
+/// yet closed, as the C API's contract says.
+unsafe fn workgroup<'a>(wg: *const tessera_workgroup) -> Option<&'a Workgroup> {
+    // SAFETY: the caller's contract: null, or a live handle from open.
+    unsafe { wg.as_ref() }.map(|w| &w.inner)
+}
+
+/// What code a return value of `tessera_*` means (a static string).
+#[no_mangle]
+pub extern "C" fn tessera_strerror(code: i32) -> *const c_char {
+    status::strerror(code)
+}
+
+/// The code of this thread's last `tessera_workgroup_open` that returned
+/// NULL (or `TESSERA_OK`, `TESSERA_BEST_EFFORT` after one that did not).
+#[no_mangle]
+pub extern "C" fn tessera_last_error() -> i32 {
+    LAST_ERROR.with(|e| e.get())
+}
+
+/// Opens workgroup `name` (1–64 bytes of a-z, 0-9, `-`, `_`, `.`) through
+/// the broker with this process's credentials, creating it, bound to this
+/// process, when none exists. NULL on failure: `tessera_last_error` says
+/// why. Without a broker the workgroup is best-effort (see
+/// `tessera_workgroup_guaranteed`).
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_workgroup_open(name: *const c_char) -> *mut tessera_workgroup {
+    let mut opened = None;
+    let code = guarded(|| {
+        if name.is_null() {
+            return TESSERA_ERR_NULL;
+        }
+        // SAFETY: not null, and NUL-terminated by the caller's contract.
+        let name = unsafe { CStr::from_ptr(name) };
+        let Ok(name) = name.to_str() else {
+            return TESSERA_ERR_INVALID;
+        };
+        match Workgroup::open(name) {
+            Ok(wg) => {
+                let code = if wg.guaranteed() {
+                    TESSERA_OK
+                } else {
+                    TESSERA_BEST_EFFORT
+                };
+                opened = Some(wg);
+                code
+            }
+            Err(code) => code,
+        }
+    });
+    LAST_ERROR.with(|e| e.set(code));
+    match opened {
+        Some(inner) => Box::into_raw(Box::new(tessera_workgroup { inner })),
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// Closes a workgroup handle: its control thread stops, members joined
+/// through it leave, and a workgroup this process created is destroyed.
+///
+/// # Safety
+/// `wg` is null or a handle from `tessera_workgroup_open`, not used after.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_workgroup_close(wg: *mut tessera_workgroup) -> i32 {
+    if wg.is_null() {
+        return TESSERA_ERR_NULL;
+    }
+    // SAFETY: a handle from open (Box::into_raw), closed once by contract.
+    let wg = unsafe { Box::from_raw(wg) };
+    guarded(move || wg.inner.close())
+}
+
+/// 1 when the workgroup's members get reservations, 0 when best-effort.
+///
+/// # Safety
+/// `wg` is null or a live handle from `tessera_workgroup_open`.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_workgroup_guaranteed(wg: *const tessera_workgroup) -> i32 {
+    // SAFETY: the caller's contract (null or live).
+    match unsafe { workgroup(wg) } {
+        Some(w) => i32::from(w.guaranteed()),
+        None => TESSERA_ERR_NULL,
+    }
+}
+
+/// How many members the workgroup can hold (one reservation each).
+///
+/// # Safety
+/// `wg` is null or a live handle from `tessera_workgroup_open`.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_workgroup_max_parallel_threads(
+    wg: *const tessera_workgroup,
+) -> i32 {
+    // SAFETY: the caller's contract (null or live).
+    match unsafe { workgroup(wg) } {
+        Some(w) => i32::try_from(w.capacity()).unwrap_or(i32::MAX),
+        None => TESSERA_ERR_NULL,
+    }
+}
+
+/// Makes the calling thread a member: it gets a reservation of the
+/// workgroup's budget. `TESSERA_BEST_EFFORT` when none backs it.
+///
+/// # Safety
+/// `wg` is null or a live handle; `token` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_workgroup_join(
+    wg: *mut tessera_workgroup,
+    token: *mut tessera_join_token,
+) -> i32 {
+    // SAFETY: the caller's contract (null or live; token null or writable).
+    unsafe {
+        answer_into(wg, token, |w| {
+            let (tid, code) = w.join(wg as usize)?;
+            let filled = tessera_join_token {
+                opaque: [tid as u64, wg as u64, 0, 0],
+            };
+            Ok((filled, code))
+        })
+    }
+}
+
+/// Ends the calling thread's membership (`token` from its join).
+///
+/// # Safety
+/// `wg` is null or a live handle; `token` is null or readable.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_workgroup_leave(
+    wg: *mut tessera_workgroup,
+    token: *const tessera_join_token,
+) -> i32 {
+    guarded(|| {
+        // SAFETY: the caller's contract (null or live).
+        let Some(w) = (unsafe { workgroup(wg) }) else {
+            return TESSERA_ERR_NULL;
+        };
+        // SAFETY: null or readable by the caller's contract.
+        let Some(token) = (unsafe { token.as_ref() }) else {
+            return TESSERA_ERR_NULL;
+        };
+        let tid = tessera_sys::proc::current_tid();
+        if token.opaque[0] != tid as u64 || token.opaque[1] != wg as u64 {
+            return TESSERA_ERR_INVALID;
+        }
+        match w.leave(wg as usize) {
+            Ok(()) => TESSERA_OK,
+            Err(code) => code,
+        }
+    })
+}
+
+/// A cycle starts at `start_ns` and must end by `deadline_ns`, both
+/// CLOCK_MONOTONIC; called by each member for its part of the cycle.
+/// Real-time safe: no allocation, no lock, one system call.
+#[no_mangle]
+pub extern "C" fn tessera_workgroup_interval_start(
+    wg: *mut tessera_workgroup,
+    start_ns: u64,
+    deadline_ns: u64,
+) -> i32 {
+    on_member(wg, |handle| {
+        member::interval_start(handle, start_ns, deadline_ns)
+    })
+}
+
+/// The current cycle's deadline moved. Real-time safe, no system call.
+#[no_mangle]
+pub extern "C" fn tessera_workgroup_interval_update(
+    wg: *mut tessera_workgroup,
+    deadline_ns: u64,
+) -> i32 {
+    on_member(wg, |handle| member::interval_update(handle, deadline_ns))
+}
+
+/// The calling member's work of the cycle is done. Real-time safe: no
+/// allocation, no lock, one system call.
+#[no_mangle]
+pub extern "C" fn tessera_workgroup_interval_finish(wg: *mut tessera_workgroup) -> i32 {
+    on_member(wg, member::interval_finish)
+}
+
+/// ADPF's `reportActualWorkDuration`: the calling member's work in its
+/// last cycle, in ns. Real-time safe, no system call.
+#[no_mangle]
+pub extern "C" fn tessera_hint_report_actual_work_duration(
+    wg: *mut tessera_workgroup,
+    actual_ns: i64,
+) -> i32 {
+    on_member(wg, |handle| member::report_actual(handle, actual_ns))
+}
+
+/// ADPF's `updateTargetWorkDuration`: the cycle's period and deadline for
+/// the calling member's reports, in ns.
+#[no_mangle]
+pub extern "C" fn tessera_hint_update_target_work_duration(
+    wg: *mut tessera_workgroup,
+    target_ns: i64,
+) -> i32 {
+    on_member(wg, |handle| member::update_target(handle, target_ns))
+}
+
+/// Member `tid`'s counts and the workgroup's budget, into `out`.
+/// `TESSERA_ERR_NOT_FOUND` until the control thread saw the member.
+///
+/// # Safety
+/// `wg` is null or a live handle; `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_workgroup_member_stats(
+    wg: *const tessera_workgroup,
+    tid: i32,
+    out: *mut tessera_member_stats,
+) -> i32 {
+    // SAFETY: the caller's contract (null or live; out null or writable).
+    unsafe {
+        answer_into(wg, out, |w| {
+            let report = w.member_report(tid).ok_or(TESSERA_ERR_NOT_FOUND)?;
+            let budget = w.budget();
+            let stats = tessera_member_stats {
+                cycles: report.cycles,
+                overruns: report.overruns,
+                misses: report.misses,
+                budget_ns: budget.map_or(0, |b| b.runtime_ns),
+                period_ns: budget.map_or(0, |b| b.period_ns),
+            };
+            Ok((stats, TESSERA_OK))
+        })
+    }
+}

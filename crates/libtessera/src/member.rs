@@ -1,0 +1,197 @@
+//! The calling thread's membership and its real-time path: marking a
+//! cycle's start, deadline and finish, or reporting its work (ADPF).
+//!
+//! A member's state lives in its own thread (a thread-local), so the
+//! interval calls take no lock and share nothing with other threads but
+//! the wait-free ring (rtrb) that carries each cycle's sample to the
+//! workgroup's control thread. `interval_start` and `interval_finish` each
+//! read the thread's CPU clock (CLOCK_THREAD_CPUTIME_ID: one system call);
+//! `finish` also reads CLOCK_MONOTONIC, which the vDSO answers without one.
+//! They must never allocate, block, or touch the broker: joining (where the
+//! thread-local is first used, and its destructor registered) and leaving
+//! do that, off the real-time path.
+
+use crate::control::Shared;
+use crate::status::{
+    TESSERA_ERR_ALREADY_JOINED, TESSERA_ERR_INVALID, TESSERA_ERR_NOT_JOINED,
+    TESSERA_ERR_NO_INTERVAL, TESSERA_OK,
+};
+use rtrb::Producer;
+use std::cell::{Cell, RefCell};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tessera_policy::CycleSample;
+use tessera_sys::clock;
+
+/// A cycle in progress on this thread.
+#[derive(Debug, Clone, Copy)]
+struct Interval {
+    start_ns: u64,
+    deadline_ns: u64,
+    cpu_start_ns: u64,
+}
+
+/// This thread's membership of one workgroup.
+pub struct Membership {
+    pub shared: Arc<Shared>,
+    /// The address of the C handle it was joined through.
+    pub handle: usize,
+    pub tid: i32,
+    ring: Producer<CycleSample>,
+    interval: Option<Interval>,
+    /// ADPF's target work duration, ns (0: none yet).
+    target_ns: u64,
+}
+
+thread_local! {
+    /// Whether [`MEMBER`] was ever set on this thread: checked first, so a
+    /// thread that never joined never touches (and registers the
+    /// destructor of) the membership from its real-time path.
+    static JOINED: Cell<bool> = const { Cell::new(false) };
+    static MEMBER: RefCell<Option<Membership>> = const { RefCell::new(None) };
+}
+
+/// Makes this thread a member through `handle`; refused when it is a
+/// member of a workgroup still open.
+pub fn enter(shared: Arc<Shared>, handle: usize, tid: i32, ring: Producer<CycleSample>) -> i32 {
+    MEMBER.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.as_ref().is_some_and(|old| !old.shared.is_closed()) {
+            return TESSERA_ERR_ALREADY_JOINED;
+        }
+        *m = Some(Membership {
+            shared,
+            handle,
+            tid,
+            ring,
+            interval: None,
+            target_ns: 0,
+        });
+        JOINED.with(|j| j.set(true));
+        TESSERA_OK
+    })
+}
+
+/// Whether this thread is a member of a workgroup still open.
+pub fn is_member() -> bool {
+    JOINED.with(Cell::get)
+        && MEMBER.with(|m| {
+            m.borrow()
+                .as_ref()
+                .is_some_and(|old| !old.shared.is_closed())
+        })
+}
+
+/// Ends this thread's membership through `handle`.
+pub fn exit(handle: usize) -> Result<Membership, i32> {
+    if !JOINED.with(Cell::get) {
+        return Err(TESSERA_ERR_NOT_JOINED);
+    }
+    MEMBER.with(|m| {
+        let mut m = m.borrow_mut();
+        match m.as_ref() {
+            Some(old) if old.handle == handle => Ok(m.take().expect("checked above")),
+            _ => Err(TESSERA_ERR_NOT_JOINED),
+        }
+    })
+}
+
+/// Runs `f` on this thread's membership through `handle`, or says why not.
+/// Real-time safe: no allocation (the thread-local was made at join).
+fn with_member(handle: usize, f: impl FnOnce(&mut Membership) -> i32) -> i32 {
+    if !JOINED.with(Cell::get) {
+        return TESSERA_ERR_NOT_JOINED;
+    }
+    MEMBER.with(|m| match m.try_borrow_mut() {
+        Ok(mut m) => match m.as_mut() {
+            Some(member) if member.handle == handle && !member.shared.is_closed() => f(member),
+            _ => TESSERA_ERR_NOT_JOINED,
+        },
+        Err(_) => TESSERA_ERR_NOT_JOINED,
+    })
+}
+
+/// A cycle starts at `start_ns` and must finish by `deadline_ns`
+/// (CLOCK_MONOTONIC).
+pub fn interval_start(handle: usize, start_ns: u64, deadline_ns: u64) -> i32 {
+    if deadline_ns <= start_ns {
+        return TESSERA_ERR_INVALID;
+    }
+    with_member(handle, |m| {
+        m.interval = Some(Interval {
+            start_ns,
+            deadline_ns,
+            cpu_start_ns: clock::thread_cpu_ns(),
+        });
+        TESSERA_OK
+    })
+}
+
+/// The cycle's deadline moved.
+pub fn interval_update(handle: usize, deadline_ns: u64) -> i32 {
+    with_member(handle, |m| match m.interval.as_mut() {
+        Some(i) if deadline_ns > i.start_ns => {
+            i.deadline_ns = deadline_ns;
+            TESSERA_OK
+        }
+        Some(_) => TESSERA_ERR_INVALID,
+        None => TESSERA_ERR_NO_INTERVAL,
+    })
+}
+
+/// The cycle's work is done: its CPU time and whether it was late go to
+/// the control thread.
+pub fn interval_finish(handle: usize) -> i32 {
+    with_member(handle, |m| {
+        let Some(i) = m.interval.take() else {
+            return TESSERA_ERR_NO_INTERVAL;
+        };
+        let cpu_ns = clock::thread_cpu_ns().saturating_sub(i.cpu_start_ns);
+        let sample = CycleSample {
+            cpu_ns,
+            period_ns: i.deadline_ns - i.start_ns,
+            late: clock::monotonic_ns() > i.deadline_ns,
+        };
+        send(m, sample);
+        TESSERA_OK
+    })
+}
+
+/// ADPF's `updateTargetWorkDuration`: the cycle's period and deadline.
+pub fn update_target(handle: usize, target_ns: i64) -> i32 {
+    if target_ns <= 0 {
+        return TESSERA_ERR_INVALID;
+    }
+    with_member(handle, |m| {
+        m.target_ns = target_ns as u64;
+        TESSERA_OK
+    })
+}
+
+/// ADPF's `reportActualWorkDuration`: one cycle's work, measured by the
+/// caller; late when over the target.
+pub fn report_actual(handle: usize, actual_ns: i64) -> i32 {
+    if actual_ns < 0 {
+        return TESSERA_ERR_INVALID;
+    }
+    with_member(handle, |m| {
+        if m.target_ns == 0 {
+            return TESSERA_ERR_NO_INTERVAL;
+        }
+        let sample = CycleSample {
+            cpu_ns: actual_ns as u64,
+            period_ns: m.target_ns,
+            late: actual_ns as u64 > m.target_ns,
+        };
+        send(m, sample);
+        TESSERA_OK
+    })
+}
+
+/// Hands a sample to the control thread; a full ring (the control thread
+/// stalled) drops it and counts the drop.
+fn send(m: &mut Membership, sample: CycleSample) {
+    if m.ring.push(sample).is_err() {
+        m.shared.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}

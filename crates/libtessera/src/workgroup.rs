@@ -1,0 +1,208 @@
+//! A workgroup handle in Rust: opening (or creating) the workgroup through
+//! the broker with this process's credentials, joining and leaving the
+//! calling thread, closing. Every failure is a return code of
+//! [`crate::status`]; a broker that cannot be reached leaves a best-effort
+//! workgroup (samples measured and counted, no reservation), labelled so.
+//!
+//! It must never be called from the real-time path: every operation here
+//! may talk to the broker.
+
+use crate::control::{self, Shared};
+use crate::member;
+use crate::status::{self, TESSERA_BEST_EFFORT, TESSERA_ERR_BROKER, TESSERA_OK};
+use rtrb::RingBuffer;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use tessera_broker::{Mode, Session, WorkgroupShape};
+use tessera_policy::{Budget, MemberReport};
+
+/// The period a new workgroup's budget has until its cycles are marked.
+const INITIAL_PERIOD_NS: u64 = 10_000_000;
+/// Samples a member's ring holds: over a second of 2.7 ms cycles.
+const RING_CYCLES: usize = 512;
+
+pub struct Workgroup {
+    shared: Arc<Shared>,
+    capacity: usize,
+    guaranteed: bool,
+    /// A broker's workgroup backs it (reservations when `guaranteed`).
+    backed: bool,
+    /// This process created it (and destroys it on close).
+    created: bool,
+    control: Option<JoinHandle<()>>,
+}
+
+impl Workgroup {
+    /// Opens workgroup `name`, creating it (bound to this process) when
+    /// none exists.
+    pub fn open(name: &str) -> Result<Workgroup, i32> {
+        match Session::connect() {
+            Ok(session) => Self::through(name, session),
+            Err(_) => Ok(Self::best_effort(name)),
+        }
+    }
+
+    fn through(name: &str, mut session: Session) -> Result<Workgroup, i32> {
+        let cores = tessera_sys::kernel::online_cpus().map_or(1, |c| c.len());
+        let initial = Budget::new(
+            INITIAL_PERIOD_NS * u64::from(control::config().initial_budget_pct) / 100,
+            INITIAL_PERIOD_NS,
+        );
+        let shape = WorkgroupShape {
+            capacity: cores,
+            budget: initial,
+        };
+        let info = match session.open_workgroup(name, Some(shape)) {
+            Ok(info) => info,
+            Err(e) => match status::of_broker(&e) {
+                TESSERA_ERR_BROKER => return Ok(Self::best_effort(name)),
+                code => return Err(code),
+            },
+        };
+        let pid = tessera_sys::proc::current_pid();
+        let created = session
+            .show(name)
+            .is_ok_and(|c| c.bound_to_pid == Some(pid));
+        let guaranteed = info.mode != Mode::BestEffort;
+        let shared = Arc::new(Shared::new(name.to_string(), Some(info.budget)));
+        let control = control::spawn(
+            shared.clone(),
+            Some(session),
+            info.budget.period_ns,
+            !created,
+        )
+        .map_err(|_| TESSERA_ERR_BROKER)?;
+        Ok(Workgroup {
+            shared,
+            capacity: info.capacity,
+            guaranteed,
+            backed: true,
+            created,
+            control: Some(control),
+        })
+    }
+
+    /// A workgroup no broker backs: members are measured and counted,
+    /// nothing is reserved.
+    fn best_effort(name: &str) -> Workgroup {
+        let shared = Arc::new(Shared::new(name.to_string(), None));
+        let control = control::spawn(shared.clone(), None, INITIAL_PERIOD_NS, true).ok();
+        Workgroup {
+            shared,
+            capacity: tessera_sys::kernel::online_cpus().map_or(1, |c| c.len()),
+            guaranteed: false,
+            backed: false,
+            created: false,
+            control,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn guaranteed(&self) -> bool {
+        self.guaranteed
+    }
+
+    /// Makes the calling thread a member through `handle` (the C pointer);
+    /// [`TESSERA_BEST_EFFORT`] when no reservation backs it.
+    pub fn join(&self, handle: usize) -> Result<(i32, i32), i32> {
+        if member::is_member() {
+            return Err(status::TESSERA_ERR_ALREADY_JOINED);
+        }
+        let tid = tessera_sys::proc::current_tid();
+        let backed = self.backed && self.broker_join(tid)? && self.guaranteed;
+        let (producer, consumer) = RingBuffer::new(RING_CYCLES);
+        let code = member::enter(self.shared.clone(), handle, tid, producer);
+        if code != TESSERA_OK {
+            return Err(code);
+        }
+        let mut roster = self.shared.roster();
+        roster.joined.push((tid, consumer));
+        roster.members.push(tid);
+        Ok((
+            tid,
+            if backed {
+                TESSERA_OK
+            } else {
+                TESSERA_BEST_EFFORT
+            },
+        ))
+    }
+
+    /// Whether the broker gave the thread a reservation.
+    fn broker_join(&self, tid: i32) -> Result<bool, i32> {
+        let mut session = Session::connect().map_err(|e| status::of_broker(&e))?;
+        match session.join_workgroup(&self.shared.name, tid) {
+            Ok(info) => Ok(info.mode != Mode::BestEffort),
+            Err(e) => Err(status::of_broker(&e)),
+        }
+    }
+
+    /// Ends the calling thread's membership through `handle`.
+    pub fn leave(&self, handle: usize) -> Result<(), i32> {
+        let membership = member::exit(handle)?;
+        let tid = membership.tid;
+        drop(membership);
+        self.forget(tid);
+        if self.backed {
+            let mut session = Session::connect().map_err(|e| status::of_broker(&e))?;
+            session
+                .leave_workgroup(&self.shared.name, tid)
+                .map_err(|e| status::of_broker(&e))?;
+        }
+        Ok(())
+    }
+
+    fn forget(&self, tid: i32) {
+        let mut roster = self.shared.roster();
+        roster.members.retain(|t| *t != tid);
+        roster.left.push(tid);
+    }
+
+    /// The control thread's counts for member `tid`.
+    pub fn member_report(&self, tid: i32) -> Option<MemberReport> {
+        self.shared
+            .roster()
+            .report
+            .iter()
+            .find(|r| r.member == tid)
+            .copied()
+    }
+
+    /// The budget each member's reservation has now.
+    pub fn budget(&self) -> Option<Budget> {
+        self.shared.roster().budget
+    }
+
+    /// Stops the control thread; members still joined through this handle
+    /// leave the broker's cell, and a workgroup this process created is
+    /// destroyed. Members' further interval calls answer "not joined".
+    pub fn close(mut self) -> i32 {
+        self.shared.close();
+        if let Some(control) = self.control.take() {
+            control.thread().unpark();
+            let _ = control.join();
+        }
+        if !self.backed {
+            return TESSERA_OK;
+        }
+        let Ok(mut session) = Session::connect() else {
+            return TESSERA_ERR_BROKER;
+        };
+        let members = std::mem::take(&mut self.shared.roster().members);
+        let mut code = TESSERA_OK;
+        for tid in members {
+            if let Err(e) = session.leave_workgroup(&self.shared.name, tid) {
+                code = status::of_broker(&e);
+            }
+        }
+        if self.created {
+            if let Err(e) = session.destroy_cell(&self.shared.name) {
+                code = status::of_broker(&e);
+            }
+        }
+        code
+    }
+}

@@ -1,0 +1,143 @@
+//! The C programs of tests/c/ — docs/workgroups.md's example host among
+//! them — compiled with `cc` against include/tessera.h and the built
+//! libtessera.so, and run as root on a private broker state directory
+//! (the machine reset afterwards): join, intervals and leave; a second
+//! process joining the first's workgroup by name; the refusals and their
+//! codes.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use tessera_testkit::privileged;
+
+const CRATE: &str = env!("CARGO_MANIFEST_DIR");
+
+/// This build's libtessera.so: beside the test binary in deps/ (where
+/// `cargo test` leaves it), or in the profile directory (`cargo build`).
+fn built_library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    [deps, deps.parent().unwrap()]
+        .iter()
+        .map(|d| d.join("libtessera.so"))
+        .find(|lib| lib.exists())
+        .expect("libtessera.so is built with the tests")
+}
+
+/// Compiles tests/c/`source` into `dir`, beside a copy of the library
+/// under its soname.
+fn compile(source: &str, dir: &Path) -> PathBuf {
+    let lib = built_library();
+    for name in ["libtessera.so", "libtessera.so.0"] {
+        let _ = std::fs::remove_file(dir.join(name));
+        std::fs::copy(&lib, dir.join(name)).unwrap();
+    }
+    let exe = dir.join(source.trim_end_matches(".c"));
+    let out = Command::new("cc")
+        .arg(Path::new(CRATE).join("tests/c").join(source))
+        .arg(format!("-I{CRATE}/include"))
+        .arg(format!("-L{}", dir.display()))
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .args(["-Wall", "-Werror", "-ltessera", "-lpthread", "-o"])
+        .arg(&exe)
+        .output()
+        .expect("cc runs");
+    assert!(
+        out.status.success(),
+        "cc {source}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+fn start(exe: &Path, args: &[&str], run_dir: &Path) -> Child {
+    Command::new(exe)
+        .args(args)
+        .env("TESSERA_RUN_DIR", run_dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits for `child` at most `limit`, killing it past that.
+fn finish(mut child: Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    eprintln!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn cycles_counted(stdout: &[u8]) -> Vec<u64> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1)?.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_host_joins_marks_its_cycles_and_a_second_process_joins_by_name() {
+    let Some(machine) =
+        privileged("a_host_joins_marks_its_cycles_and_a_second_process_joins_by_name")
+    else {
+        return;
+    };
+    let dir = machine.dir();
+    let host = compile("host.c", &dir);
+    // The first process creates the workgroup: its callback thread alone
+    // (the second process's thread takes the other reservation).
+    let mut first = start(&host, &["wg-c", "600", "0"], &dir);
+    let mut lines = BufReader::new(first.stdout.take().unwrap()).lines();
+    let opened = lines.next().unwrap().unwrap();
+    assert!(opened.starts_with("guaranteed 1"), "{opened}");
+    let second = finish(
+        start(&host, &["wg-c", "200", "0"], &dir),
+        Duration::from_secs(20),
+    );
+    assert!(second.status.success(), "the second process joined by name");
+    assert_eq!(cycles_counted(&second.stdout), vec![200]);
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let first = finish(first, Duration::from_secs(20));
+    assert!(first.status.success());
+    assert_eq!(cycles_counted(rest.join("\n").as_bytes()), vec![600]);
+    // The creator's close destroyed it.
+    let gone = machine.session().open_workgroup("wg-c", None).unwrap_err();
+    assert_eq!(gone.code, tessera_broker::ErrorCode::NotFound, "{gone}");
+}
+
+#[test]
+fn refusals_come_with_their_codes() {
+    let Some(machine) = privileged("refusals_come_with_their_codes") else {
+        return;
+    };
+    let dir = machine.dir();
+    let refusals = compile("refusals.c", &dir);
+    let out = finish(
+        start(&refusals, &["wg-refusals"], &dir),
+        Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "every refusal had its code");
+}
+
+#[test]
+fn the_docs_example_is_the_compiled_host() {
+    let docs = std::fs::read_to_string(Path::new(CRATE).join("../../docs/workgroups.md")).unwrap();
+    let host = std::fs::read_to_string(Path::new(CRATE).join("tests/c/host.c")).unwrap();
+    assert!(
+        docs.contains(&host),
+        "docs/workgroups.md shows tests/c/host.c verbatim"
+    );
+}

@@ -1,0 +1,354 @@
+//! A workgroup's budgets from exact per-cycle samples: the members of a
+//! workgroup (the threads of one audio cycle: a callback and its workers)
+//! share one deadline per cycle, each member marks its cycle and reports
+//! the CPU time it used in it, and this controller turns those samples into
+//! the budget each member needs — the AQuoSA feedback of [`Adaptive`], one
+//! controller per member, fed one sample per cycle instead of a mean over
+//! an observation interval.
+//!
+//! It owns the per-member arithmetic and the counts: per member the cycles
+//! seen, the overruns (a cycle that used more CPU than the member's budget
+//! per cycle) and the misses (a cycle that finished after its deadline).
+//! The cell's budget is the largest member's: mainline SCHED_DEADLINE gives
+//! each member its own reservation and the broker gives every reservation
+//! of a cell the same budget. It must never measure, sleep or call the
+//! broker: the caller (libtessera's control thread) feeds it samples,
+//! asks it what to request and tells it what admission granted.
+//!
+//! Invariants (property-tested): every budget it asks for lies within the
+//! members' bounds; a member's budget covers its predicted cycle with the
+//! increment, up to the maximum; an overrun or a miss is counted once per
+//! cycle that had it and never otherwise; a cycle period that changes
+//! moves every member's reservation period with it.
+
+use crate::adaptive::{Adaptive, AdaptiveConfig};
+use crate::cell::{Budget, RequestError};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A member, as its caller names it (libtessera uses the thread id).
+pub type MemberId = i32;
+
+/// One member's cycle, measured exactly by the member itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CycleSample {
+    /// The member's CPU time in the cycle (CLOCK_THREAD_CPUTIME_ID).
+    pub cpu_ns: u64,
+    /// The cycle's period: its deadline less its start.
+    pub period_ns: u64,
+    /// The member finished after the cycle's deadline.
+    pub late: bool,
+}
+
+/// One member's counts and budget, for reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberReport {
+    pub member: MemberId,
+    pub cycles: u64,
+    pub overruns: u64,
+    pub misses: u64,
+    /// The last cycle's CPU time.
+    pub last_cpu_ns: Option<u64>,
+    /// What this member's load needs, per reservation period.
+    pub wanted: Budget,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Member {
+    adaptive: Adaptive,
+    cycles: u64,
+    overruns: u64,
+    misses: u64,
+    last_cpu_ns: Option<u64>,
+}
+
+/// The per-cycle controller of one workgroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkgroupControl {
+    config: AdaptiveConfig,
+    period_ns: u64,
+    members: BTreeMap<MemberId, Member>,
+    granted: Option<Budget>,
+}
+
+impl WorkgroupControl {
+    /// A controller for cycles of `period_ns`, before any member joined.
+    pub fn new(config: AdaptiveConfig, period_ns: u64) -> Result<WorkgroupControl, RequestError> {
+        // Validates the config and the period once, as a member would.
+        Adaptive::new(config, period_ns)?;
+        Ok(WorkgroupControl {
+            config,
+            period_ns,
+            members: BTreeMap::new(),
+            granted: None,
+        })
+    }
+
+    pub fn period_ns(&self) -> u64 {
+        self.period_ns
+    }
+
+    pub fn members(&self) -> usize {
+        self.members.len()
+    }
+
+    /// A member joined: its controller starts at the initial budget, and
+    /// the others' are bumped (AQuoSA's bump on a new client: the cycle's
+    /// load is unknown until their windows refill).
+    pub fn join(&mut self, member: MemberId) {
+        if self.members.contains_key(&member) {
+            return;
+        }
+        for m in self.members.values_mut() {
+            m.adaptive.on_join();
+        }
+        let adaptive = Adaptive::new(self.config, self.period_ns)
+            .expect("the config and period were validated by new or set_period");
+        self.members.insert(
+            member,
+            Member {
+                adaptive,
+                cycles: 0,
+                overruns: 0,
+                misses: 0,
+                last_cpu_ns: None,
+            },
+        );
+    }
+
+    /// A member left; its counts go with it (take a report first).
+    pub fn leave(&mut self, member: MemberId) {
+        self.members.remove(&member);
+    }
+
+    /// The cycle's period changed (a new buffer size, or a deadline that
+    /// moved): every member's reservation period follows.
+    pub fn set_period(&mut self, period_ns: u64) -> Result<(), RequestError> {
+        for m in self.members.values_mut() {
+            m.adaptive.set_audio_period(period_ns)?;
+        }
+        self.period_ns = period_ns;
+        Ok(())
+    }
+
+    /// One member's cycle. Unknown members are ignored (a sample that
+    /// arrives after its member left). A sample of another period moves
+    /// the workgroup to that period first. A miss bumps the member's budget
+    /// as an xrun does.
+    pub fn observe(&mut self, member: MemberId, sample: CycleSample) -> Result<(), RequestError> {
+        if sample.period_ns != self.period_ns && self.members.contains_key(&member) {
+            self.set_period(sample.period_ns)?;
+        }
+        let per_cycle = self.budget_per_cycle();
+        let Some(m) = self.members.get_mut(&member) else {
+            return Ok(());
+        };
+        m.cycles += 1;
+        m.last_cpu_ns = Some(sample.cpu_ns);
+        if per_cycle.is_some_and(|b| sample.cpu_ns > b) {
+            m.overruns += 1;
+        }
+        m.adaptive.observe(sample.cpu_ns, 1);
+        if sample.late {
+            m.misses += 1;
+            m.adaptive.on_xrun();
+        }
+        Ok(())
+    }
+
+    /// The granted runtime per cycle (a reservation period spans
+    /// `fragments` cycles).
+    fn budget_per_cycle(&self) -> Option<u64> {
+        let g = self.granted?;
+        let fragments = g.period_ns / self.period_ns.max(1);
+        Some(g.runtime_ns / fragments.max(1))
+    }
+
+    /// What each member's load needs.
+    pub fn wanted_per_member(&self) -> Vec<(MemberId, Budget)> {
+        self.members
+            .iter()
+            .map(|(&id, m)| (id, m.adaptive.wanted()))
+            .collect()
+    }
+
+    /// The cell's budget: the largest member's (each member holds a
+    /// reservation of the cell's one budget). None without members.
+    pub fn wanted(&self) -> Option<Budget> {
+        self.members
+            .values()
+            .map(|m| m.adaptive.wanted())
+            .max_by_key(|b| (b.period_ns, b.runtime_ns))
+    }
+
+    /// The budget to ask admission for, when it differs from what is held
+    /// beyond any member's hysteresis (see [`Adaptive::update_to`]).
+    pub fn update(&self) -> Option<Budget> {
+        let target = self.wanted()?;
+        let Some(held) = self.granted else {
+            return Some(target);
+        };
+        let any = self
+            .members
+            .values()
+            .any(|m| m.adaptive.update_to(target).is_some());
+        (any && target != held).then_some(target)
+    }
+
+    /// Records what admission gave the cell (every member holds it).
+    pub fn granted(&mut self, budget: Budget, degraded: bool) {
+        self.granted = Some(budget);
+        for m in self.members.values_mut() {
+            m.adaptive.granted(budget, degraded);
+        }
+    }
+
+    pub fn granted_budget(&self) -> Option<Budget> {
+        self.granted
+    }
+
+    pub fn report(&self) -> Vec<MemberReport> {
+        self.members
+            .iter()
+            .map(|(&member, m)| MemberReport {
+                member,
+                cycles: m.cycles,
+                overruns: m.overruns,
+                misses: m.misses,
+                last_cpu_ns: m.last_cpu_ns,
+                wanted: m.adaptive.wanted(),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const PERIOD: u64 = 2_666_666;
+
+    fn sample(cpu_ns: u64, late: bool) -> CycleSample {
+        CycleSample {
+            cpu_ns,
+            period_ns: PERIOD,
+            late,
+        }
+    }
+
+    fn control() -> WorkgroupControl {
+        WorkgroupControl::new(AdaptiveConfig::default(), PERIOD).unwrap()
+    }
+
+    #[test]
+    fn the_budget_follows_a_step_of_the_largest_member() {
+        let mut wg = control();
+        wg.join(1);
+        wg.join(2);
+        for _ in 0..20 {
+            wg.observe(1, sample(800_000, false)).unwrap();
+            wg.observe(2, sample(300_000, false)).unwrap();
+        }
+        // Max predictor, 20 % increment, one fragment.
+        assert_eq!(wg.wanted(), Some(Budget::new(960_000, PERIOD)));
+        for _ in 0..16 {
+            wg.observe(1, sample(1_600_000, false)).unwrap();
+        }
+        assert_eq!(wg.wanted(), Some(Budget::new(1_920_000, PERIOD)));
+    }
+
+    #[test]
+    fn overruns_and_misses_are_counted_per_member() {
+        let mut wg = control();
+        wg.join(7);
+        wg.join(8);
+        wg.granted(Budget::new(1_000_000, PERIOD), false);
+        wg.observe(7, sample(1_200_000, true)).unwrap();
+        wg.observe(7, sample(900_000, false)).unwrap();
+        wg.observe(8, sample(500_000, true)).unwrap();
+        let r = wg.report();
+        assert_eq!(
+            (r[0].member, r[0].overruns, r[0].misses, r[0].cycles),
+            (7, 1, 1, 2)
+        );
+        assert_eq!(
+            (r[1].member, r[1].overruns, r[1].misses, r[1].cycles),
+            (8, 0, 1, 1)
+        );
+    }
+
+    #[test]
+    fn a_new_period_moves_every_reservation() {
+        let mut wg = control();
+        wg.join(1);
+        let short = CycleSample {
+            cpu_ns: 100_000,
+            period_ns: 666_666,
+            late: false,
+        };
+        wg.observe(1, short).unwrap();
+        assert_eq!(wg.period_ns(), 666_666);
+        // Two cycles per enforceable reservation period.
+        assert_eq!(wg.wanted().unwrap().period_ns, 1_333_332);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn budgets_stay_in_bounds_and_cover_the_prediction(
+            cycles in proptest::collection::vec((1u8..4, 0u64..3_000_000, any::<bool>()), 1..80),
+        ) {
+            let mut wg = control();
+            let bounds = Adaptive::new(AdaptiveConfig::default(), PERIOD).unwrap().bounds();
+            for (member, cpu, late) in cycles {
+                let member = member as MemberId;
+                wg.join(member);
+                wg.observe(member, sample(cpu, late)).unwrap();
+                let b = wg.wanted().unwrap();
+                prop_assert!(b.runtime_ns >= bounds.0 && b.runtime_ns <= bounds.1, "{b:?} outside {bounds:?}");
+                prop_assert!(b.runtime_ns >= (cpu * 120 / 100).min(bounds.1), "{b:?} below cycle {cpu}");
+                if let Some(next) = wg.update() {
+                    wg.granted(next, false);
+                }
+            }
+        }
+
+        #[test]
+        fn each_overrun_and_miss_is_counted_once(
+            budget in 50_000u64..2_000_000,
+            cycles in proptest::collection::vec((0u64..3_000_000, any::<bool>()), 0..60),
+        ) {
+            let mut wg = control();
+            wg.join(1);
+            wg.granted(Budget::new(budget, PERIOD), false);
+            for &(cpu, late) in &cycles {
+                wg.observe(1, sample(cpu, late)).unwrap();
+            }
+            let r = wg.report()[0];
+            prop_assert_eq!(r.cycles, cycles.len() as u64);
+            prop_assert_eq!(r.overruns, cycles.iter().filter(|(c, _)| *c > budget).count() as u64);
+            prop_assert_eq!(r.misses, cycles.iter().filter(|(_, l)| *l).count() as u64);
+        }
+
+        #[test]
+        fn a_steady_load_converges_within_the_window(cpu in 100_000u64..2_000_000) {
+            let mut wg = control();
+            wg.join(1);
+            let window = AdaptiveConfig::default().predictor.window;
+            for _ in 0..window {
+                wg.observe(1, sample(cpu, false)).unwrap();
+                if let Some(next) = wg.update() {
+                    wg.granted(next, false);
+                }
+            }
+            let bounds = Adaptive::new(AdaptiveConfig::default(), PERIOD).unwrap().bounds();
+            let expected = (cpu * 120 / 100).clamp(bounds.0, bounds.1);
+            // Within the hysteresis band of what the load needs, and settled.
+            let held = wg.granted_budget().unwrap().runtime_ns;
+            prop_assert!(held.abs_diff(expected) <= held * 5 / 100, "{held} vs {expected}");
+            prop_assert_eq!(wg.update(), None);
+        }
+    }
+}
