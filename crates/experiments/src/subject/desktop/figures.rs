@@ -11,16 +11,27 @@
 //! It computes and states; whether the goal is met is arithmetic on the
 //! counters, said as such, never a judgement of the run.
 
-use super::DesktopData;
 use crate::figures::latency_histogram;
 use crate::jack_peer::{cycles, periods, thinned, Window};
 use std::fmt::Write as _;
 use std::path::Path;
+use tessera_jack_peer::record::PeerRecord;
 use tessera_measure::plot::{self, SeriesPanel};
 use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults};
 use tessera_scenario::Scenario;
+use tessera_scenario::{DesktopSubject, Rights};
 use tessera_sys::proc::Pid;
 use tessera_sys::sched::{self, Policy};
+
+/// What a run left for the metrics.
+pub(crate) struct DesktopData {
+    pub(super) subject: DesktopSubject,
+    pub(super) rights: Rights,
+    pub(super) record: Result<PeerRecord, String>,
+    /// (s from t0, census) in order.
+    pub(super) censuses: Vec<(f64, Census)>,
+    pub(super) notes: Vec<String>,
+}
 
 pub const CYCLES: &str = "desktop cycles";
 pub const SKIPPED: &str = "desktop periods skipped";

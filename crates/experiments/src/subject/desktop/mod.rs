@@ -27,7 +27,7 @@ use crate::harness::stock_rtkit::StockRtkit;
 use crate::jack_peer::{peer_args, PeerClients};
 use crate::scratch::Scratch;
 use crate::subject::contract::{Measured, Running, Stopped};
-use figures::Census;
+use figures::{Census, DesktopData};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_jack_peer::record::PeerRecord;
@@ -71,16 +71,6 @@ pub(crate) struct DesktopRun {
     total: Duration,
     t0: Option<u64>,
     censuses: Vec<(f64, Census)>,
-}
-
-/// What a run left for the metrics.
-pub(crate) struct DesktopData {
-    subject: DesktopSubject,
-    rights: Rights,
-    record: Result<PeerRecord, String>,
-    /// (s from t0, census) in order.
-    censuses: Vec<(f64, Census)>,
-    notes: Vec<String>,
 }
 
 impl DesktopRun {
