@@ -405,9 +405,13 @@ fn a_cell_for_a_thread_that_cannot_be_attached_is_not_left_behind() {
         .create_cell_for_thread(event_triggered("stray", 100, 1000), owner.clone(), me, 1)
         .unwrap_err();
     assert!(broker.status().cells.is_empty(), "{err}: no cell left");
+    // Under global EDF, as the RTKit interface asks: a sleeping thread of
+    // this process cannot be moved into a partitioned core from outside.
     let t = Parked::spawn(|| {});
+    let mut mine = event_triggered("mine", 100, 1000);
+    mine.placement = tessera_policy::Placement::Global;
     broker
-        .create_cell_for_thread(event_triggered("mine", 100, 1000), owner, me, t.tid)
+        .create_cell_for_thread(mine, owner, me, t.tid)
         .unwrap();
     assert!(matches!(
         sched::get_policy(t.tid).unwrap(),
