@@ -1,9 +1,15 @@
-//! What the audio-server tests share: a time limit on a run, and whether a
-//! workspace program is built beside the test. It must never start a
-//! server or touch the machine.
+//! What the scenario tests share: a time limit on a run, whether a
+//! workspace program is built beside the test, and the check that a run's
+//! report is rendered from its data alone. It must never start a server or
+//! touch the machine.
+//!
+//! Each test crate uses part of it.
+#![allow(dead_code)]
 
+use std::path::Path;
 use std::sync::mpsc;
 use std::time::Duration;
+use tessera_measure::RunResults;
 
 /// Runs `f` on a thread of its own; fails the test if it takes longer
 /// than `limit` (the run's own Drop guards stop what it started).
@@ -43,4 +49,31 @@ fn package(program: &str) -> &str {
         "tessera" => "tessera-cli",
         other => other,
     }
+}
+
+/// Asserts that `results`' report says the same when every note is gone
+/// (but the list of configurations, which shows the notes): each figure
+/// and label of every table comes from the data in results.json, never
+/// from a sentence. Renders both into `scratch`.
+pub fn report_reads_no_notes(results: &RunResults, scratch: &Path) {
+    let mut bare = results.clone();
+    bare.configurations.iter_mut().for_each(|c| c.notes.clear());
+    let [with, without] = [(results, "with-notes"), (&bare, "without-notes")].map(|(r, name)| {
+        let dir = scratch.join(name);
+        tessera_experiments::runner::write_report(r, &dir).expect("report");
+        let text = std::fs::read_to_string(dir.join("README.md")).expect("README.md");
+        std::fs::remove_dir_all(&dir).expect("remove the rendered report");
+        without_configurations(&text)
+    });
+    assert_eq!(with, without, "a report table read a note");
+}
+
+/// A report's text less its "## Configurations" section.
+fn without_configurations(text: &str) -> String {
+    let Some(start) = text.find("\n## Configurations\n") else {
+        return text.to_string();
+    };
+    let rest = &text[start + 1..];
+    let end = rest.find("\n## ").map_or(text.len(), |i| start + 1 + i + 1);
+    format!("{}{}", &text[..start + 1], &text[end..])
 }
