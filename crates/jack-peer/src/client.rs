@@ -5,8 +5,9 @@
 //! workgroup through its [`Bridge`]; [`XrunCounter`] counts the server's
 //! xrun notifications (and, for the monitor, when each came).
 //!
-//! The process callback must never allocate nor wait: samples go into a
-//! vector reserved before activation, taken with `try_lock` (the main
+//! The process callback must never allocate nor wait (but for the bridge's
+//! join on the first cycle and its leave once the run is quiet, both
+//! outside recording): samples go into a vector reserved before activation, taken with `try_lock` (the main
 //! thread locks it only once recording has stopped, so the callback never
 //! finds it taken while it matters), and stop being recorded when it is
 //! full. The record is read before the clients close: JACK2 ends a client's

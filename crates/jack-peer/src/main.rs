@@ -26,7 +26,8 @@
 //! over UDP and plays what that host sends through a jitter buffer.
 //!
 //! It must never start or stop a server (its caller owns it) nor allocate,
-//! lock or print in a process callback.
+//! lock or print in a process callback (the bridge's join and leave, once
+//! each outside recording, aside).
 
 mod bridge;
 mod client;
