@@ -13,6 +13,7 @@ packages=(
   linuxptp                     # ptp4l, pmc: the AES67 media clock and its test
   rt-tests                     # cyclictest, to compare wake-up latency with
   stress-ng rt-app             # third-party interference, to cross-check ours
+  strace                       # counts libtessera's system calls per interval call (its test)
   faust                        # the seed's DSP compiler, for the synthesizer benchmark
   dbus-daemon dbus-bin systemd # RTKit's interface: private system buses in tests, busctl
   python3-dbus                 # a foreign RTKit client (libdbus) in the tests

@@ -611,7 +611,8 @@ impl Broker {
         }
     }
 
-    fn member_cell(&self, tid: i32) -> Option<&str> {
+    /// The cell thread `tid` (alive) is a member of, if any.
+    pub(crate) fn member_cell(&self, tid: i32) -> Option<&str> {
         self.state
             .cells
             .iter()
@@ -749,12 +750,22 @@ impl Broker {
                 )
             })?;
         self.cell_owned_by(&name, uid)?;
-        let cell = self.state.cells.get_mut(&name).expect("found above");
-        let index = cell
-            .members
-            .iter()
-            .position(|m| m.tid == tid)
-            .expect("found above");
+        self.take_out(&name, tid)
+    }
+
+    /// Takes member `tid` out of cell `name` and restores its scheduling;
+    /// who may is the caller's check.
+    pub(crate) fn take_out(&mut self, name: &str, tid: i32) -> Outcome<()> {
+        let Some(cell) = self.state.cells.get_mut(name) else {
+            return Err(unknown_cell(name));
+        };
+        let Some(index) = cell.members.iter().position(|m| m.tid == tid) else {
+            return Err(BrokerError::new(
+                ErrorCode::NotFound,
+                format!("thread {tid} is not a member of cell {name:?}"),
+                "`tessera cell list` shows the members",
+            ));
+        };
         let member = cell.members.remove(index);
         placement::restore(&member, &self.enf)?;
         self.persist()

@@ -8,7 +8,9 @@
 //! its own credentials, as it joins Apple's `kAudioDevicePropertyIOThreadOSWorkgroup`.
 //! Any bandwidth cell can be opened as a workgroup; its capacity is its
 //! number of reservations. The budget is changed with `resize-cell` by the
-//! members' process (libtessera's controller).
+//! members' process (libtessera's controller). A thread that joins leaves
+//! the cell it was in (a guard's reservation of its own): its program's
+//! choice wins, as when it sets its own policy.
 //!
 //! It owns the checks a workgroup adds to a cell's (who may open it, its
 //! capacity, who may take a member out); it must never touch the kernel or
@@ -26,8 +28,8 @@ use tessera_sys::ipc::PeerCredentials;
 /// What a workgroup created on its first open looks like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkgroupShape {
-    /// How many members it holds at most (one reservation each), cut to the
-    /// machine's cores.
+    /// How many members it holds at most (one reservation each, under
+    /// global EDF: they may outnumber the cores).
     pub capacity: usize,
     /// Each member's budget until its cycles are measured.
     pub budget: Budget,
@@ -63,10 +65,7 @@ pub fn open(
                 uid: peer.uid,
                 process: Some(ProcessId::of(peer.pid)?),
             };
-            broker.create_cell(
-                request(name, shape, broker.facts.machine.limits.cores.len()),
-                owner,
-            )?
+            broker.create_cell(request(name, shape), owner)?
         }
         (Err(e), _) => return Err(unknown(name, e)),
     };
@@ -93,6 +92,19 @@ pub fn join(
             ),
             "join at most tessera_workgroup_max_parallel_threads threads; let another leave first",
         ));
+    }
+    if tessera_sys::proc::process_of(tid).ok() != Some(peer.pid) {
+        return Err(BrokerError::new(
+            ErrorCode::NotFound,
+            format!("thread {tid} is not a thread of your process {}", peer.pid),
+            "a thread joins from its own process (tessera_workgroup_join)",
+        ));
+    }
+    // The program chose the workgroup for its thread: as when it sets the
+    // thread's policy itself, that ends the reservation the thread had (a
+    // guard's cell for it alone), whose owner finds it gone.
+    if let Some(other) = broker.member_cell(tid).map(str::to_string) {
+        broker.take_out(&other, tid)?;
     }
     broker.attach_as(name, peer.pid, Some(tid), peer.uid, false)?;
     open(broker, name, None, peer)
@@ -125,11 +137,11 @@ pub fn leave(broker: &mut Broker, name: &str, tid: i32, peer: &PeerCredentials) 
 
 /// The cell a workgroup is: global EDF over the shared cores, one
 /// reservation per member, its budget adapted by its owner.
-fn request(name: &str, shape: WorkgroupShape, cores: usize) -> CellRequest {
+fn request(name: &str, shape: WorkgroupShape) -> CellRequest {
     let mut req = CellRequest::new(
         name,
         CellPolicy::EventTriggered,
-        CoreRequest::Count(shape.capacity.clamp(1, cores.max(1))),
+        CoreRequest::Count(shape.capacity.max(1)),
         Some(shape.budget),
     );
     req.placement = Placement::Global;

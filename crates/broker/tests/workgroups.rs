@@ -2,7 +2,9 @@
 //! the machine reset afterwards): created on first open and bound to the
 //! opener, joined by a thread of the same user, refused past their
 //! capacity, to another user, by an unknown name and for a cell without
-//! reservations; a member that leaves gets its scheduling back.
+//! reservations; a member that leaves gets its scheduling back; a thread
+//! that held a reservation of its own leaves it to join; under global EDF
+//! a workgroup holds more members than the machine has cores.
 
 use std::time::Duration;
 use tessera_broker::config::Config;
@@ -114,4 +116,53 @@ fn a_workgroup_is_opened_joined_left_and_refused_with_its_codes() {
         .unwrap()
         .members
         .is_empty());
+}
+
+#[test]
+fn a_thread_in_a_cell_of_its_own_moves_in_and_members_may_outnumber_the_cores() {
+    let Some(machine) =
+        privileged("a_thread_in_a_cell_of_its_own_moves_in_and_members_may_outnumber_the_cores")
+    else {
+        return;
+    };
+    let mut session = machine.session();
+    let cores = tessera_sys::kernel::online_cpus().unwrap().len();
+    let wg = session
+        .open_workgroup("wg-wide", Some(shape(cores + 1)))
+        .unwrap();
+    assert_eq!(
+        wg.capacity,
+        cores + 1,
+        "global EDF: more members than cores"
+    );
+
+    // The thread holds a reservation of its own, as a guard gives it.
+    let mut own = CellRequest::event_triggered("wg-own", 500_000, 5_000_000);
+    own.placement = tessera_policy::Placement::Global;
+    session.create_cell(own, true).unwrap();
+    let (pid, tid) = (
+        tessera_sys::proc::current_pid(),
+        tessera_sys::proc::current_tid(),
+    );
+    session.attach("wg-own", pid, Some(tid)).unwrap();
+
+    let joined = session.join_workgroup("wg-wide", tid).unwrap();
+    assert_eq!(joined.members, vec![tid]);
+    assert!(
+        session.show("wg-own").unwrap().members.is_empty(),
+        "it left the cell it was in"
+    );
+    let Policy::Deadline(params) = sched::get_policy(tid).unwrap() else {
+        panic!("the member reads back SCHED_DEADLINE");
+    };
+    assert_eq!(
+        params.period,
+        Duration::from_nanos(PERIOD),
+        "the workgroup's"
+    );
+    session.leave_workgroup("wg-wide", tid).unwrap();
+    assert!(!matches!(
+        sched::get_policy(tid).unwrap(),
+        Policy::Deadline(_)
+    ));
 }

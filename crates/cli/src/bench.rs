@@ -4,12 +4,12 @@
 
 use crate::failure::{failed, Failure};
 use clap::{Args, Subcommand};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 use tessera_broker::BrokerError;
 use tessera_channel::{bench as channel_bench, ChannelError};
-use tessera_experiments::bench::{guard_scale, lowest, peer, rtkit_grants};
+use tessera_experiments::bench::{guard_scale, lowest, peer, rtkit_grants, workgroup};
 use tessera_measure::Summary;
 use tessera_scenario::ServerKind;
 
@@ -59,6 +59,35 @@ pub enum BenchCommand {
         Everything started is stopped by its PID, also on Ctrl-C. Needs root, jackd2, pipewire,\n\
         pipewire-bin, pipewire-jack, rt-app, stress-ng and tessera-jack-peer (built beside tessera).")]
     Lowest(LowestArgs),
+    /// Workgroups against the guard: a C host (a callback and 3 workers) whose chain steps 30 → 70 % of the period and back, under the §4.4 interference, in a workgroup, under the guard, under a fixed 95 % share and as plain FIFO.
+    #[command(after_help = "Examples:\n  \
+        sudo flock /tmp/tessera-machine.lock tessera bench workgroup\n  \
+        sudo tessera bench workgroup --seconds 30 --step-seconds 5 --out results/workgroup\n  \
+        sudo tessera bench workgroup --seconds 4 --step-seconds 2 --json   (a quick look)\n\n\
+        The host is compiled with cc against libtessera (built beside tessera) at the start;\n\
+        its threads run SCHED_FIFO 70 beside two rt-app tasks of 3 ms every 10 ms at the same\n\
+        priority and stress-ng --cpu 2. Each configuration has a daemon of its own; everything\n\
+        started is stopped by its PID, also on Ctrl-C. Reported per configuration: missed\n\
+        cycles per step, cycles to converge after the 30 → 70 % step, steady-state reserved ÷\n\
+        the members' p99 demand, and the interval calls' cost. Needs root, gcc, rt-app and\n\
+        stress-ng.")]
+    Workgroup(WorkgroupArgs),
+}
+
+#[derive(Args)]
+pub struct WorkgroupArgs {
+    /// Measured seconds per configuration (4 configurations run one after the other).
+    #[arg(long, default_value_t = 60)]
+    pub seconds: u64,
+    /// Seconds between two steps of the chain's work (30 % → 70 % → 30 % …).
+    #[arg(long, default_value_t = 10)]
+    pub step_seconds: u64,
+    /// Report directory (default results/workgroup-<time>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the results as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]
@@ -170,6 +199,7 @@ pub fn run(command: BenchCommand) -> Result<ExitCode, Failure> {
         BenchCommand::Rtkit(args) => bench_rtkit(args),
         BenchCommand::GuardScale(args) => bench_guard_scale(args),
         BenchCommand::Lowest(args) => bench_lowest(args),
+        BenchCommand::Workgroup(args) => bench_workgroup(args),
     }
 }
 
@@ -345,6 +375,54 @@ fn server_kind(name: &str) -> Result<ServerKind, BrokerError> {
     }
 }
 
+/// Catches Ctrl-C and SIGTERM from now on; the check returned says whether
+/// one came (and keeps saying so): the run under way ends, its processes
+/// stopped by their PIDs, and what was measured is written.
+fn interruption() -> Result<impl Fn() -> bool, Failure> {
+    tessera_sys::process::catch_termination().map_err(|e| failed(e.to_string(), ""))?;
+    let stop = std::cell::Cell::new(false);
+    Ok(move || {
+        if tessera_sys::process::take_termination().is_some() {
+            stop.set(true);
+        }
+        stop.get()
+    })
+}
+
+fn bench_workgroup(args: WorkgroupArgs) -> Result<ExitCode, Failure> {
+    let mut options = workgroup::Options::new(args.out.unwrap_or_else(workgroup::default_out_dir));
+    options.seconds = args.seconds;
+    options.step_seconds = args.step_seconds;
+    options
+        .check()
+        .map_err(|e| crate::parse::invalid(e, "see tessera bench workgroup --help"))?;
+    let interrupted = interruption()?;
+    eprintln!(
+        "tessera bench workgroup: {} configurations of {} s each, results in {}",
+        workgroup::Config::ALL.len(),
+        options.seconds,
+        options.out_dir.display()
+    );
+    let outcome = workgroup::run(&options, |line| eprintln!("  {line}"), &interrupted)
+        .map_err(|e| failed(e, ""))?;
+    let table = workgroup::summary_table(&outcome.results);
+    print_outcome(args.json, &outcome.results, &table, &outcome.report);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A run's figures as JSON, or its summary table and where its report is.
+fn print_outcome(json: bool, results: &impl serde::Serialize, table: &str, report: &Path) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(results).unwrap_or_default()
+        );
+    } else {
+        println!("\n{table}");
+        println!("report: {}", report.display());
+    }
+}
+
 fn bench_lowest(args: LowestArgs) -> Result<ExitCode, Failure> {
     let mut options = lowest::Options::new(args.out.unwrap_or_else(lowest::default_out_dir));
     options.servers = args
@@ -359,16 +437,7 @@ fn bench_lowest(args: LowestArgs) -> Result<ExitCode, Failure> {
     options
         .check()
         .map_err(|e| crate::parse::invalid(e, "see tessera bench lowest --help"))?;
-    // Ctrl-C and SIGTERM end the trial under way; its processes are
-    // stopped by their PIDs and what was measured is written.
-    tessera_sys::process::catch_termination().map_err(|e| failed(e.to_string(), ""))?;
-    let stop = std::cell::Cell::new(false);
-    let interrupted = || {
-        if tessera_sys::process::take_termination().is_some() {
-            stop.set(true);
-        }
-        stop.get()
-    };
+    let interrupted = interruption()?;
     eprintln!(
         "tessera bench lowest: {} × plain and guarded, {} buffer sizes, {:.0} s per trial, results in {}",
         args.servers.join(", "),
@@ -378,15 +447,8 @@ fn bench_lowest(args: LowestArgs) -> Result<ExitCode, Failure> {
     );
     let outcome =
         lowest::run(&options, lowest_progress(), &interrupted).map_err(|e| failed(e, ""))?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&outcome.results).unwrap_or_default()
-        );
-    } else {
-        println!("\n{}", lowest::summary_table(&outcome.results));
-        println!("report: {}", outcome.report.display());
-    }
+    let table = lowest::summary_table(&outcome.results);
+    print_outcome(args.json, &outcome.results, &table, &outcome.report);
     Ok(ExitCode::SUCCESS)
 }
 

@@ -22,6 +22,14 @@
 //! with the graph's cycles ([`crate::lockstep`]) and adopted, reserved like
 //! the real-time ones; released, they are SCHED_OTHER again.
 //!
+//! A thread its program made a workgroup member (libtessera's
+//! `tessera_workgroup_join`: the broker takes it out of any cell it was in)
+//! is left to the workgroup: its controller budgets it from exact cycles,
+//! and the guard's sampling must not resize it too. The guard finds such a
+//! thread when its reservation is refused (the thread is in another cell)
+//! or when the broker's cells show it gone from the guard's, and reserves
+//! it again only when it turns real-time after leaving.
+//!
 //! It must never set a thread's scheduling itself (only the broker does), nor
 //! signal or stop the programs it guards; when it stops every thread is
 //! given back the scheduling its program set.
@@ -37,7 +45,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::time::{Duration, Instant};
-use tessera_broker::protocol::ResizeReply;
+use tessera_broker::protocol::{CellInfo, ResizeReply};
 use tessera_broker::{Session, StatusReport};
 use tessera_policy::application::{place, share_wanted, CoreRoom, Layout, Room, Spread, Want};
 use tessera_policy::{
@@ -559,6 +567,12 @@ impl Guard {
             }
             Err(e) => {
                 self.reshare(self.reserved.len(), log);
+                if let Some(cell) = self.cell_holding(tid) {
+                    log.push(format!(
+                        "thread {tid} ({name}) of process {pid} is a member of {cell:?}                          (a workgroup): left to its controller"
+                    ));
+                    return;
+                }
                 log.push(format!(
                     "left thread {tid} ({name}) of process {pid} as its program set it: {e}"
                 ));
@@ -756,11 +770,12 @@ impl Guard {
     }
 
     fn release(&mut self, r: Reserved, log: &mut Vec<String>) {
+        self.release_because(r, "it left real-time scheduling or exited", log);
+    }
+
+    fn release_because(&mut self, r: Reserved, why: &str, log: &mut Vec<String>) {
         match self.session.destroy_cell(&r.cell) {
-            Ok(()) => log.push(format!(
-                "released thread {} ({}): it left real-time scheduling or exited",
-                r.tid, r.name
-            )),
+            Ok(()) => log.push(format!("released thread {} ({}): {why}", r.tid, r.name)),
             Err(e) => log.push(format!("released thread {} with an error: {e}", r.tid)),
         }
         self.reshare(self.reserved.len(), log);
@@ -769,6 +784,32 @@ impl Guard {
     fn bump(&mut self, which: impl Fn(&Reserved) -> bool, bump: fn(&mut Adaptive)) {
         for r in self.reserved.values_mut().filter(|r| which(r)) {
             bump(&mut r.controller);
+        }
+    }
+
+    /// The cell that holds thread `tid` — not the guard's: a workgroup
+    /// its program joined — as the broker says now.
+    fn cell_holding(&mut self, tid: Tid) -> Option<String> {
+        let cells = self.session.list().ok()?;
+        holder_of(&cells, tid).map(|c| c.name.clone())
+    }
+
+    /// Lets go of the reserved threads that the broker's `cells` show in
+    /// another cell: their program made them workgroup members since.
+    fn let_go_of_members(&mut self, cells: &[CellInfo], log: &mut Vec<String>) {
+        let moved: Vec<(Tid, String)> = self
+            .reserved
+            .values()
+            .filter_map(|r| {
+                let holder = holder_of(cells, r.tid)?;
+                (holder.name != r.cell).then(|| (r.tid, holder.name.clone()))
+            })
+            .collect();
+        for (tid, cell) in moved {
+            if let Some(r) = self.reserved.remove(&tid) {
+                let why = format!("it joined {cell:?} (a workgroup), left to its controller");
+                self.release_because(r, &why, log);
+            }
         }
     }
 
@@ -1120,6 +1161,7 @@ impl Guard {
     fn relayout(&mut self, log: &mut Vec<String>) {
         self.last_layout = Instant::now();
         if let Ok(status) = self.session.status() {
+            self.let_go_of_members(&status.cells, log);
             let global = global_free(&status);
             self.see_room(status.cores, global);
         }
@@ -1404,6 +1446,13 @@ fn share_controller(budgeting: &Budgeting) -> Result<Adaptive, GuardError> {
 }
 
 /// Bandwidth the shared cores still have for global reservations.
+/// The cell among `cells` that has thread `tid` as a member.
+fn holder_of(cells: &[CellInfo], tid: Tid) -> Option<&CellInfo> {
+    cells
+        .iter()
+        .find(|c| c.members.iter().any(|m| m.tid == tid))
+}
+
 fn global_free(status: &StatusReport) -> Bandwidth {
     let shared = status
         .cores

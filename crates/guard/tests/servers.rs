@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use tessera_guard::guard::{Guard, Kind, Settings};
 use tessera_guard::server::Server;
 use tessera_sys::sched::{self, Policy};
+use tessera_testkit::jackd::{fifo_threads, Jackd};
 use tessera_testkit::privileged;
 
 /// A child process killed (by its PID) and reaped when dropped.
@@ -44,29 +45,6 @@ impl Drop for Started {
     }
 }
 
-/// Removes the /dev/shm files a killed jackd of this name leaves.
-struct JackFiles(String);
-
-impl Drop for JackFiles {
-    fn drop(&mut self) {
-        let uid = tessera_sys::caps::euid();
-        let prefixes = [
-            format!("jack_{}_{uid}_", self.0),
-            format!("jack_sem.{uid}_{}_", self.0),
-        ];
-        for entry in std::fs::read_dir("/dev/shm")
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let file = entry.file_name().to_string_lossy().into_owned();
-            if prefixes.iter().any(|p| file.starts_with(p)) {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-    }
-}
-
 /// Steps the guard until `done` holds or 10 s pass.
 fn step_until(guard: &mut Guard, what: &str, done: impl Fn(&Guard) -> bool) {
     let start = Instant::now();
@@ -94,36 +72,16 @@ fn is_deadline(tid: i32) -> bool {
     matches!(sched::get_policy(tid), Ok(Policy::Deadline(_)))
 }
 
-fn fifo_threads(pid: i32) -> Vec<i32> {
-    tessera_sys::proc::threads_of(pid)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|&t| matches!(sched::get_policy(t), Ok(Policy::Fifo { .. })))
-        .collect()
-}
-
 /// One name for every run: a jackd that is killed keeps its entry in
 /// JACK's server registry (8 entries), and only a server of the same name
 /// reclaims it.
 const JACK_NAME: &str = "tessera-guard-test";
 
-/// Starts jackd (dummy driver, 256 frames at 48 kHz) and waits until its
-/// real-time thread runs; its /dev/shm files go when the last value drops.
-fn start_jackd() -> (Started, Server, JackFiles) {
-    let files = JackFiles(JACK_NAME.to_string());
-    let jackd = Started::spawn(
-        Command::new("jackd")
-            .args([
-                "-n", JACK_NAME, "-R", "-P", "70", "-d", "dummy", "-r", "48000", "-p", "256",
-            ])
-            .env("JACK_NO_AUDIO_RESERVATION", "1"),
-    );
-    let server = wait_for(|| {
-        Server::jack(JACK_NAME, Some(jackd.pid()))
-            .ok()
-            .filter(|_| !fifo_threads(jackd.pid()).is_empty())
-    });
-    (jackd, server, files)
+/// Starts jackd (dummy driver, 256 frames at 48 kHz) as the guard sees it.
+fn start_jackd() -> (Jackd, Server) {
+    let jackd = Jackd::start(JACK_NAME, 256);
+    let server = wait_for(|| Server::jack(JACK_NAME, Some(jackd.pid())).ok());
+    (jackd, server)
 }
 
 #[test]
@@ -131,7 +89,7 @@ fn jackd_and_its_clients_get_reservations_of_their_own() {
     let Some(m) = privileged("guard-jackd") else {
         return;
     };
-    let (mut jackd, server, _files) = start_jackd();
+    let (mut jackd, server) = start_jackd();
     let name = JACK_NAME;
     let mut guard = Guard::start(m.session(), server, Settings::default()).expect("guard starts");
     let jack_pid = jackd.pid();
@@ -200,7 +158,7 @@ fn a_clients_busy_worker_thread_gets_its_application_share() {
     let Some(m) = privileged("guard-jackd-worker") else {
         return;
     };
-    let (mut jackd, server, _files) = start_jackd();
+    let (mut jackd, server) = start_jackd();
     let name = JACK_NAME;
     let mut guard = Guard::start(m.session(), server, Settings::default()).expect("guard starts");
     let mut client = Started::spawn(

@@ -1,11 +1,13 @@
 //! The JACK clients of the peer: [`LoadClient`] is tessera's `load` node as
 //! a JACK client (busy for a fraction of the period on the thread's CPU-time
 //! clock, audio `in` copied to `out`), timing itself every cycle and telling
-//! which thread runs it; [`XrunCounter`] counts the server's xrun
-//! notifications (and, for the monitor, when each came).
+//! which thread runs it, and with `--workgroup` marking each cycle in the
+//! workgroup through its [`Bridge`]; [`XrunCounter`] counts the server's
+//! xrun notifications (and, for the monitor, when each came).
 //!
-//! The process callback must never allocate nor wait: samples go into a
-//! vector reserved before activation, taken with `try_lock` (the main
+//! The process callback must never allocate nor wait (but for the bridge's
+//! join on the first cycle and its leave once the run is quiet, both
+//! outside recording): samples go into a vector reserved before activation, taken with `try_lock` (the main
 //! thread locks it only once recording has stopped, so the callback never
 //! finds it taken while it matters), and stop being recorded when it is
 //! full. The record is read before the clients close: JACK2 ends a client's
@@ -17,7 +19,8 @@ use std::sync::{Arc, Mutex};
 
 use tessera_sys::clock;
 
-use crate::record::Sample;
+use crate::bridge::Bridge;
+use crate::record::{self, Sample};
 
 pub struct LoadClient {
     input: jack::Port<jack::AudioIn>,
@@ -30,6 +33,9 @@ pub struct LoadClient {
     quiet: Arc<AtomicBool>,
     /// The thread running the process callback (0 until the first cycle).
     tid: Arc<AtomicI32>,
+    /// Its membership of the workgroup (`--workgroup`).
+    bridge: Option<Bridge>,
+    rate: u64,
 }
 
 impl LoadClient {
@@ -50,7 +56,15 @@ impl LoadClient {
             recording,
             quiet,
             tid: Arc::new(AtomicI32::new(0)),
+            bridge: None,
+            rate: u64::from(client.sample_rate()).max(1),
         })
+    }
+
+    /// Makes its process thread a member of the bridge's workgroup.
+    pub fn with_bridge(mut self, bridge: Bridge) -> LoadClient {
+        self.bridge = Some(bridge);
+        self
     }
 
     /// The process thread's id, once it ran a cycle.
@@ -84,18 +98,30 @@ impl jack::ProcessHandler for LoadClient {
                 .store(tessera_sys::proc::current_tid(), Ordering::Relaxed);
         }
         if self.quiet.load(Ordering::Acquire) {
+            if let Some(bridge) = &mut self.bridge {
+                bridge.leave();
+            }
             return jack::Control::Continue;
         }
         // JACK's own clock at the same moment: maps its cycle start onto
         // CLOCK_MONOTONIC whatever clock this libjack reads.
         let jack_awake_us = client.time();
-        let cpu_ns = self.work(scope);
-        let finished_ns = clock::monotonic_ns();
-        let recording = self.recording.load(Ordering::Acquire);
         // JACK2 reports the cycle's start as its frame timer's wake-up
         // estimate, in µs of its own clock.
+        let cycle = scope.cycle_times();
+        if let (Some(bridge), Ok(times)) = (&mut self.bridge, &cycle) {
+            let start_ns = record::cycle_start_ns(awake_ns, jack_awake_us, times.current_usecs);
+            let period_ns = u64::from(scope.n_frames()) * 1_000_000_000 / self.rate;
+            bridge.begin(start_ns, period_ns);
+        }
+        let cpu_ns = self.work(scope);
+        if let Some(bridge) = &mut self.bridge {
+            bridge.end();
+        }
+        let finished_ns = clock::monotonic_ns();
+        let recording = self.recording.load(Ordering::Acquire);
         let samples = recording.then(|| self.samples.try_lock().ok()).flatten();
-        if let (Some(mut samples), Ok(times)) = (samples, scope.cycle_times()) {
+        if let (Some(mut samples), Ok(times)) = (samples, cycle) {
             if samples.len() < samples.capacity() {
                 samples.push(Sample {
                     cycle_frames: times.current_frames,

@@ -12,6 +12,11 @@
 //! and the chain closes up when one leaves. An optional monitor client,
 //! connected to nothing, records every cycle and counts the xruns.
 //!
+//! With `--workgroup NAME` every load's process thread joins workgroup NAME
+//! (libtessera; created, bound to this process, when none exists) and marks
+//! its cycles ([`bridge`]): a guarded server's clients then get per-cycle
+//! deadlines without the guard's /proc sampling.
+//!
 //! One process hosts all the clients; the server still runs each client's
 //! process callback on a real-time thread of its own, woken by the server,
 //! exactly as if each client were a process of its own.
@@ -21,8 +26,10 @@
 //! over UDP and plays what that host sends through a jitter buffer.
 //!
 //! It must never start or stop a server (its caller owns it) nor allocate,
-//! lock or print in a process callback.
+//! lock or print in a process callback (the bridge's join and leave, once
+//! each outside recording, aside).
 
+mod bridge;
 mod client;
 mod jitter;
 mod netapp;
@@ -34,9 +41,11 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bridge::{Bridge, Membership};
 use client::{LoadClient, XrunCounter};
 use options::{Options, Origin, USAGE, WARM_UP};
-use tessera_jack_peer::record::{self, Sample};
+use tessera::handle::WorkgroupHandle;
+use tessera_jack_peer::record::{self, Sample, WorkgroupMember};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 
 /// How long to wait for the server to accept a client.
@@ -49,6 +58,8 @@ const POLL: Duration = Duration::from_millis(50);
 const SETTLE: Duration = Duration::from_millis(50);
 /// Room for xrun times.
 const MAX_XRUN_TIMES: usize = 100_000;
+/// How long the loads get to leave the workgroup once the run ends.
+const LEAVE_WAIT: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
     let options = match Options::parse(std::env::args().skip(1)) {
@@ -72,12 +83,16 @@ type Active = jack::AsyncClient<XrunCounter, LoadClient>;
 /// One client of the peer, open or not.
 struct Slot {
     name: String,
+    /// A load (the fan-out's source and sink and the monitor only pass on).
+    load: bool,
     fraction: f64,
     start: Option<Duration>,
     stop: Option<Duration>,
     active: Option<Active>,
     tid: Option<Arc<AtomicI32>>,
     samples: Arc<Mutex<Vec<Sample>>>,
+    /// Its membership of the workgroup (`--workgroup`).
+    membership: Option<Arc<Membership>>,
 }
 
 /// What happens on the timeline, in order of time.
@@ -99,6 +114,10 @@ struct Peer<'a> {
     xrun_times: Arc<Mutex<Vec<u64>>>,
     wires: BTreeSet<(String, String)>,
     period: (u32, u32),
+    /// The workgroup the loads join (`--workgroup`).
+    workgroup: Option<Arc<WorkgroupHandle>>,
+    /// Each load's part in it, when recording stopped.
+    members: Vec<WorkgroupMember>,
 }
 
 fn run(options: &Options) -> Result<(), String> {
@@ -118,7 +137,7 @@ fn run(options: &Options) -> Result<(), String> {
     if let Some(net) = &options.net {
         return netapp::run(options, net);
     }
-    let mut peer = Peer::new(options);
+    let mut peer = Peer::new(options, open_workgroup(options)?);
     for index in 0..peer.slots.len() {
         if peer.slots[index].start.is_none() {
             peer.open(index)?;
@@ -139,7 +158,10 @@ fn run(options: &Options) -> Result<(), String> {
         }
     }
     peer.recording.store(false, Ordering::Release);
+    // Read before the members leave (on their first quiet cycle).
+    peer.members = peer.workgroup_members();
     peer.quiet.store(true, Ordering::Release);
+    peer.await_members_out();
     log(t0, &Event::End, &peer);
     // The cycles under way finish (and stop touching the samples) before
     // the record is written, and the record before any client closes.
@@ -149,6 +171,22 @@ fn run(options: &Options) -> Result<(), String> {
         peer.close(index)?;
     }
     Ok(())
+}
+
+/// The workgroup of `--workgroup`, for as many members as there are loads
+/// when it is created here.
+fn open_workgroup(options: &Options) -> Result<Option<Arc<WorkgroupHandle>>, String> {
+    let Some(name) = &options.workgroup else {
+        return Ok(None);
+    };
+    let message = |code| tessera::status::message(code).to_string_lossy();
+    match WorkgroupHandle::open(name, options.loads) {
+        Ok((workgroup, code)) => {
+            eprintln!("tessera-jack-peer: workgroup {name}: {}", message(code));
+            Ok(Some(Arc::new(workgroup)))
+        }
+        Err(code) => Err(format!("opening workgroup {name}: {}", message(code))),
+    }
 }
 
 /// One line on stderr per event (never from a process callback): the
@@ -201,7 +239,7 @@ fn wait_until(at: u64) -> bool {
 }
 
 impl<'a> Peer<'a> {
-    fn new(options: &'a Options) -> Peer<'a> {
+    fn new(options: &'a Options, workgroup: Option<Arc<WorkgroupHandle>>) -> Peer<'a> {
         let names = options.topology.client_names(options.loads);
         let count = names.len();
         let mut loads = 0;
@@ -215,6 +253,7 @@ impl<'a> Peer<'a> {
                 let pick = |v: &[Option<Duration>]| if is_load { v[k] } else { None };
                 Slot {
                     name,
+                    load: is_load,
                     fraction: if is_load {
                         options.load_fractions[k]
                     } else {
@@ -225,18 +264,21 @@ impl<'a> Peer<'a> {
                     active: None,
                     tid: None,
                     samples: Arc::default(),
+                    membership: None,
                 }
             })
             .collect();
         if options.monitor {
             slots.push(Slot {
                 name: "monitor".into(),
+                load: false,
                 fraction: 0.0,
                 start: None,
                 stop: None,
                 active: None,
                 tid: None,
                 samples: Arc::default(),
+                membership: None,
             });
         }
         Peer {
@@ -248,6 +290,8 @@ impl<'a> Peer<'a> {
             xrun_times: Arc::new(Mutex::new(Vec::with_capacity(MAX_XRUN_TIMES))),
             wires: BTreeSet::new(),
             period: (0, 0),
+            workgroup,
+            members: Vec::new(),
         }
     }
 
@@ -284,7 +328,7 @@ impl<'a> Peer<'a> {
         let open_for =
             self.options.seconds - self.slots[index].start.map_or(0.0, |s| s.as_secs_f64());
         let capacity = (open_for.max(0.0) / period_s * CYCLE_MARGIN) as usize + 16;
-        let handler = LoadClient::new(
+        let mut handler = LoadClient::new(
             &client,
             self.slots[index].fraction * period_s,
             capacity,
@@ -292,6 +336,11 @@ impl<'a> Peer<'a> {
             Arc::clone(&self.quiet),
         )
         .map_err(|e| format!("registering ports of {name}: {e}"))?;
+        if let Some(workgroup) = self.workgroup.as_ref().filter(|_| self.slots[index].load) {
+            let bridge = Bridge::new(Arc::clone(workgroup));
+            self.slots[index].membership = Some(bridge.membership());
+            handler = handler.with_bridge(bridge);
+        }
         let counting = self.counts_xruns(index);
         let mut notifications = XrunCounter::new(Arc::clone(&self.xruns), counting);
         if counting && self.options.monitor {
@@ -356,6 +405,47 @@ impl<'a> Peer<'a> {
         Ok(())
     }
 
+    /// Waits (at most [`LEAVE_WAIT`]) until every load's thread is out of
+    /// the workgroup: it leaves on its first quiet cycle, and must not be
+    /// inside the broker's calls when its client closes.
+    fn await_members_out(&self) {
+        let give_up = Instant::now() + LEAVE_WAIT;
+        let all_out = || {
+            self.slots
+                .iter()
+                .filter_map(|s| s.membership.as_ref())
+                .all(|m| m.is_out())
+        };
+        while !all_out() && Instant::now() < give_up {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Each load's part in the workgroup now: its join's code and
+    /// libtessera's counts for its thread.
+    fn workgroup_members(&self) -> Vec<WorkgroupMember> {
+        let Some(workgroup) = &self.workgroup else {
+            return Vec::new();
+        };
+        self.slots
+            .iter()
+            .filter_map(|slot| {
+                let joined = slot.membership.as_ref()?.joined();
+                let tid = slot.tid.as_ref().map_or(0, |t| t.load(Ordering::Relaxed));
+                let stats = workgroup.member_stats(tid).unwrap_or_default();
+                Some(WorkgroupMember {
+                    client: slot.name.clone(),
+                    joined,
+                    cycles: stats.cycles,
+                    overruns: stats.overruns,
+                    misses: stats.misses,
+                    budget_ns: stats.budget_ns,
+                    period_ns: stats.period_ns,
+                })
+            })
+            .collect()
+    }
+
     fn write(&self, t0: u64) -> Result<(), String> {
         let xrun_ns = self
             .xrun_times
@@ -376,6 +466,7 @@ impl<'a> Peer<'a> {
                 .collect(),
             xrun_ns,
             network: Vec::new(),
+            workgroup: self.members.clone(),
             rows: Vec::new(),
         };
         let samples: Vec<Vec<Sample>> = self

@@ -320,6 +320,7 @@ pub fn run(options: &Options, net: &NetOptions) -> Result<(), String> {
         threads: vec![tid.load(Ordering::Relaxed)],
         xrun_ns: xrun_times.lock().map(|t| t.clone()).unwrap_or_default(),
         network: snapshots,
+        workgroup: Vec::new(),
         rows: Vec::new(),
     };
     let written = write(&options.out, &header);

@@ -2,7 +2,8 @@
 //! client opens and closes (a staircase, `--start-every 5`, or a list of
 //! times, `--starts 15,30 --stops 60,60`), the time origin shared with the
 //! caller (`--t0-ns`, CLOCK_MONOTONIC, given or read from stdin once the
-//! clients that open at launch are open) and the recording's length. Or,
+//! clients that open at launch are open), the recording's length and the
+//! workgroup whose members the loads become (`--workgroup NAME`). Or,
 //! with `--net-listen` and `--net-send-to`, one network-audio client
 //! instead of loads ([`NetOptions`]).
 //!
@@ -20,7 +21,7 @@ pub const WARM_UP: Duration = Duration::from_millis(500);
 
 pub const USAGE: &str = "usage: tessera-jack-peer --topology chain|fan-out [--loads 10] \
      [--load 0.05 | --load 0.1,0.1,...] [--start-every S | --starts S1,S2,...] [--stops T1,-,...] \
-     [--t0-ns NS|stdin] [--monitor] [--seconds 20] --out FILE\n  \
+     [--t0-ns NS|stdin] [--monitor] [--workgroup NAME] [--seconds 20] --out FILE\n  \
      or: tessera-jack-peer --net-listen ADDR:PORT --net-send-to ADDR:PORT [--jitter 4] \
      [--t0-ns NS|stdin] [--seconds 20] --out FILE (one network-audio client)\n  \
      (server: $JACK_DEFAULT_SERVER; under PipeWire run it through pw-jack; times in s from t0)";
@@ -40,6 +41,9 @@ pub struct Options {
     /// An extra client, connected to nothing and doing nothing, open from
     /// launch to the end: it records every cycle and counts the xruns.
     pub monitor: bool,
+    /// Every load's process thread joins this workgroup and marks its
+    /// cycles (libtessera; the JACK bridge).
+    pub workgroup: Option<String>,
     pub seconds: f64,
     pub out: PathBuf,
     /// One network-audio client instead of the loads.
@@ -97,6 +101,7 @@ struct Raw {
     stops: Option<Vec<Option<f64>>>,
     t0: Origin,
     monitor: bool,
+    workgroup: Option<String>,
     seconds: Option<f64>,
     out: Option<PathBuf>,
     listen: Option<SocketAddr>,
@@ -134,6 +139,7 @@ impl Raw {
             "--t0-ns" if value == "stdin" => self.t0 = Origin::Stdin,
             "--t0-ns" => self.t0 = Origin::At(value.parse().map_err(|e| format!("{flag}: {e}"))?),
             "--seconds" => self.seconds = Some(number(&value)?),
+            "--workgroup" => self.workgroup = Some(value),
             "--out" => self.out = Some(value.into()),
             "--net-listen" => self.listen = Some(address(flag, &value)?),
             "--net-send-to" => self.send_to = Some(address(flag, &value)?),
@@ -175,6 +181,9 @@ impl Raw {
         }
         let time = |v: Option<f64>| v.map(Duration::from_secs_f64);
         let net = net_options(self.listen, self.send_to, self.jitter)?;
+        if net.is_some() && self.workgroup.is_some() {
+            return Err("--workgroup is for load clients, not the network client".into());
+        }
         Ok(Options {
             topology: self.topology.unwrap_or(Topology::Chain),
             loads,
@@ -183,6 +192,7 @@ impl Raw {
             stops: stops.into_iter().map(time).collect(),
             t0: self.t0,
             monitor: self.monitor,
+            workgroup: self.workgroup,
             seconds: self.seconds.unwrap_or(20.0),
             out,
             net,
@@ -258,6 +268,9 @@ mod tests {
         assert_eq!(o.load_fractions, [0.05; 3]);
         assert!(o.starts.iter().chain(&o.stops).all(Option::is_none));
         assert!(!o.monitor && o.t0 == Origin::AfterWarmUp);
+        assert_eq!(o.workgroup, None);
+        let o = parse("--loads 1 --workgroup studio --out x").unwrap();
+        assert_eq!(o.workgroup.as_deref(), Some("studio"));
     }
 
     #[test]

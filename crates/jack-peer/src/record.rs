@@ -3,7 +3,7 @@
 //! and audio-server subject):
 //!
 //! ```text
-//! # tessera-jack-peer 2
+//! # tessera-jack-peer 4
 //! # topology chain
 //! # clients load-01 load-02 ... [monitor]
 //! # xruns 0
@@ -13,6 +13,7 @@
 //! # threads load-01=4242 load-02=4243 monitor=4240
 //! # xrun_ns 987650000000 987660000000
 //! # network at_ns=987000100000 cycles=75 sent=75 send_dropped=0 received=70 receive_dropped=0 underruns=1 late=1 overflow=0
+//! # workgroup client=load-01 joined=0 cycles=7500 overruns=0 misses=1 budget_ns=480000 period_ns=5333333
 //! client cycle_frames cycle_start_us jack_awake_us awake_ns finished_ns cpu_ns
 //! 0 123456 987654321 987654322 987654322123 987654388000 66700
 //! ```
@@ -38,14 +39,19 @@
 //! jitter buffer played silence once playing had begun (underruns), the
 //! packets that reached it more than its latency after they were made, or
 //! after their sequence number was played or skipped (late), and the held packets skipped because the stream ran too far
-//! ahead (overflow); the network client writes no sample rows. This module owns that format, its writer and its
+//! ahead (overflow); the network client writes no sample rows. `workgroup`
+//! lines (format 4, `--workgroup` only) are each load's part in the
+//! workgroup when recording stopped: its join's libtessera code (`joined`,
+//! 0 reserved, 1 best-effort, negative refused; absent: its first cycle never came) and
+//! libtessera's counts for its thread — cycles marked, overruns, misses —
+//! with the budget of each member's reservation and its period. This module owns that format, its writer and its
 //! reader; the reader never decides what a cycle means (its users group the
 //! rows their own way).
 
 use std::io::{self, Write};
 
 /// Version written on the first line.
-const FORMAT_VERSION: u32 = 3;
+const FORMAT_VERSION: u32 = 4;
 
 /// How the load clients are connected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,10 +154,7 @@ impl NetSnapshot {
     /// a malformed field refuses the line.
     fn parse(fields: &str) -> Result<NetSnapshot, String> {
         let mut s = NetSnapshot::default();
-        for field in fields.split_whitespace() {
-            let (key, value) = field
-                .split_once('=')
-                .ok_or(format!("network field {field:?} is not key=value"))?;
+        for (key, value) in key_values(fields, "network")? {
             let value: u64 = value.parse().map_err(|e| format!("network {key}: {e}"))?;
             match key {
                 "at_ns" => s.at_ns = value,
@@ -187,6 +190,73 @@ impl NetSnapshot {
     }
 }
 
+/// A load client's part in the workgroup (`--workgroup`), when recording
+/// stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WorkgroupMember {
+    pub client: String,
+    /// libtessera's code of its join (None: it never tried).
+    pub joined: Option<i32>,
+    pub cycles: u64,
+    pub overruns: u64,
+    pub misses: u64,
+    /// Each member's reservation: its runtime per period.
+    pub budget_ns: u64,
+    pub period_ns: u64,
+}
+
+impl WorkgroupMember {
+    fn parse(fields: &str) -> Result<WorkgroupMember, String> {
+        let mut m = WorkgroupMember::default();
+        for (key, value) in key_values(fields, "workgroup")? {
+            let number = || -> Result<u64, String> {
+                value.parse().map_err(|e| format!("workgroup {key}: {e}"))
+            };
+            match key {
+                "client" => m.client = value.to_string(),
+                "joined" => {
+                    m.joined = Some(
+                        value
+                            .parse()
+                            .map_err(|e| format!("workgroup joined: {e}"))?,
+                    )
+                }
+                "cycles" => m.cycles = number()?,
+                "overruns" => m.overruns = number()?,
+                "misses" => m.misses = number()?,
+                "budget_ns" => m.budget_ns = number()?,
+                "period_ns" => m.period_ns = number()?,
+                _ => {}
+            }
+        }
+        Ok(m)
+    }
+
+    /// Its `workgroup` line's fields.
+    fn fields(&self) -> String {
+        let joined = self
+            .joined
+            .map(|code| format!(" joined={code}"))
+            .unwrap_or_default();
+        format!(
+            "client={}{joined} cycles={} overruns={} misses={} budget_ns={} period_ns={}",
+            self.client, self.cycles, self.overruns, self.misses, self.budget_ns, self.period_ns
+        )
+    }
+}
+
+/// A line's `key=value` fields; one without `=` refuses the line.
+fn key_values<'a>(fields: &'a str, line: &str) -> Result<Vec<(&'a str, &'a str)>, String> {
+    fields
+        .split_whitespace()
+        .map(|field| {
+            field
+                .split_once('=')
+                .ok_or(format!("{line} field {field:?} is not key=value"))
+        })
+        .collect()
+}
+
 /// Writes the file: the header of `header` (its `rows` are what a reader
 /// gets back; the writer's are `samples`, `samples[i]` client `i`'s).
 pub fn write(mut out: impl Write, header: &PeerRecord, samples: &[Vec<Sample>]) -> io::Result<()> {
@@ -208,6 +278,9 @@ pub fn write(mut out: impl Write, header: &PeerRecord, samples: &[Vec<Sample>]) 
     writeln!(out, "# xrun_ns {}", xruns.join(" "))?;
     for snapshot in &header.network {
         writeln!(out, "# network {}", snapshot.fields())?;
+    }
+    for member in &header.workgroup {
+        writeln!(out, "# workgroup {}", member.fields())?;
     }
     writeln!(
         out,
@@ -265,6 +338,9 @@ pub struct PeerRecord {
     /// The network-audio client's counters over time (format 3; empty for
     /// load clients).
     pub network: Vec<NetSnapshot>,
+    /// Each load's part in the workgroup (format 4; empty without
+    /// `--workgroup`).
+    pub workgroup: Vec<WorkgroupMember>,
     pub rows: Vec<PeerRow>,
 }
 
@@ -302,6 +378,11 @@ impl PeerRecord {
             .filter_map(|l| l.strip_prefix("# network "))
             .map(NetSnapshot::parse)
             .collect::<Result<Vec<_>, _>>()?;
+        let workgroup = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# workgroup "))
+            .map(WorkgroupMember::parse)
+            .collect::<Result<Vec<_>, _>>()?;
         let rows = text
             .lines()
             .filter(|l| !l.starts_with('#') && !l.starts_with("client"))
@@ -322,6 +403,7 @@ impl PeerRecord {
             threads,
             xrun_ns: numbers("xrun_ns")?,
             network,
+            workgroup,
             clients,
             rows,
         })
@@ -333,6 +415,14 @@ impl PeerRecord {
     }
 }
 
+/// A cycle's start on CLOCK_MONOTONIC (ns): JACK's clock may be another
+/// (`jack_get_time`), so its cycle start (`start_us`) is placed relative to
+/// the moment the callback woke, read on both clocks (`awake_ns`,
+/// `jack_awake_us`).
+pub fn cycle_start_ns(awake_ns: u64, jack_awake_us: u64, start_us: u64) -> u64 {
+    awake_ns.saturating_sub(jack_awake_us.saturating_sub(start_us) * 1_000)
+}
+
 fn parse_row(line: &str) -> Option<PeerRow> {
     let f: Vec<u64> = line
         .split('\t')
@@ -342,13 +432,10 @@ fn parse_row(line: &str) -> Option<PeerRow> {
     let [client, frames, start_us, jack_awake_us, awake_ns, finished_ns, cpu_ns] = f[..] else {
         return None;
     };
-    // JACK's clock may not be CLOCK_MONOTONIC: place its cycle start
-    // relative to the moment the callback woke, read on both clocks.
-    let start_ns = awake_ns.saturating_sub(jack_awake_us.saturating_sub(start_us) * 1_000);
     Some(PeerRow {
         client: client as usize,
         frames: frames as u32,
-        start_ns,
+        start_ns: cycle_start_ns(awake_ns, jack_awake_us, start_us),
         awake_ns,
         finished_ns,
         cpu_ns,
@@ -402,6 +489,15 @@ mod tests {
                 underruns: 1,
                 ..NetSnapshot::default()
             }],
+            workgroup: vec![WorkgroupMember {
+                client: "load-01".into(),
+                joined: Some(0),
+                cycles: 7,
+                misses: 1,
+                budget_ns: 480_000,
+                period_ns: 5_333_333,
+                ..WorkgroupMember::default()
+            }],
             rows: Vec::new(),
         };
         let sample = Sample {
@@ -418,7 +514,11 @@ mod tests {
         assert!(text.contains("# xruns 2\n"));
         assert!(text.contains("# period 64 48000\n# t0_ns 5\n# threads load-01=77\n"));
         assert!(text.contains("# xrun_ns 9 10\n# network at_ns=8 cycles=0 sent=0 send_dropped=0 received=3 receive_dropped=0 underruns=1 late=0 overflow=0\n"));
+        assert!(text.contains("# workgroup client=load-01 joined=0 cycles=7 overruns=0 misses=1 budget_ns=480000 period_ns=5333333\n"));
         assert!(text.ends_with("0\t64\t1\t2\t1500\t2000\t400\n"));
+        let back = PeerRecord::parse(&text).unwrap();
+        assert_eq!(back.workgroup, header.workgroup);
+        assert_eq!(back.network, header.network);
     }
 
     #[test]

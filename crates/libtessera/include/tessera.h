@@ -131,6 +131,17 @@ int32_t tessera_last_error(void);
 struct tessera_workgroup *tessera_workgroup_open(const char *name);
 
 /*
+ Opens workgroup `name` as `tessera_workgroup_open` does; when it creates
+ it, for up to `max_threads` members (1–64; under global EDF they may
+ outnumber the cores: a callback and its workers). An existing workgroup
+ keeps its capacity (`tessera_workgroup_max_parallel_threads`).
+
+ # Safety
+ `name` is null or a NUL-terminated string.
+ */
+struct tessera_workgroup *tessera_workgroup_open_for(const char *name, int32_t max_threads);
+
+/*
  Closes a workgroup handle: its control thread stops, members joined
  through it leave, and a workgroup this process created is destroyed.
 

@@ -12,6 +12,8 @@
 //! `include/tessera.h` is generated from this file by cbindgen (the test
 //! `header` fails when it is stale; `TESSERA_BLESS=1` rewrites it).
 //!
+//! Rust callers use the same calls through [`handle::WorkgroupHandle`].
+//!
 //! Why this crate has `unsafe`: it is a C ABI. C hands it raw pointers (a
 //! name, a workgroup handle, a token, a stats record) that Rust cannot check;
 //! each `unsafe` block says what the C caller's contract guarantees. Null
@@ -27,12 +29,18 @@ use std::ffi::{c_char, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 mod control;
+pub mod handle;
 mod member;
 pub mod status;
 mod workgroup;
 
 pub use status::*;
 use workgroup::Workgroup;
+
+/// The C header, `include/tessera.h`: for tools that compile C hosts
+/// against this build (`tessera bench workgroup`).
+/// cbindgen:ignore
+pub const HEADER: &str = include_str!("../include/tessera.h");
 
 /// A workgroup, opened by name (opaque).
 #[allow(non_camel_case_types)]
@@ -51,6 +59,7 @@ pub struct tessera_join_token {
 /// A member's counts, as the control thread last saw them.
 #[allow(non_camel_case_types)]
 #[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct tessera_member_stats {
     /// Cycles marked (or reported).
     pub cycles: u64,
@@ -144,6 +153,39 @@ pub extern "C" fn tessera_last_error() -> i32 {
 /// `name` is null or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn tessera_workgroup_open(name: *const c_char) -> *mut tessera_workgroup {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { open_handle(name, None) }
+}
+
+/// Opens workgroup `name` as `tessera_workgroup_open` does; when it creates
+/// it, for up to `max_threads` members (1–64; under global EDF they may
+/// outnumber the cores: a callback and its workers). An existing workgroup
+/// keeps its capacity (`tessera_workgroup_max_parallel_threads`).
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_workgroup_open_for(
+    name: *const c_char,
+    max_threads: i32,
+) -> *mut tessera_workgroup {
+    let members = 1..=tessera_policy::MAX_GLOBAL_RESERVATIONS;
+    let Some(capacity) = usize::try_from(max_threads)
+        .ok()
+        .filter(|n| members.contains(n))
+    else {
+        LAST_ERROR.with(|e| e.set(TESSERA_ERR_INVALID));
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the caller's contract, passed on.
+    unsafe { open_handle(name, Some(capacity)) }
+}
+
+/// Both opens: the handle, or NULL with the thread's last error set.
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string.
+unsafe fn open_handle(name: *const c_char, capacity: Option<usize>) -> *mut tessera_workgroup {
     let mut opened = None;
     let code = guarded(|| {
         if name.is_null() {
@@ -154,7 +196,7 @@ pub unsafe extern "C" fn tessera_workgroup_open(name: *const c_char) -> *mut tes
         let Ok(name) = name.to_str() else {
             return TESSERA_ERR_INVALID;
         };
-        match Workgroup::open(name) {
+        match Workgroup::open(name, capacity) {
             Ok(wg) => {
                 let code = if wg.guaranteed() {
                     TESSERA_OK

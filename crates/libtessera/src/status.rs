@@ -45,7 +45,12 @@ pub fn of_broker(e: &BrokerError) -> i32 {
 
 /// What a code means, as a static C string.
 pub fn strerror(code: i32) -> *const c_char {
-    let text: &'static CStr = match code {
+    message(code).as_ptr()
+}
+
+/// What a code means.
+pub fn message(code: i32) -> &'static CStr {
+    match code {
         TESSERA_OK => c"success",
         TESSERA_BEST_EFFORT => {
             c"best-effort: no reservation backs this workgroup (no tessera daemon, no privileges, or a best-effort broker)"
@@ -62,6 +67,5 @@ pub fn strerror(code: i32) -> *const c_char {
         TESSERA_ERR_NO_INTERVAL => c"no interval was started on this thread",
         TESSERA_ERR_BROKER => c"the tessera broker failed (see its log)",
         _ => c"unknown tessera error code",
-    };
-    text.as_ptr()
+    }
 }

@@ -21,6 +21,11 @@ const INITIAL_PERIOD_NS: u64 = 10_000_000;
 /// Samples a member's ring holds: over a second of 2.7 ms cycles.
 const RING_CYCLES: usize = 512;
 
+/// The machine's cores: a workgroup's members by default.
+fn cores() -> usize {
+    tessera_sys::kernel::online_cpus().map_or(1, |c| c.len())
+}
+
 pub struct Workgroup {
     shared: Arc<Shared>,
     capacity: usize,
@@ -33,29 +38,30 @@ pub struct Workgroup {
 }
 
 impl Workgroup {
-    /// Opens workgroup `name`, creating it (bound to this process) when
+    /// Opens workgroup `name`, creating it (bound to this process, for up
+    /// to `capacity` members; None: as many as the machine has cores) when
     /// none exists.
-    pub fn open(name: &str) -> Result<Workgroup, i32> {
+    pub fn open(name: &str, capacity: Option<usize>) -> Result<Workgroup, i32> {
+        let capacity = capacity.unwrap_or_else(cores);
         match Session::connect() {
-            Ok(session) => Self::through(name, session),
-            Err(_) => Ok(Self::best_effort(name)),
+            Ok(session) => Self::through(name, session, capacity),
+            Err(_) => Ok(Self::best_effort(name, capacity)),
         }
     }
 
-    fn through(name: &str, mut session: Session) -> Result<Workgroup, i32> {
-        let cores = tessera_sys::kernel::online_cpus().map_or(1, |c| c.len());
+    fn through(name: &str, mut session: Session, capacity: usize) -> Result<Workgroup, i32> {
         let initial = Budget::new(
             INITIAL_PERIOD_NS * u64::from(control::config().initial_budget_pct) / 100,
             INITIAL_PERIOD_NS,
         );
         let shape = WorkgroupShape {
-            capacity: cores,
+            capacity,
             budget: initial,
         };
         let info = match session.open_workgroup(name, Some(shape)) {
             Ok(info) => info,
             Err(e) => match status::of_broker(&e) {
-                TESSERA_ERR_BROKER => return Ok(Self::best_effort(name)),
+                TESSERA_ERR_BROKER => return Ok(Self::best_effort(name, capacity)),
                 code => return Err(code),
             },
         };
@@ -84,12 +90,12 @@ impl Workgroup {
 
     /// A workgroup no broker backs: members are measured and counted,
     /// nothing is reserved.
-    fn best_effort(name: &str) -> Workgroup {
+    fn best_effort(name: &str, capacity: usize) -> Workgroup {
         let shared = Arc::new(Shared::new(name.to_string(), None));
         let control = control::spawn(shared.clone(), None, INITIAL_PERIOD_NS, true).ok();
         Workgroup {
             shared,
-            capacity: tessera_sys::kernel::online_cpus().map_or(1, |c| c.len()),
+            capacity,
             guaranteed: false,
             backed: false,
             created: false,

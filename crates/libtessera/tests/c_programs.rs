@@ -3,7 +3,7 @@
 //! libtessera.so, and run as root on a private broker state directory
 //! (the machine reset afterwards): join, intervals and leave; a second
 //! process joining the first's workgroup by name; the refusals and their
-//! codes.
+//! codes; the system calls of the interval calls, counted with strace.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -139,5 +139,52 @@ fn the_docs_example_is_the_compiled_host() {
     assert!(
         docs.contains(&host),
         "docs/workgroups.md shows tests/c/host.c verbatim"
+    );
+}
+
+/// The system calls `strace -c` counted in the main thread of `exe NAME n`.
+fn main_thread_syscalls(exe: &Path, dir: &Path, n: u64) -> u64 {
+    let summary = dir.join(format!("strace-{n}.txt"));
+    let out = Command::new("strace")
+        .args(["-c", "-o"])
+        .arg(&summary)
+        .arg(exe)
+        .args(["wg-syscalls", &n.to_string()])
+        .env("TESSERA_RUN_DIR", dir)
+        .output()
+        .expect("strace runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&summary).unwrap();
+    // "100.00    0.000123           1       123         3 total": calls
+    // is the fourth column (errors may be blank).
+    let total = text.lines().find(|l| l.trim_end().ends_with("total"));
+    let calls = total.and_then(|l| l.split_whitespace().nth(3)?.parse().ok());
+    calls.unwrap_or_else(|| panic!("no total in strace's summary: {text}"))
+}
+
+#[test]
+fn each_interval_call_makes_one_system_call() {
+    let Some(machine) = privileged("each_interval_call_makes_one_system_call") else {
+        return;
+    };
+    if !tessera_sys::process::installed("strace") {
+        eprintln!("SKIPPED each_interval_call_makes_one_system_call: strace missing (apt-get install strace)");
+        return;
+    }
+    let dir = machine.dir();
+    let exe = compile("syscalls.c", &dir);
+    const PAIRS: u64 = 5000;
+    let without = main_thread_syscalls(&exe, &dir, 0);
+    let with = main_thread_syscalls(&exe, &dir, PAIRS);
+    let per_call = with.saturating_sub(without) as f64 / (2 * PAIRS) as f64;
+    eprintln!("{with} system calls with {PAIRS} pairs, {without} without");
+    // Joining and closing vary by a few calls (futex waits): 1 % of slack.
+    assert!(
+        (per_call - 1.0).abs() < 0.01,
+        "{per_call:.3} system calls per interval call ({with} with {PAIRS} pairs, {without} without)"
     );
 }

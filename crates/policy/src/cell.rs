@@ -68,7 +68,8 @@ pub enum Placement {
     Global,
 }
 
-/// Which cores: any `n`, or exactly these.
+/// Which cores: any `n`, or exactly these. For a bandwidth cell under
+/// global EDF, `Count` is its number of reservations in the shared domain.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CoreRequest {
@@ -210,6 +211,10 @@ impl std::error::Error for RequestError {}
 
 pub const MIN_RUNTIME_NS: u64 = 1024;
 
+/// The most reservations one global cell holds: a workgroup's members
+/// (a host's callback and worker threads), as many as a host runs.
+pub const MAX_GLOBAL_RESERVATIONS: usize = 64;
+
 fn bad(field: &'static str, problem: impl Into<String>, fix: impl Into<String>) -> RequestError {
     RequestError {
         field,
@@ -324,6 +329,13 @@ impl CellRequest {
         Ok(())
     }
 
+    /// A bandwidth cell under global EDF: its count is of reservations in
+    /// the shared domain, which may outnumber the cores (admission is by
+    /// their sum, as the kernel's).
+    fn is_global_bandwidth(&self) -> bool {
+        self.policy.needs_budget() && self.placement == Placement::Global
+    }
+
     fn validate_cores(&self, limits: &Limits) -> Result<(), RequestError> {
         let n = limits.cores.len();
         match &self.cores {
@@ -332,7 +344,14 @@ impl CellRequest {
                 "a cell needs at least one core",
                 "give --cores 1 or more",
             )),
-            CoreRequest::Count(c) if *c > n => Err(bad(
+            CoreRequest::Count(c) if self.is_global_bandwidth() && *c > MAX_GLOBAL_RESERVATIONS => {
+                Err(bad(
+                    "cores",
+                    format!("asks for {c} reservations in the shared domain"),
+                    format!("ask for at most {MAX_GLOBAL_RESERVATIONS}"),
+                ))
+            }
+            CoreRequest::Count(c) if *c > n && !self.is_global_bandwidth() => Err(bad(
                 "cores",
                 format!("asks for {c} cores; this machine has {n}"),
                 format!("ask for at most {n}"),
@@ -470,6 +489,12 @@ mod tests {
         let e = r.validate(&limits()).unwrap_err();
         assert!(e.problem.contains("this machine has 2"), "{e}");
         r.cores = CoreRequest::List(vec![7]);
+        assert_eq!(r.validate(&limits()).unwrap_err().field, "cores");
+        // Under global EDF the count is of reservations, not cores.
+        r.cores = CoreRequest::Count(4);
+        r.placement = Placement::Global;
+        r.validate(&limits()).unwrap();
+        r.cores = CoreRequest::Count(MAX_GLOBAL_RESERVATIONS + 1);
         assert_eq!(r.validate(&limits()).unwrap_err().field, "cores");
         r = et(400, 1333);
         r.name = "../etc".into();

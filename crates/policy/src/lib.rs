@@ -43,7 +43,9 @@ pub use adaptive::{
     compress, Adaptive, AdaptiveConfig, AdaptiveReport, PredictorConfig, PredictorKind,
 };
 pub use bandwidth::Bandwidth;
-pub use cell::{Budget, CellPolicy, CellRequest, CoreRequest, Placement, RequestError};
+pub use cell::{
+    Budget, CellPolicy, CellRequest, CoreRequest, Placement, RequestError, MAX_GLOBAL_RESERVATIONS,
+};
 pub use ledger::{CoreMode, CoreUsage, Grant, Ledger, Machine, Refusal, Reservation};
 pub use mclock::{
     admit, Capacity, Discipline, FlowClass, FlowError, FlowId, FlowRefusal, FlowSpec, FlowStats,

@@ -2,10 +2,13 @@
 //! the root check — a skip is printed, and is a failure under CI=true — one
 //! such test at a time on the machine (a mutex within a test binary, a file
 //! lock across processes), a private broker state directory, and a guard
-//! that resets the machine when the test ends, even when it fails; and a
-//! daemon served from a thread of the test process.
+//! that resets the machine when the test ends, even when it fails; a
+//! daemon served from a thread of the test process; jackd2 on its dummy
+//! driver ([`jackd`]).
 //!
 //! It must never be a dependency of anything but tests.
+
+pub mod jackd;
 
 use std::fs::File;
 use std::path::PathBuf;

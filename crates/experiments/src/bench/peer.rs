@@ -70,7 +70,7 @@ pub use cyclictest::parse_cyclictest_histogram;
 pub use table::table;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::harness::servers;
 
@@ -217,10 +217,7 @@ fn results(options: &Options, figures: &[Figures]) -> RunResults {
 
 /// The directory a run writes to by default: `results/peer-<unix time>`.
 pub fn default_out_dir() -> PathBuf {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    Path::new("results").join(format!("peer-{secs}"))
+    super::output::default_dir("peer")
 }
 
 #[cfg(test)]

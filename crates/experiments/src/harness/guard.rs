@@ -1,5 +1,6 @@
 //! `tessera guard` as a child of an experiment: `tessera guard jackd` or
-//! `pipewire` against a server started here, asking a given broker, with
+//! `pipewire` against a server started here, or `tessera guard pid` against
+//! a program started here (at an audio period given), asking a given broker, with
 //! a dead-man time so that it never outlives the run by much, given time to
 //! find the server's threads before the clients come.
 //!
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use tessera_sys::clock::monotonic_ns;
+use tessera_sys::proc::Pid;
 
 /// How long the guard may take to exit after SIGTERM.
 const CHILD_GRACE: Duration = Duration::from_secs(5);
@@ -33,6 +35,16 @@ pub(crate) struct GuardFiles {
     pub record: PathBuf,
 }
 
+/// What the guard guards.
+pub(crate) enum Guarded<'a> {
+    Server(&'a AudioServer),
+    /// Any program's real-time threads, at the audio period given.
+    Process {
+        pid: Pid,
+        period: Duration,
+    },
+}
+
 /// `tessera guard jackd --server NAME --pid PID …` (or `pipewire --pid
 /// PID …`), in the server's environment (and `broker_dir`'s broker),
 /// logging and recording into `files`. Refused with the reason when this
@@ -44,19 +56,41 @@ pub(crate) fn start_guard(
     total: Duration,
     broker_dir: Option<&Path>,
 ) -> Result<GuardChild, String> {
+    start_guard_of(Guarded::Server(server), settings, files, total, broker_dir)
+}
+
+/// [`start_guard`] of what `guarded` says: a server, or `tessera guard pid
+/// PID --period P …` for a program.
+pub(crate) fn start_guard_of(
+    guarded: Guarded,
+    settings: &[String],
+    files: &GuardFiles,
+    total: Duration,
+    broker_dir: Option<&Path>,
+) -> Result<GuardChild, String> {
     let tessera = servers::program_beside_us("tessera");
     guard_available(&tessera)?;
     let mut command = Command::new(&tessera);
-    command.envs(server.client_env()).arg("guard");
+    command.arg("guard");
     if let Some(dir) = broker_dir {
         command.env("TESSERA_RUN_DIR", dir);
     }
-    match server {
-        AudioServer::Jack(jack) => command.args(["jackd", "--server", jack.name()]),
-        AudioServer::PipeWire(_) => command.arg("pipewire"),
-    };
+    match guarded {
+        Guarded::Server(server) => {
+            command.envs(server.client_env());
+            match server {
+                AudioServer::Jack(jack) => command.args(["jackd", "--server", jack.name()]),
+                AudioServer::PipeWire(_) => command.arg("pipewire"),
+            };
+            command.args(["--pid", &server.pid().to_string()]);
+        }
+        Guarded::Process { pid, period } => {
+            command
+                .args(["pid", &pid.to_string(), "--period"])
+                .arg(format!("{}ns", period.as_nanos()));
+        }
+    }
     command
-        .args(["--pid", &server.pid().to_string()])
         .args(settings)
         .arg("--record")
         .arg(&files.record)

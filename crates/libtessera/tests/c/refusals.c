@@ -44,6 +44,18 @@ int main(int argc, char **argv) {
     expect("finish(NULL)", tessera_workgroup_interval_finish(NULL), TESSERA_ERR_NULL);
     expect("close(NULL)", tessera_workgroup_close(NULL), TESSERA_ERR_NULL);
     expect("max(NULL)", tessera_workgroup_max_parallel_threads(NULL), TESSERA_ERR_NULL);
+    expect("open_for(name, 0)",
+           tessera_workgroup_open_for("refusals-none", 0) == NULL ? tessera_last_error() : 0,
+           TESSERA_ERR_INVALID);
+    /* Under global EDF a workgroup holds more members than cores. */
+    tessera_workgroup *wide = tessera_workgroup_open_for("refusals-wide", 65);
+    expect("open_for past 64", wide == NULL ? tessera_last_error() : 0, TESSERA_ERR_INVALID);
+    wide = tessera_workgroup_open_for("refusals-wide", 3);
+    expect("open_for(name, 3)", wide == NULL ? tessera_last_error() : 0, TESSERA_OK);
+    if (wide != NULL) {
+        expect("capacity of open_for", tessera_workgroup_max_parallel_threads(wide), 3);
+        expect("close open_for", tessera_workgroup_close(wide), TESSERA_OK);
+    }
 
     wg = tessera_workgroup_open(argc > 1 ? argv[1] : "refusals");
     if (wg == NULL) {

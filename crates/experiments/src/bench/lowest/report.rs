@@ -7,8 +7,8 @@
 //! [`super::ServerResult`]).
 
 use super::results::{Config, ConfigResult, LowestResults, ServerResult, GOAL_RATIO};
+use crate::bench::output::{stopped_early, write_file, write_json};
 use std::fmt::Write as _;
-use std::fs;
 use std::path::{Path, PathBuf};
 use tessera_measure::plot::{self, CountLine, CountPanel};
 
@@ -19,17 +19,11 @@ const JSON: &str = "lowest.json";
 /// Writes lowest.json, the plot and README.md into `dir`; returns the
 /// README's path.
 pub(super) fn write(results: &LowestResults, dir: &Path) -> Result<PathBuf, String> {
-    fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let json = serde_json::to_string_pretty(results).map_err(|e| e.to_string())?;
-    write_file(&dir.join(JSON), &json)?;
+    write_json(dir, JSON, results)?;
     plot(results, dir)?;
     let readme = dir.join("README.md");
     write_file(&readme, &readme_text(results))?;
     Ok(readme)
-}
-
-fn write_file(path: &Path, text: &str) -> Result<(), String> {
-    fs::write(path, text).map_err(|e| format!("write {}: {e}", path.display()))
 }
 
 /// "512 (10.67 ms)", or why there is no size.
@@ -108,12 +102,7 @@ fn readme_text(results: &LowestResults) -> String {
         results.started_at,
         results.total_s,
     );
-    if let Some(why) = &results.stopped {
-        let _ = writeln!(
-            text,
-            "**The run stopped early: {why}.** What it measured is below.\n"
-        );
-    }
+    text.push_str(&stopped_early(results.stopped.as_deref()));
     text.push_str("| server | plain FIFO lowest (frames) | guarded lowest | plain ÷ guarded |\n|---|--:|--:|--:|\n");
     for row in summary_rows(results) {
         let _ = writeln!(text, "| {} |", row.join(" | "));
@@ -251,6 +240,7 @@ fn plot(results: &LowestResults, dir: &Path) -> Result<(), String> {
 mod tests {
     use super::super::results::{latency_ms, Options, Trial};
     use super::*;
+    use std::fs;
     use tessera_scenario::ServerKind;
 
     fn trial(frames: u32, failures: u64) -> Trial {

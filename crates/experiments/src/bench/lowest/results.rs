@@ -95,10 +95,7 @@ impl Options {
 
 /// results/lowest-<unix time>.
 pub fn default_out_dir() -> PathBuf {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    PathBuf::from(format!("results/lowest-{now}"))
+    crate::bench::output::default_dir("lowest")
 }
 
 /// The period of `frames` at [`RATE`], in ms.
