@@ -12,6 +12,9 @@ use tessera_measure::Summary;
 
 /// A budget within this share of its settled value has converged.
 const SETTLED_BAND: f64 = 0.10;
+/// Cycles in a row within the band that make a budget settled: the
+/// predictor's window.
+const SETTLED_CYCLES: usize = 16;
 
 /// One thread's row in one cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,20 +234,24 @@ fn second_half(cycles: &[Cycle]) -> &[Cycle] {
     &cycles[cycles.len() / 2..]
 }
 
-/// Cycles from the phase's start until the reserved budget stays within
-/// [`SETTLED_BAND`] of its median over the phase's second half.
+/// Cycles from the phase's start until the reserved budget is within
+/// [`SETTLED_BAND`] of its median over the phase's second half for
+/// [`SETTLED_CYCLES`] cycles in a row. (Not "stays within it to the
+/// phase's end": the predictor follows each cycle, so one cycle a
+/// preemption or a stolen vCPU lengthened lifts the budget out of the band
+/// for a window anywhere in the phase, and the last such excursion would
+/// be counted as the step's convergence.)
 fn converged_after(cycles: &[Cycle]) -> Option<u64> {
     let settled = median(second_half(cycles).iter().map(|c| c.reserved_ns))?;
     if settled == 0 {
         return None;
     }
     let band = settled as f64 * SETTLED_BAND;
-    let outside = |c: &Cycle| (c.reserved_ns as f64 - settled as f64).abs() > band;
-    match cycles.iter().rposition(outside) {
-        None => Some(0),
-        Some(last) if last + 1 < cycles.len() => Some(last as u64 + 1),
-        Some(_) => None,
-    }
+    let within = |c: &Cycle| (c.reserved_ns as f64 - settled as f64).abs() <= band;
+    cycles
+        .windows(SETTLED_CYCLES)
+        .position(|w| w.iter().all(within))
+        .map(|i| i as u64)
 }
 
 fn reserved_per_p99_demand(cycles: &[&Cycle]) -> Option<f64> {
