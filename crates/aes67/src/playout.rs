@@ -29,6 +29,12 @@
 //! ahead of it, so slips do not chase the noise of the minimum and the
 //! position never plays earlier than `latency` allows.
 //!
+//! **Learning.** Until the window's first bucket is full (the first
+//! window after the stream starts, or after it was silent for two), the
+//! fastest transit is still being found, and it only ever falls: the
+//! position follows the target directly, by forward jumps — the stream's
+//! start, not counted as resyncs.
+//!
 //! **Resyncs** (a jump onto the target, counted) happen only when slipping
 //! cannot follow: the position is more than `latency` off the target —
 //! the sender's clock is further off than `max_slip_ppm` can follow, its
@@ -50,6 +56,9 @@ use crate::rtp::timestamp_delta;
 /// How far behind its target the position may sit before a frame is
 /// dropped: the minimum's noise between windows, well under a packet.
 pub const SLIP_BAND_FRAMES: i32 = 4;
+/// The slip rate a receiver allows unless told otherwise: twice the
+/// 100 ppm that separate quartz clocks may be apart.
+pub const DEFAULT_MAX_SLIP_PPM: u32 = 200;
 /// A slip is paid for with this many credits; every frame played earns
 /// `max_slip_ppm`.
 const SLIP_COST: u64 = 1_000_000;
@@ -128,6 +137,11 @@ fn earlier(a: u32, b: u32) -> u32 {
 }
 
 impl Window {
+    /// Whether the first bucket is still filling: no bucket is complete.
+    fn learning(&self) -> bool {
+        self.previous.is_none()
+    }
+
     fn fastest(&self) -> Option<u32> {
         match (self.current, self.previous) {
             (Some(a), Some(b)) => Some(earlier(a, b)),
@@ -232,8 +246,9 @@ impl ArrivalPlayout {
     /// if beyond the latency.
     fn follow(&mut self, next: u32, target: u32, frames: u32) -> CyclePlay {
         let error = timestamp_delta(next, target);
-        if error.unsigned_abs() > self.config.latency_frames {
-            self.counts.resyncs += 1;
+        let beyond = error.unsigned_abs() > self.config.latency_frames;
+        if beyond || self.window.learning() {
+            self.counts.resyncs += u64::from(beyond);
             return CyclePlay {
                 from: target,
                 slip: Slip::None,
@@ -269,6 +284,9 @@ mod tests {
     use proptest::prelude::*;
 
     const FRAMES: u32 = 48;
+    /// Cycles after which the first window is learnt (a second, and the
+    /// first packet's delay).
+    const LEARNT: u64 = 1010;
 
     fn config() -> PlayoutConfig {
         PlayoutConfig {
@@ -340,7 +358,8 @@ mod tests {
             let Some(play) = playout.cycle(now, FRAMES) else {
                 continue;
             };
-            if let Some(next) = expected_next {
+            // The first window is learnt by jumps.
+            if let Some(next) = expected_next.filter(|_| c > LEARNT) {
                 if play.from != next {
                     jumps += 1;
                 }
@@ -439,6 +458,15 @@ mod tests {
             assert_eq!(play.from, stamp.wrapping_sub(52 + 192), "{c}");
         }
         assert_eq!(p.counts().resyncs, 1);
+    }
+
+    #[test]
+    fn the_first_window_is_learnt_by_jumps_not_slips_or_resyncs() {
+        // The first packet came 40 frames later than all the others.
+        let r = run(config(), 0.0, 5, 0, |n| if n == 0 { 140.0 } else { 100.0 });
+        let c = r.playout.counts();
+        assert_eq!(c, PlayoutCounts::default());
+        assert_eq!((r.jumps, r.late, r.unheld), (0, 0, 0));
     }
 
     #[test]

@@ -55,6 +55,44 @@ pub struct MergeCounts {
     pub too_old: u64,
 }
 
+impl MergeCounts {
+    /// How many counts there are, for [`Self::to_array`].
+    pub const COUNT: usize = 2 * PATHS + 2;
+
+    /// The counts in a fixed order, for a real-time thread to publish one
+    /// by one (as atomics) and a reader to put back together.
+    pub fn to_array(&self) -> [u64; Self::COUNT] {
+        let [a, b] = self.paths;
+        [
+            a.received,
+            a.lost,
+            b.received,
+            b.lost,
+            self.duplicates,
+            self.too_old,
+        ]
+    }
+
+    /// The inverse of [`Self::to_array`].
+    pub fn from_array(values: [u64; Self::COUNT]) -> MergeCounts {
+        let [a_received, a_lost, b_received, b_lost, duplicates, too_old] = values;
+        MergeCounts {
+            paths: [
+                PathCounts {
+                    received: a_received,
+                    lost: a_lost,
+                },
+                PathCounts {
+                    received: b_received,
+                    lost: b_lost,
+                },
+            ],
+            duplicates,
+            too_old,
+        }
+    }
+}
+
 /// The merge of one stream's paths; see the module doc.
 #[derive(Debug, Clone)]
 pub struct Merge {
@@ -206,6 +244,15 @@ mod tests {
         // Left the window: up to 3000 − 1024; path 1 missed 1000 on.
         assert_eq!(c.paths[1].lost, 3000 - MERGE_WINDOW as u64 - 1000);
         assert_eq!(c.duplicates, 1000);
+    }
+
+    #[test]
+    fn counts_round_trip_through_their_array() {
+        let mut m = Merge::new();
+        m.accept(0, 1, 1);
+        m.accept(1, 1, 1);
+        let c = m.counts();
+        assert_eq!(MergeCounts::from_array(c.to_array()), c);
     }
 
     #[test]

@@ -1,23 +1,6 @@
-//! What the audio-server tests share: a time limit on a run, and whether a
-//! workspace program is built beside the test. It must never start a
-//! server or touch the machine.
-
-use std::sync::mpsc;
-use std::time::Duration;
-
-/// Runs `f` on a thread of its own; fails the test if it takes longer
-/// than `limit` (the run's own Drop guards stop what it started).
-pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(value) => value,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {limit:?}"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the run panicked (above)"),
-    }
-}
+//! What the audio-server tests share: whether a workspace program is
+//! built beside the test. It must never start a server or touch the
+//! machine.
 
 /// Whether `program` of this workspace is built beside the test (else
 /// the test is skipped, saying so, or failed under CI=true).

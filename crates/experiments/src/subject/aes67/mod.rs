@@ -35,7 +35,6 @@ use crate::cells::{role, setup_for};
 use crate::figures::{latency_metric, note_cell, within_cell};
 use crate::harness::net_service::{await_listening, spawn_service};
 use crate::harness::servers::{program_beside_us, unique, OwnedChild};
-use tessera_aes67::JitterCounters;
 use tessera_graph::ThreadSetup;
 use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults};
 use tessera_scenario::{
@@ -246,15 +245,15 @@ fn stream(subject: &Aes67Subject, from: usize, to: usize, k: usize) -> StreamSpe
     let hop = from.min(to);
     let direction = usize::from(to < from);
     let names = subject.host_names();
-    StreamSpec {
-        name: format!("{}-{}-{k}", names[from], names[to]),
-        address: SocketAddrV4::new(
+    StreamSpec::new(
+        format!("{}-{}-{k}", names[from], names[to]),
+        SocketAddrV4::new(
             Ipv4Addr::new(239, 69, (10 + 2 * hop + direction) as u8, k as u8),
             PORT,
         ),
-        format: subject.format,
-        payload_type: PAYLOAD_TYPE,
-    }
+        subject.format,
+        PAYLOAD_TYPE,
+    )
 }
 
 /// What host `i` receives and sends: from and to each neighbour, `streams`
@@ -334,6 +333,7 @@ fn host_config(
         name: subject.host_names()[i].to_string(),
         service: service.to_path_buf(),
         interface,
+        secondary_interface: None,
         receive,
         send,
         route,
@@ -540,27 +540,13 @@ fn describe(subject: &Aes67Subject, streams: usize) -> String {
     )
 }
 
-/// `end − start` of every count.
-fn difference(start: &StreamCounts, end: &StreamCounts) -> StreamCounts {
-    let (a, b) = (start.jitter.to_array(), end.jitter.to_array());
-    StreamCounts {
-        jitter: JitterCounters::from_array(std::array::from_fn(|i| b[i].saturating_sub(a[i]))),
-        not_rtp: end.not_rtp.saturating_sub(start.not_rtp),
-        silent_frames: end.silent_frames.saturating_sub(start.silent_frames),
-        resyncs: end.resyncs.saturating_sub(start.resyncs),
-        sent: end.sent.saturating_sub(start.sent),
-        send_full: end.send_full.saturating_sub(start.send_full),
-        service_gone: end.service_gone,
-    }
-}
-
 /// The window's counts of each stream, by name and direction, summed per
 /// hop direction ("a-b": from a to b): what b received, what a sent.
 fn per_direction(window: &Window) -> Vec<(String, StreamCounts)> {
     let mut sums: Vec<(String, StreamCounts)> = Vec::new();
     for ((start, _), (end, _)) in window.start.iter().zip(&window.end) {
         for (s, e) in start.streams.iter().zip(&end.streams) {
-            let d = difference(&s.counts, &e.counts);
+            let d = e.counts.since(&s.counts);
             let hop = s.name.rsplit_once('-').map_or(s.name.as_str(), |(h, _)| h);
             let at = match sums.iter().position(|(h, _)| h == hop) {
                 Some(at) => at,
@@ -569,21 +555,10 @@ fn per_direction(window: &Window) -> Vec<(String, StreamCounts)> {
                     sums.len() - 1
                 }
             };
-            add(&mut sums[at].1, &d);
+            sums[at].1.add(&d);
         }
     }
     sums
-}
-
-fn add(sum: &mut StreamCounts, d: &StreamCounts) {
-    let (a, b) = (sum.jitter.to_array(), d.jitter.to_array());
-    sum.jitter = JitterCounters::from_array(std::array::from_fn(|i| a[i] + b[i]));
-    sum.not_rtp += d.not_rtp;
-    sum.silent_frames += d.silent_frames;
-    sum.resyncs += d.resyncs;
-    sum.sent += d.sent;
-    sum.send_full += d.send_full;
-    sum.service_gone |= d.service_gone;
 }
 
 /// A hop direction's counts: "aes67 a → b received", …
@@ -776,7 +751,7 @@ pub(crate) fn metrics(data: Aes67Data) -> (Vec<Metric>, Vec<Counter>, Vec<String
         let total = directions
             .iter()
             .fold(StreamCounts::default(), |mut s, (_, c)| {
-                add(&mut s, c);
+                s.add(c);
                 s
             });
         let share =
