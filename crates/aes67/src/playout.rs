@@ -35,19 +35,23 @@
 //! position follows the target directly, by forward jumps — the stream's
 //! start, not counted as resyncs.
 //!
-//! **Resyncs** (a jump onto the target, counted) happen only when slipping
-//! cannot follow: the position is more than `latency` off the target —
-//! the sender's clock is further off than `max_slip_ppm` can follow, its
-//! path's delay changed by more than the offset, or it restarted — or a
-//! packet's transit is more than the ring (`ring_frames`) away from the
-//! window's fastest, which no buffer position could hold: then the window
-//! starts again from that packet.
+//! **Resyncs** (a jump, counted) happen only when slipping cannot follow:
+//! the position is more than `latency` off the target (the sender's clock
+//! is further off than `max_slip_ppm` can follow, its path's delay changed
+//! by more than the offset, or it restarted: the position jumps onto the
+//! target), or the target is a whole cycle or more ahead — the receiver's
+//! graph skipped periods after a stall, as its timer's catch-up has a
+//! limit, or a fast sender's drift outran the slips: the position skips
+//! whole cycles, keeping its phase. A packet whose transit is more than
+//! the ring (`ring_frames`) away from the window's fastest, which no
+//! buffer position could hold, starts the window again from it.
 //!
 //! **Limits.** A sender slower than the receiver lags the window's minimum
 //! by up to two windows of drift (at 50 ppm and 1 s windows, 100 µs): that
 //! much less jitter is absorbed. A drift beyond `max_slip_ppm` resyncs
-//! every time it has accumulated `latency`. A slip is a whole frame: a
-//! tiny discontinuity, at most `max_slip_ppm` of the time.
+//! every time it has accumulated a cycle (a fast sender) or `latency` (a
+//! slow one). A slip is a whole frame: a tiny discontinuity, at most
+//! `max_slip_ppm` of the time.
 
 use serde::{Deserialize, Serialize};
 
@@ -254,6 +258,14 @@ impl ArrivalPlayout {
                 slip: Slip::None,
             };
         }
+        if frames > 0 && error >= frames as i32 {
+            self.counts.resyncs += 1;
+            let skipped = error - error % frames as i32;
+            return CyclePlay {
+                from: next.wrapping_add_signed(skipped),
+                slip: Slip::None,
+            };
+        }
         let slip = match error {
             e if e > SLIP_BAND_FRAMES => Slip::Drop,
             e if e < 0 && frames > 1 => Slip::Repeat,
@@ -423,9 +435,33 @@ mod tests {
         };
         let r = run(slow, 100.0, 120, 0, |_| 100.0);
         let c = r.playout.counts();
-        // 90 ppm not followed: 4.3 frames a second, a jump every 192.
-        assert_eq!((c.resyncs, r.jumps, r.late), (2, 2, 0), "{c:?}");
+        // 90 ppm not followed: 4.3 frames a second, a cycle skipped every
+        // 48 of them.
+        assert_eq!((c.resyncs, r.jumps, r.late), (10, 10, 0), "{c:?}");
         assert!(c.frames_dropped <= 58, "{c:?}");
+    }
+
+    #[test]
+    fn periods_the_graph_skipped_are_skipped_by_whole_cycles() {
+        let mut p = ArrivalPlayout::new(config());
+        let mut now = 0;
+        for c in 0..1100u32 {
+            p.arrive(c * 48, c * 48 + 100);
+            now = c * 48 + 48;
+            p.cycle(now, 48).unwrap();
+        }
+        let next = now.wrapping_sub(100 + 192).wrapping_add(48);
+        // Two periods skipped: the next cycle is due three later.
+        let play = p.cycle(now + 3 * 48, 48).unwrap();
+        assert_eq!(
+            play,
+            CyclePlay {
+                from: next + 96,
+                slip: Slip::None
+            }
+        );
+        assert_eq!(p.counts().resyncs, 1);
+        assert_eq!(p.counts().frames_dropped, 0);
     }
 
     #[test]
