@@ -81,7 +81,7 @@ fn isolation_demo(opts: DemoArgs, privileged: bool, stamp: u64) -> Result<ExitCo
     } else {
         println!("\n{}", outcome.table);
         for c in &outcome.results.configurations {
-            println!("- {}: {}", c.name, c.notes.join("; "));
+            println!("- {}: {}", c.name, c.facts().join("; "));
         }
         println!(
             "\nreport: {}/README.md (plots: PNG and SVG)",

@@ -59,7 +59,7 @@ fn print_outcome(results: &RunResults, dir: &std::path::Path, json: bool) -> Exi
         );
     }
     for c in &results.configurations {
-        println!("- {}: {}", c.name, c.notes.join("; "));
+        println!("- {}: {}", c.name, c.facts().join("; "));
     }
     println!(
         "\nreport: {}/README.md (results.json, PNG and SVG plots beside it)",

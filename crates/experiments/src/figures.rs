@@ -1,7 +1,7 @@
 //! Figures every part of a run computes the same way: a latency histogram
 //! with the run's bound, a latency metric with an exact summary, a periodic
 //! task's response times, slack and counts of jobs, and the cells of report
-//! tables ("yes", "no (N over)", a label from the notes).
+//! tables ("yes", "no (N over)").
 //!
 //! A leaf: it uses nothing of this crate, so the runner, the subjects, the
 //! interference and the benchmarks all take these from here. It must never
@@ -18,16 +18,6 @@ const HISTOGRAM_BOUND_NS: u64 = 10_000_000_000;
 const JOBS_MEASURED: &str = "jobs measured";
 const JOBS_LATE: &str = "jobs late";
 const JOBS_SERVED_LATE: &str = "jobs served late";
-
-/// A report table's cell from a configuration's notes: the text after
-/// `prefix` in the first note that starts with it, "–" if none does.
-pub(crate) fn note_cell(notes: &[String], prefix: &str) -> String {
-    notes
-        .iter()
-        .find_map(|n| n.strip_prefix(prefix))
-        .unwrap_or("–")
-        .to_string()
-}
 
 /// A report table's cell for a metric's deadline: "yes" when no sample
 /// missed it, "no (N over)", "–" without a deadline.

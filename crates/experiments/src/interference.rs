@@ -20,9 +20,9 @@ use std::time::Duration;
 use tessera_broker::Session;
 use tessera_measure::{Counter, Metric};
 use tessera_scenario::{Configuration, Interference, LoadKind, Scenario, Sched};
-use tessera_workloads::external::{self, ExternalLoad, RtAppPolicy, RtAppTask};
+use tessera_workloads::external::{self, ExternalLoad, ExternalReport, RtAppPolicy, RtAppTask};
 use tessera_workloads::{
-    build, ep, hog, io, stream, LoadThreads, PeriodicSpec, PeriodicStats, PeriodicTask,
+    build, ep, hog, io, stream, LoadReport, LoadThreads, PeriodicSpec, PeriodicStats, PeriodicTask,
 };
 
 /// The loads started for one configuration.
@@ -47,8 +47,9 @@ pub(crate) struct Stopping {
 pub(crate) struct LoadsData {
     periodic: Vec<PeriodicStats>,
     media: media::MediaData,
-    /// Each thread and external load's own summary.
-    pub(crate) notes: Vec<String>,
+    /// Each thread load's and external load's own report.
+    threads: Vec<LoadReport>,
+    external: Vec<ExternalReport>,
 }
 
 impl Loads {
@@ -93,24 +94,19 @@ impl Loads {
 impl Stopping {
     /// Waits for every load to end and takes its report.
     pub(crate) fn join(self) -> LoadsData {
-        let periodic = self.periodic.into_iter().map(|(_, t)| t.join()).collect();
-        let mut notes: Vec<String> = self
-            .threads
-            .into_iter()
-            .map(|t| t.join().describe())
-            .collect();
-        notes.extend(self.external.into_iter().map(|e| e.join().describe()));
         LoadsData {
-            periodic,
+            periodic: self.periodic.into_iter().map(|(_, t)| t.join()).collect(),
             media: self.media,
-            notes,
+            threads: self.threads.into_iter().map(LoadThreads::join).collect(),
+            external: self.external.into_iter().map(ExternalLoad::join).collect(),
         }
     }
 }
 
 impl LoadsData {
     /// Each periodic load's response times and slack after the warm-up,
-    /// then the videos' and guis' figures.
+    /// then the videos' and guis' figures, then what the thread loads did
+    /// (their CPU time and work, whole run) and how the external ones ran.
     pub(crate) fn measure(
         &self,
         scenario: &Scenario,
@@ -139,6 +135,18 @@ impl LoadsData {
         metrics.extend(media_metrics);
         counters.extend(media_counters);
         notes.extend(media_notes);
+        for report in &self.threads {
+            counters.extend(media::load_counters(report));
+            notes.push(report.describe());
+        }
+        for report in &self.external {
+            counters.push(Counter::new(
+                format!("{} ran", report.name),
+                report.ran_s,
+                "s",
+            ));
+            notes.push(report.describe());
+        }
         (metrics, counters, notes)
     }
 }

@@ -14,6 +14,7 @@ use crate::subject::{self, Running, Stopped};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_broker::{BrokerError, ErrorCode, Session};
+use tessera_measure::machine::{StealWatch, Stolen};
 use tessera_measure::{ConfigurationResult, RunResults};
 use tessera_scenario::{Configuration, Scenario};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
@@ -97,6 +98,7 @@ pub fn run(
 
 fn not_run(config: &Configuration, why: String) -> ConfigurationResult {
     ConfigurationResult {
+        labels: Default::default(),
         name: config.name.clone(),
         counters: Vec::new(),
         notes: vec![format!("not run: {why}")],
@@ -162,8 +164,7 @@ impl Live {
         let loads = self.loads.stop();
         let mut notes = Vec::new();
         let subject = self.subject.map(|s| s.stop(&mut notes));
-        let mut loads = loads.join();
-        notes.append(&mut loads.notes);
+        let loads = loads.join();
         Finished {
             subject,
             loads,
@@ -193,15 +194,20 @@ pub fn run_configuration(
             .map_err(|e| format!("cell {name:?}: {e}"))?;
     }
     drop(session);
-    let steal = tessera_measure::machine::StealWatch::start();
+    let steal = StealWatch::start();
     let mut live = Live::default();
     let outcome = start_all(scenario, config, &mut live)
         .and_then(|t0| drive(scenario, &mut live, t0, progress, interrupted));
     let mut finished = live.finish();
-    finished.notes.extend(steal.note());
+    let stolen = steal.stolen();
+    finished.notes.extend(stolen.as_ref().map(Stolen::note));
     finished.notes.extend(cells.destroy());
     let t0 = outcome?;
-    Ok(collect(scenario, config, t0, finished))
+    let mut result = collect(scenario, config, t0, finished);
+    result
+        .counters
+        .extend(stolen.iter().flat_map(Stolen::counters));
+    Ok(result)
 }
 
 /// Sets everything up and releases it; returns t0, the run's origin.
@@ -276,14 +282,12 @@ fn collect(
                 .join(", "),
         }
     )];
-    let mut metrics = Vec::new();
-    let mut counters = Vec::new();
-    if let Some(subject) = finished.subject {
-        let (subject_metrics, subject_counters, subject_notes) = subject.measure(scenario, t0);
-        metrics.extend(subject_metrics);
-        counters.extend(subject_counters);
-        notes.extend(subject_notes);
-    }
+    let measured = finished
+        .subject
+        .map(|subject| subject.measure(scenario, t0))
+        .unwrap_or_default();
+    let (mut metrics, mut counters) = (measured.metrics, measured.counters);
+    notes.extend(measured.notes);
     let (load_metrics, load_counters, load_notes) = finished.loads.measure(scenario, t0);
     metrics.extend(load_metrics);
     counters.extend(load_counters);
@@ -294,6 +298,7 @@ fn collect(
         counters,
         notes,
         metrics,
+        labels: measured.labels,
     }
 }
 

@@ -6,6 +6,8 @@
 //! its budget and its use. Asserts on the monitor's series (budgets before
 //! and after the step), never on how fast anything happened.
 
+mod common;
+
 use tessera_experiments::runner;
 use tessera_experiments::subject::adaptation::{self, cell_metric, MUSIC, TOTAL};
 use tessera_scenario::Scenario;
@@ -34,6 +36,7 @@ fn the_adaptive_configuration_grows_the_stepping_cell() {
     std::env::set_var("TESSERA_RUN_DIR", machine.dir());
     let scenario = Scenario::parse(TINY, "tiny.toml").unwrap();
     let outcome = runner::run(&scenario, &machine.dir().join("report"), |_| {}).unwrap();
+    common::report_reads_no_notes(&outcome.results, &machine.dir());
     let result = &outcome.results.configurations[0];
     let notes = result.notes.join("; ");
     assert!(!notes.contains("not run"), "{notes}");

@@ -6,6 +6,8 @@
 //! stopped. Asserts behaviour, never speed: how many packets are lost is
 //! the benchmark's question (scenarios/aes67-*.toml), not this test's.
 
+mod common;
+
 use tessera_experiments::runner;
 use tessera_experiments::subject::aes67::METRIC;
 use tessera_scenario::Scenario;
@@ -48,6 +50,7 @@ fn run_and_check(text: &str, hops: u64, directions: &[&str]) -> String {
     std::env::set_var("TESSERA_RUN_DIR", machine.dir());
     let scenario = Scenario::parse(text, "aes67.toml").unwrap();
     let outcome = runner::run(&scenario, &machine.dir().join("report"), |_| {}).unwrap();
+    common::report_reads_no_notes(&outcome.results, &machine.dir());
     let c = &outcome.results.configurations[0];
     let notes = c.notes.join("; ");
     assert!(!notes.contains("not run"), "{notes}");

@@ -85,6 +85,7 @@ fn short_run(test: &str, text: &str) -> Option<tessera_measure::ConfigurationRes
     })
     .unwrap();
     assert!(leftovers().is_empty(), "left behind: {:?}", leftovers());
+    common::report_reads_no_notes(&outcome.results, &machine.dir());
     outcome.results.configurations.into_iter().next()
 }
 

@@ -83,6 +83,7 @@ fn a_short_desktop_run_gives_each_configuration_its_rights_and_counts_cycles() {
     })
     .unwrap();
     assert!(leftovers().is_empty(), "left behind: {:?}", leftovers());
+    common::report_reads_no_notes(&outcome.results, &machine.dir());
     let results = &outcome.results.configurations;
     for r in results {
         eprintln!("{}: {:?}", r.name, r.notes);

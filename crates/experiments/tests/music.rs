@@ -4,6 +4,8 @@
 //! pair, answers every package and reports Δt. Asserts behaviour, never
 //! speed.
 
+mod common;
+
 use tessera_experiments::runner;
 use tessera_experiments::subject::music::seed_scenario;
 use tessera_music::{EMULATOR_METRIC, RESPONSE_METRIC};
@@ -40,6 +42,7 @@ fn a_short_run_in_cells_across_the_lan_answers_every_package_and_reports_dt() {
     scenario.configurations.truncate(1);
     let dir = machine.dir().join("report");
     let outcome = runner::run(&scenario, &dir, |_| {}).unwrap();
+    common::report_reads_no_notes(&outcome.results, &machine.dir());
     let cells = &outcome.results.configurations[0];
     let notes = cells.notes.join("; ");
     assert!(!notes.contains("not run"), "{notes}");

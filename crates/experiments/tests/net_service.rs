@@ -5,6 +5,8 @@
 //! and reports Δt as the service measured it. Asserts behaviour, never
 //! speed.
 
+mod common;
+
 use tessera_experiments::harness::net_service::SERVICE_RESPONSE_METRIC;
 use tessera_experiments::runner;
 use tessera_music::EMULATOR_METRIC;
@@ -21,6 +23,7 @@ fn a_short_run_through_the_service_beside_the_streamer_answers_every_package() {
     let scenario = Scenario::parse(SCENARIO, "net.toml").unwrap();
     let dir = machine.dir().join("report");
     let outcome = runner::run(&scenario, &dir, |_| {}).unwrap();
+    common::report_reads_no_notes(&outcome.results, &machine.dir());
     // 1.5 s after the 200 ms warm-up, one answer per package of 725.6 µs.
     let packages = 1_700_000_000 / 725_623 - 200_000_000 / 725_623;
     for configuration in &outcome.results.configurations {

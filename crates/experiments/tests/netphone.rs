@@ -5,6 +5,8 @@
 //! clock conversion), and writes the seed's table, leaving no service
 //! process behind. Asserts behaviour, never speed.
 
+mod common;
+
 use std::path::Path;
 use tessera_experiments::runner;
 use tessera_experiments::subject::netphone::METRIC;
@@ -22,6 +24,7 @@ fn a_short_run_plain_in_cells_and_through_the_service_stamps_every_packet_and_wr
     let scenario = Scenario::parse(NETPHONE, "netphone.toml").unwrap();
     let dir = machine.dir().join("report");
     let outcome = runner::run(&scenario, &dir, |_| {}).unwrap();
+    common::report_reads_no_notes(&outcome.results, &machine.dir());
     for c in &outcome.results.configurations {
         let notes = c.notes.join("; ");
         assert!(!notes.contains("not run"), "{notes}");

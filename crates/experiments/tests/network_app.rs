@@ -85,6 +85,7 @@ fn a_short_run_links_both_hosts_counts_and_cleans_up() {
     })
     .unwrap();
     let results = RunResults::load(&dir.join("results.json")).expect("results.json");
+    common::report_reads_no_notes(&results, &machine.dir());
     for result in &results.configurations {
         let notes = result.notes.join("; ");
         let not_run = result.notes.iter().any(|n| n.starts_with("not run"));

@@ -5,6 +5,8 @@
 //! writes the render section, and leaves no server process, cell or socket
 //! behind. Asserts behaviour, never speed.
 
+mod common;
+
 use std::path::Path;
 use tessera_experiments::runner;
 use tessera_experiments::subject::render::METRIC_PREFIX;
@@ -28,6 +30,7 @@ fn a_tiny_run_reports_every_frame_and_leaves_nothing_behind() {
     let scenario = Scenario::parse(TINY, "tiny.toml").unwrap();
     let dir = machine.dir().join("report");
     let outcome = runner::run(&scenario, &dir, |_| {}).unwrap();
+    common::report_reads_no_notes(&outcome.results, &machine.dir());
     for c in &outcome.results.configurations {
         let notes = c.notes.join("; ");
         assert!(!notes.contains("not run"), "{notes}");

@@ -11,8 +11,10 @@
 //! feeds its controller (`tessera_policy::adaptive`, AQuoSA's feedback per
 //! thread) and asks the broker for the budget it wants; admission decides,
 //! and a refusal degrades to the largest budget that fits. A client that
-//! joins and an xrun the server reports bump every controller (seed 001
-//! §3.4.5); a buffer-size change moves every reservation to the new period.
+//! joins bumps every controller (seed 001 §3.4.5); an xrun the server
+//! reports bumps the controllers of the threads that may have been held
+//! short in that interval, or every one when none may have been; a
+//! buffer-size change moves every reservation to the new period.
 //!
 //! A PipeWire graph whose threads nobody made real-time (a user's session
 //! PipeWire without RT rights) is guarded too: the threads that run it, the
@@ -284,6 +286,8 @@ pub struct Guard {
     own_loop_tried: bool,
     /// The cores as the broker last told them.
     room_seen: Option<RoomSeen>,
+    /// Overruns heard since the controllers last took them in.
+    overruns_heard: u64,
     /// Overruns heard and not yet reported to the broker (see
     /// [`XRUN_REPORT_EVERY`]), and when they last were.
     unreported_xruns: u64,
@@ -380,6 +384,7 @@ impl Guard {
             pending: None,
             own_loop_tried: false,
             room_seen: None,
+            overruns_heard: 0,
             unreported_xruns: 0,
             last_xrun_report: Instant::now(),
             last_layout: Instant::now(),
@@ -875,10 +880,8 @@ impl Guard {
         // PipeWire never reports xruns to JACK clients: a skipped period
         // is an overrun too.
         let overruns = (now.xruns + now.skipped).saturating_sub(before.xruns + before.skipped);
-        if overruns > 0 {
-            self.bump(|_| true, Adaptive::on_xrun);
-            self.unreported_xruns += overruns;
-        }
+        self.overruns_heard += overruns;
+        self.unreported_xruns += overruns;
         if self.unreported_xruns > 0 && self.last_xrun_report.elapsed() >= XRUN_REPORT_EVERY {
             self.report_xruns(log);
         }
@@ -940,7 +943,27 @@ impl Guard {
     /// threads are guarded.
     fn adapt(&mut self, log: &mut Vec<String>) {
         self.observe();
+        self.bump_for_overruns();
         self.apply_targets(log);
+    }
+
+    /// Bumps the controllers for the overruns heard in the interval just
+    /// observed: those of the graph threads that may have been held short
+    /// in it ([`may_be_held_short`]). A thread that ran every period well
+    /// within its budget was not the one late, and bumping it only
+    /// reserves what it does not use and re-sizes every reservation at
+    /// every xrun (AQuoSA bumps every client: with 60 of them, a batch of
+    /// 60 `sched_setattr` in the daemon per xrun). When none may have
+    /// been, every controller is bumped, as the seed does.
+    fn bump_for_overruns(&mut self) {
+        if std::mem::take(&mut self.overruns_heard) == 0 {
+            return;
+        }
+        let held_short = |r: &Reserved| r.kind.is_graph() && r.count_wakes;
+        match self.reserved.values().any(held_short) {
+            true => self.bump(held_short, Adaptive::on_xrun),
+            false => self.bump(|_| true, Adaptive::on_xrun),
+        }
     }
 
     /// Asks admission, in one batch, for the budgets [`Guard::targets`]

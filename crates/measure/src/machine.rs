@@ -7,6 +7,7 @@
 
 use std::fs;
 
+use crate::results::Counter;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,11 +132,18 @@ fn non_empty_or_unknown(text: &str) -> String {
     }
 }
 
-/// Steal time per vCPU when a run started: [`StealWatch::note`] says how
-/// much CPU time the hypervisor ran something else while a vCPU had work
-/// since then — stalls no scheduling inside the machine can prevent.
+/// Steal time per vCPU when a run started: [`StealWatch::stolen`] says
+/// how much CPU time the hypervisor ran something else while a vCPU had
+/// work since then — stalls no scheduling inside the machine can prevent.
 pub struct StealWatch {
     before: Option<Vec<(usize, u64)>>,
+}
+
+/// Steal time per vCPU over a run (/proc/stat, in clock ticks).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stolen {
+    /// (cpu, ns stolen)
+    pub per_cpu_ns: Vec<(usize, u64)>,
 }
 
 impl StealWatch {
@@ -145,24 +153,42 @@ impl StealWatch {
         }
     }
 
-    /// "steal time …: cpu0 12 ms, cpu1 40 ms"; `None` if /proc/stat was
+    /// The steal time since [`StealWatch::start`]; `None` if /proc/stat was
     /// unreadable.
-    pub fn note(&self) -> Option<String> {
+    pub fn stolen(&self) -> Option<Stolen> {
         let after = tessera_sys::proc::cpu_steal_ns().ok()?;
-        let stolen: Vec<String> = self
+        let per_cpu_ns = self
             .before
             .as_ref()?
             .iter()
             .zip(&after)
-            .map(|((cpu, b), (_, a))| {
-                format!("cpu{cpu} {:.0} ms", a.saturating_sub(*b) as f64 / 1e6)
-            })
+            .map(|(&(cpu, b), &(_, a))| (cpu, a.saturating_sub(b)))
             .collect();
-        Some(format!(
+        Some(Stolen { per_cpu_ns })
+    }
+}
+
+impl Stolen {
+    /// "steal time …: cpu0 12 ms, cpu1 40 ms".
+    pub fn note(&self) -> String {
+        let per_cpu: Vec<String> = self
+            .per_cpu_ns
+            .iter()
+            .map(|(cpu, ns)| format!("cpu{cpu} {:.0} ms", *ns as f64 / 1e6))
+            .collect();
+        format!(
             "steal time (the hypervisor running something else while a vCPU had work; \
              /proc/stat, in clock ticks): {}",
-            stolen.join(", ")
-        ))
+            per_cpu.join(", ")
+        )
+    }
+
+    /// A counter per vCPU: "steal time cpuN", in ms.
+    pub fn counters(&self) -> Vec<Counter> {
+        self.per_cpu_ns
+            .iter()
+            .map(|(cpu, ns)| Counter::new(format!("steal time cpu{cpu}"), *ns as f64 / 1e6, "ms"))
+            .collect()
     }
 }
 

@@ -143,9 +143,9 @@ fn header(results: &RunResults) -> String {
     }
     text.push_str("\n## Configurations\n\n");
     for c in &results.configurations {
-        let notes = match c.notes.as_slice() {
+        let notes = match c.facts().as_slice() {
             [] => String::new(),
-            notes => format!(": {}", notes.join("; ")),
+            facts => format!(": {}", facts.join("; ")),
         };
         let _ = writeln!(text, "- **{}**{notes}", c.name);
     }
@@ -340,6 +340,7 @@ mod tests {
 
     fn config(name: &str, s: Summary) -> ConfigurationResult {
         ConfigurationResult {
+            labels: Default::default(),
             name: name.into(),
             counters: Vec::new(),
             notes: vec![],

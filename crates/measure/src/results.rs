@@ -5,6 +5,7 @@
 //! Owns the file format and its load/save errors. It must never compute
 //! statistics itself ([`crate::stats`] does) nor format reports.
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -47,6 +48,11 @@ pub struct ConfigurationResult {
     /// same in words); absent from files written before counters were.
     #[serde(default)]
     pub counters: Vec<Counter>,
+    /// Facts of the configuration that are words, not figures, and that a
+    /// report shows as they are, by name (e.g. "scheduling": "SCHED_FIFO
+    /// 70"); absent from files written before labels were.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 /// One figure of a configuration: a count ("xruns", unit "count") or a
@@ -148,6 +154,20 @@ impl ConfigurationResult {
     pub fn count(&self, name: &str) -> Option<u64> {
         self.counter(name).map(|c| c.value as u64)
     }
+
+    pub fn label(&self, name: &str) -> Option<&str> {
+        self.labels.get(name).map(String::as_str)
+    }
+
+    /// What a reader is told of the configuration in words: each label as
+    /// "name: value", then the notes.
+    pub fn facts(&self) -> Vec<String> {
+        self.labels
+            .iter()
+            .map(|(name, value)| format!("{name}: {value}"))
+            .chain(self.notes.iter().cloned())
+            .collect()
+    }
 }
 
 impl Counter {
@@ -233,6 +253,7 @@ mod tests {
         series.push(0.0, 1333.0);
         RunResults {
             configurations: vec![ConfigurationResult {
+                labels: Default::default(),
                 name: "reservation".into(),
                 notes: vec!["best-effort mode".into()],
                 metrics: vec![Metric {

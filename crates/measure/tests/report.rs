@@ -41,6 +41,7 @@ fn configuration(name: &str, mean_us: f64, spike_every: u64, spike_us: f64) -> C
         series: vec![load],
     };
     ConfigurationResult {
+        labels: Default::default(),
         name: name.into(),
         counters: Vec::new(),
         notes: vec![format!("synthetic data, spike every {spike_every} cycles")],

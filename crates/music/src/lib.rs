@@ -35,7 +35,7 @@ use std::time::Duration;
 use std::sync::Arc;
 use tessera_broker::paths::Paths;
 use tessera_broker::{BrokerError, Mode, Session};
-use tessera_measure::machine::StealWatch;
+use tessera_measure::machine::{StealWatch, Stolen};
 use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults, Summary};
 use tessera_policy::{CellRequest, CoreRequest, Placement};
 use tessera_runtime::CellJoin;
@@ -203,9 +203,13 @@ pub fn run(options: &Options) -> Result<Outcome, MusicError> {
         .join()
         .map_err(|_| MusicError::Panicked)???;
     let app = app.stop()?;
-    notes.extend(steal.note());
+    let stolen = steal.stolen();
+    notes.extend(stolen.as_ref().map(Stolen::note));
     drop((cells, lan));
-    let results = results(options, &app, &emulator, &notes);
+    let mut results = results(options, &app, &emulator, &notes);
+    if let Some(c) = results.configurations.first_mut() {
+        c.counters.extend(stolen.iter().flat_map(Stolen::counters));
+    }
     if let Some(dir) = &options.out_dir {
         write(&results, dir)?;
     }
@@ -258,6 +262,7 @@ fn results(
         emulator.slipped_packages
     ));
     results.configurations.push(ConfigurationResult {
+        labels: Default::default(),
         name: network_name(options.lan).into(),
         counters: Vec::new(),
         notes: configuration_notes,

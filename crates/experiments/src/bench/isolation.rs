@@ -236,6 +236,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Outcome, Br
                 let (metric, counters, _) =
                     crate::figures::task_metric(&stats, METRIC, Duration::ZERO, Duration::ZERO);
                 ConfigurationResult {
+                    labels: Default::default(),
                     name: config.name().to_string(),
                     counters,
                     notes: vec![format!(
@@ -249,6 +250,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Outcome, Br
                 }
             }
             Err(e) => ConfigurationResult {
+                labels: Default::default(),
                 name: config.name().to_string(),
                 counters: Vec::new(),
                 notes: vec![format!("not run: {e}")],

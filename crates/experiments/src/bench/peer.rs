@@ -74,7 +74,7 @@ use std::path::{Path, PathBuf};
 
 use crate::harness::servers;
 
-use tessera_measure::{ConfigurationResult, Metric, RunResults};
+use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults};
 
 pub struct PeerOutcome {
     pub results: RunResults,
@@ -202,9 +202,12 @@ fn results(options: &Options, figures: &[Figures]) -> RunResults {
             "{} cycles, {xruns}, {} late cycles",
             f.cycles, f.late_cycles
         ));
+        let mut counters = Counter::counts([(CYCLES, f.cycles), (LATE_CYCLES, f.late_cycles)]);
+        counters.extend(f.xruns.map(|n| Counter::count(XRUNS, n)));
         results.configurations.push(ConfigurationResult {
+            labels: Default::default(),
             name: f.name.clone(),
-            counters: Vec::new(),
+            counters,
             notes,
             metrics,
         });

@@ -35,12 +35,12 @@ use tessera_music::app::DEADLINE;
 use tessera_music::windows::WindowSummary;
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 use tessera_sys::proc::{self, Pid};
-use tessera_workloads::{ep, hog, LoadThreads};
+use tessera_workloads::{ep, hog, LoadReport, LoadThreads};
 
 use crate::cells::Cells;
 use crate::cells::{cell_name, setup_for};
 use crate::interference::load_window;
-use crate::interference::media::Media;
+use crate::interference::media::{load_counters, Media};
 use crate::subject::music::{self, MusicRun};
 use tessera_scenario::{Configuration, LoadKind, Scenario};
 
@@ -149,7 +149,10 @@ pub fn run(options: &Options, mut progress: impl FnMut(&Progress)) -> Result<Out
         let finished = live.finish();
         let t0 = driven?;
         let (mut configuration, windows) = collect(&scenario, config, t0, finished);
-        configuration.notes.extend(steal.note());
+        if let Some(stolen) = steal.stolen() {
+            configuration.notes.push(stolen.note());
+            configuration.counters.extend(stolen.counters());
+        }
         Ok((configuration, windows))
     });
     let destroyed = cells.destroy();
@@ -211,7 +214,7 @@ struct Live {
 struct Finished {
     music: Option<music::MusicData>,
     media: crate::interference::media::MediaData,
-    notes: Vec<String>,
+    loads: Vec<LoadReport>,
 }
 
 impl Live {
@@ -264,15 +267,11 @@ impl Live {
         self.loads.iter().for_each(LoadThreads::stop);
         let media = self.media.finish();
         let music = self.music.map(MusicRun::finish);
-        let notes = self
-            .loads
-            .into_iter()
-            .map(|l| l.join().describe())
-            .collect();
+        let loads = self.loads.into_iter().map(LoadThreads::join).collect();
         Finished {
             music,
             media,
-            notes,
+            loads,
         }
     }
 }
@@ -377,18 +376,22 @@ fn collect(
     let mut windows = Vec::new();
     if let Some(data) = finished.music {
         windows = data.windows();
-        let (music_metrics, music_counters, music_notes) = music::metrics(data, scenario.warmup);
-        metrics.extend(music_metrics);
-        counters.extend(music_counters);
-        notes.extend(music_notes);
+        let music = music::metrics(data, scenario.warmup);
+        metrics.extend(music.metrics);
+        counters.extend(music.counters);
+        notes.extend(music.notes);
     }
     let (media_metrics, media_counters, media_notes) =
         crate::interference::media::collect(&finished.media, scenario, t0);
     metrics.extend(media_metrics);
     counters.extend(media_counters);
     notes.extend(media_notes);
-    notes.extend(finished.notes);
+    for report in &finished.loads {
+        counters.extend(load_counters(report));
+        notes.push(report.describe());
+    }
     let result = ConfigurationResult {
+        labels: Default::default(),
         name: config.name.clone(),
         counters,
         notes,

@@ -138,15 +138,31 @@ pub(crate) fn collect(
             "{note}; {} frames queued, {} refused by the gui",
             v.queued, v.refused
         ));
+        counters.extend(load_counters(&v.load));
         notes.push(v.load.describe());
     }
     let measure_from = t0 + scenario.warmup.as_nanos() as u64;
     for gui in &data.guis {
         metrics.push(service_time(gui, measure_from, t0));
-        notes.push(LoadReport::from(gui).describe());
+        let load = LoadReport::from(gui);
+        counters.extend(load_counters(&load));
+        notes.push(load.describe());
         notes.push(gui.describe());
     }
     (metrics, counters, notes)
+}
+
+/// What a load did over its whole run: "NAME CPU time" (ms) and its work
+/// ("NAME UNIT", e.g. "ep pairs").
+pub(crate) fn load_counters(report: &LoadReport) -> Vec<Counter> {
+    vec![
+        Counter::new(
+            format!("{} CPU time", report.name),
+            report.cpu_ns() as f64 / 1e6,
+            "ms",
+        ),
+        Counter::count(format!("{} {}", report.name, report.unit), report.units()),
+    ]
 }
 
 /// A gui's service time over the frames made ready after `measure_from`,

@@ -6,13 +6,55 @@
 //! A leaf: the subjects implement these traits and the registry above
 //! lists them, so neither imports the other. It must never name a subject.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use tessera_measure::{Counter, Metric, RunResults};
 use tessera_scenario::{Configuration, Scenario};
 
-/// What a stopped subject measured: its metrics, its counters and notes
-/// saying the same in words.
-pub(crate) type Measured = (Vec<Metric>, Vec<Counter>, Vec<String>);
+/// What a stopped subject measured: its metrics, its counters, the labels
+/// its report shows as they are (words, not figures), and notes saying the
+/// same in words.
+#[derive(Debug, Default)]
+pub struct Measured {
+    pub metrics: Vec<Metric>,
+    pub counters: Vec<Counter>,
+    pub labels: BTreeMap<String, String>,
+    pub notes: Vec<String>,
+}
+
+/// The label naming the scheduling a configuration ran its subject with
+/// (e.g. "SCHED_FIFO 70", "guarded").
+pub(crate) const SCHEDULING: &str = "scheduling";
+
+impl Measured {
+    pub fn new(metrics: Vec<Metric>, counters: Vec<Counter>, notes: Vec<String>) -> Measured {
+        Measured {
+            metrics,
+            counters,
+            labels: BTreeMap::new(),
+            notes,
+        }
+    }
+
+    /// With the label `name` saying `value`.
+    pub fn label(mut self, name: &str, value: impl Into<String>) -> Measured {
+        self.labels.insert(name.to_string(), value.into());
+        self
+    }
+
+    /// A configuration `name`'s result of this alone (the runner adds the
+    /// loads' figures to a run's).
+    #[cfg(test)]
+    pub fn into_result(self, name: &str) -> tessera_measure::ConfigurationResult {
+        tessera_measure::ConfigurationResult {
+            name: name.into(),
+            notes: self.notes,
+            metrics: self.metrics,
+            counters: self.counters,
+            labels: self.labels,
+        }
+    }
+}
 
 /// A kind of scenario subject.
 pub(crate) trait Subject: Sync {

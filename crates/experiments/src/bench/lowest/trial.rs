@@ -11,7 +11,7 @@
 use super::results::{latency_ms, Config, Options, Trial, CLIENTS, CLIENT_LOAD, RATE};
 use crate::harness::servers;
 use crate::runner;
-use crate::subject::audio_server::{Headline, OTHER_PERIOD};
+use crate::subject::audio_server::Headline;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 use tessera_measure::ConfigurationResult;
@@ -196,10 +196,12 @@ fn figures(
     duration_s: f64,
 ) -> Result<Trial, String> {
     let headline = Headline::from_result(&result).ok_or_else(|| result.notes.join("; "))?;
-    let refused = match result.notes.iter().find(|n| n.starts_with(OTHER_PERIOD)) {
-        Some(note) => Some(note.clone()),
-        None if headline.cycles == 0 => Some("no cycle was measured".to_string()),
-        None => None,
+    let refused = match headline.served {
+        Some((served, rate)) if served != u64::from(frames) => Some(format!(
+            "the server gave its clients {served} frames at {rate} Hz, not {frames}"
+        )),
+        _ if headline.cycles == 0 => Some("no cycle was measured".to_string()),
+        _ => None,
     };
     let failures = failures(server, &headline);
     Ok(Trial {
@@ -299,6 +301,7 @@ mod tests {
     /// and `notes` after them.
     fn result(headline: Option<&Headline>, notes: &[String]) -> ConfigurationResult {
         ConfigurationResult {
+            labels: Default::default(),
             name: "plain".into(),
             counters: headline.map(Headline::counters).unwrap_or_default(),
             notes: headline
@@ -331,10 +334,11 @@ mod tests {
 
     #[test]
     fn a_size_the_server_did_not_run_never_holds() {
-        let notes = [format!(
-            "{OTHER_PERIOD} 32 frames at 48000 Hz, not the scenario's 16 at 48000"
-        )];
-        let other_size = result(Some(&headline(0, 0, 0)), &notes);
+        let served = Headline {
+            served: Some((32, 48_000)),
+            ..headline(0, 0, 0)
+        };
+        let other_size = result(Some(&served), &[]);
         let trial = figures(ServerKind::PipeWire, 16, other_size, 3.0).unwrap();
         assert!(!trial.held);
         assert!(trial.refused.unwrap().contains("32 frames"));

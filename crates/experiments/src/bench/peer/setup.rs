@@ -20,6 +20,10 @@ pub const OVERHEAD: &str = "overhead";
 pub const SCHEDULING_LATENCY: &str = "scheduling latency";
 pub const WAKEUP_LATENCY: &str = "driver wake-up latency";
 pub const CYCLE_TIME: &str = "cycle time";
+/// Counters of each configuration.
+pub const CYCLES: &str = "cycles";
+pub const LATE_CYCLES: &str = "late cycles";
+pub const XRUNS: &str = "xruns";
 
 /// The peers' servers, in the order they run.
 pub const SERVERS: [ServerKind; 2] = [ServerKind::Jack, ServerKind::PipeWire];

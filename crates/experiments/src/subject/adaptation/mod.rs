@@ -47,7 +47,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tessera_broker::monitor::Sample;
 use tessera_broker::Session;
-use tessera_measure::{Counter, Metric};
+use tessera_measure::Counter;
 use tessera_music::protocol;
 use tessera_policy::{Budget, CellRequest, Placement};
 use tessera_runtime::{
@@ -118,6 +118,7 @@ pub(crate) struct DemandData {
     music: Option<MusicData>,
     jack: Option<AudioServerData>,
     subject: ChangingDemand,
+    adapting: bool,
     notes: Vec<String>,
 }
 
@@ -144,10 +145,7 @@ impl DemandRun {
             calibration: None,
             subject: subject.clone(),
             settings,
-            notes: vec![match settings.adapt {
-                true => series::ADAPTING.to_string(),
-                false => series::STATIC.to_string(),
-            }],
+            notes: Vec::new(),
         };
         if settings.adapt {
             run.notes.push(format!(
@@ -416,17 +414,14 @@ impl DemandRun {
             music,
             jack,
             subject: self.subject.clone(),
+            adapting: self.settings.adapt,
             notes,
         }
     }
 }
 
 /// The metrics and notes of a finished run; `t0` is the run's origin.
-pub(crate) fn metrics(
-    data: DemandData,
-    scenario: &Scenario,
-    t0: u64,
-) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
+pub(crate) fn metrics(data: DemandData, scenario: &Scenario, t0: u64) -> Measured {
     let mut notes = data.notes;
     let mut counters = Vec::new();
     let video_period = data.subject.video.period().as_nanos() as u64;
@@ -466,20 +461,24 @@ pub(crate) fn metrics(
         // Its own figures (Δt, cycles, xruns), kept as notes and counters
         // named "music: …": the daemon's monitor holds what the adaptation
         // saw.
-        let (_, music_counters, music_notes) = music::metrics(music, scenario.warmup);
-        counters.extend(prefixed("music", music_counters));
-        notes.extend(music_notes.into_iter().map(|n| format!("music: {n}")));
+        let music = music::metrics(music, scenario.warmup);
+        counters.extend(prefixed("music", music.counters));
+        notes.extend(music.notes.into_iter().map(|n| format!("music: {n}")));
     }
     if let Some(jack) = data.jack {
         // Its own figures (cycles, xruns, late cycles as the clients saw
         // them), kept as notes and counters named "jack: …": its budget
         // metrics are the guard's view, which the daemon's adaptation
         // overrides.
-        let (_, jack_counters, jack_notes) = audio_server::metrics(jack, scenario, t0);
-        counters.extend(prefixed("jack", jack_counters));
-        notes.extend(jack_notes.into_iter().map(|n| format!("jack: {n}")));
+        let jack = audio_server::metrics(jack, scenario, t0);
+        counters.extend(prefixed("jack", jack.counters));
+        notes.extend(jack.notes.into_iter().map(|n| format!("jack: {n}")));
     }
-    (metrics, counters, notes)
+    let adaptation = match data.adapting {
+        true => series::ON,
+        false => series::OFF,
+    };
+    Measured::new(metrics, counters, notes).label(series::ADAPTATION, adaptation)
 }
 
 /// Counters of a program of the run named as its notes are: "jack: …".

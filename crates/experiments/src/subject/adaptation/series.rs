@@ -17,9 +17,10 @@ use tessera_measure::{Metric, RunResults, Series, Summary};
 pub const TOTAL: &str = "all cells: CPU reserved";
 /// Misses (and xruns) per monitor interval, one series per group.
 pub const MISSES: &str = "misses per interval";
-/// A configuration's note saying whether its daemon adapted.
-pub const ADAPTING: &str = "adaptation: on";
-pub const STATIC: &str = "adaptation: off";
+/// A configuration's label saying whether its daemon adapted: on or off.
+pub const ADAPTATION: &str = "adaptation";
+pub const ON: &str = "on";
+pub const OFF: &str = "off";
 /// Adaptation's changes listed in the notes at most.
 const CHANGES_LISTED: usize = 40;
 /// The goal: the adaptive run reserves at most this share of what
@@ -234,11 +235,11 @@ pub fn report_section(results: &RunResults) -> String {
                 let series = total.series.get(i)?;
                 Some(Summary::from_samples(&series.values(), None).mean)
             };
-            let adapting = c.notes.iter().find_map(|n| {
-                (n == ADAPTING)
-                    .then_some(true)
-                    .or((n == STATIC).then_some(false))
-            });
+            let adapting = match c.label(ADAPTATION) {
+                Some(ON) => Some(true),
+                Some(OFF) => Some(false),
+                _ => None,
+            };
             Some(Row {
                 name: &c.name,
                 adapting,
@@ -464,18 +465,19 @@ mod tests {
             )];
             let (metrics, _) = metrics(&samples, &window, &groups, &|_| Some(0));
             tessera_measure::ConfigurationResult {
+                labels: [(ADAPTATION.to_string(), adapting.to_string())].into(),
                 name: name.into(),
                 counters: Vec::new(),
-                notes: vec![adapting.into()],
+                notes: Vec::new(),
                 metrics,
             }
         };
         let results = RunResults {
             baseline: Some("peak".into()),
             configurations: vec![
-                configuration("peak", STATIC, 40_000, 0),
-                configuration("adaptive", ADAPTING, 20_000, 0),
-                configuration("adaptive, missing", ADAPTING, 10_000, 3),
+                configuration("peak", OFF, 40_000, 0),
+                configuration("adaptive", ON, 20_000, 0),
+                configuration("adaptive, missing", ON, 10_000, 3),
             ],
             ..RunResults::start("rap")
         };

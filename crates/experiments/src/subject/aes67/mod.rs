@@ -42,7 +42,7 @@ use std::time::Duration;
 mod network;
 
 use crate::cells::{role, setup_for};
-use crate::figures::{latency_metric, note_cell, within_cell};
+use crate::figures::{latency_metric, within_cell};
 use crate::harness::net_service::{await_listening, spawn_service};
 use crate::harness::servers::{program_beside_us, unique, OwnedChild};
 use network::{Cut, Network, PathGroup};
@@ -80,6 +80,8 @@ const COLLECT_EVERY: Duration = Duration::from_millis(250);
 const SERVICE_RT_THREAD: &str = "tessera-net-rt";
 /// Note prefixes the report section reads: each holds one column's text.
 const STREAMS_NOTE: &str = "aes67 streams each way: ";
+/// The counter of the streams each way.
+const STREAMS: &str = "aes67 streams each way";
 const MARKERS_NOTE: &str = "aes67 markers lost: ";
 const PACKETS_NOTE: &str = "aes67 packets lost / late: ";
 const XRUNS_NOTE: &str = "aes67 xruns: ";
@@ -898,7 +900,7 @@ impl Figures {
 }
 
 /// The subject's metrics, counters and notes, over the measured window.
-pub(crate) fn metrics(data: Aes67Data) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
+pub(crate) fn metrics(data: Aes67Data) -> Measured {
     let mut notes = vec![
         format!("aes67: {}", data.about.describe),
         format!("aes67 media clock: {}", data.about.clock),
@@ -906,7 +908,7 @@ pub(crate) fn metrics(data: Aes67Data) -> (Vec<Metric>, Vec<Counter>, Vec<String
     ];
     let deadline_us = data.about.deadline.as_nanos() as f64 / 1000.0;
     let mut metrics = Vec::new();
-    let mut counters = Vec::new();
+    let mut counters = vec![Counter::count(STREAMS, data.about.streams as u64)];
     if let Some(w) = &data.window {
         let a = (&w.start[0].0, &w.end[0].0);
         let directions = per_direction(w);
@@ -974,7 +976,7 @@ pub(crate) fn metrics(data: Aes67Data) -> (Vec<Metric>, Vec<Counter>, Vec<String
         }
     }
     notes.extend(data.services);
-    (metrics, counters, notes)
+    Measured::new(metrics, counters, notes)
 }
 
 /// The report's AES67 section: a row per configuration. Empty for other
@@ -1006,7 +1008,7 @@ pub fn report_section(results: &RunResults) -> String {
             rows,
             "| {} | {} | {} | {within} | {} | {} | {} | {} | {} | {} | {} |",
             c.name,
-            note_cell(&c.notes, STREAMS_NOTE),
+            c.count(STREAMS).map_or("–".into(), |n| n.to_string()),
             summary(round_trip),
             summary(ages),
             cell(Figures::markers),
@@ -1147,14 +1149,15 @@ mod tests {
             hosts: vec![host("a", 4, 12.5), host("b", 0, 11.0)],
         };
         let result = ConfigurationResult {
+            labels: Default::default(),
             name: "guarded".into(),
-            notes: vec![format!("{STREAMS_NOTE}2")],
+            notes: Vec::new(),
             metrics: vec![latency_metric(
                 METRIC,
                 Some(8000.0),
                 [1_000_000].into_iter(),
             )],
-            counters: figures.counters(),
+            counters: [vec![Counter::count(STREAMS, 2)], figures.counters()].concat(),
         };
         assert_eq!(result.count("aes67 xruns a"), Some(4));
         assert_eq!(Figures::from_result(&result), Some(figures));

@@ -8,17 +8,23 @@
 //!
 //! It only reads and computes; it must never talk to the guard.
 
+use crate::subject::contract::Measured;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use tessera_guard::guard::Kind;
 use tessera_guard::record::RecordRow;
 use tessera_jack_peer::record::PeerRecord;
-use tessera_measure::{Metric, Series, Summary};
+use tessera_measure::{Counter, Metric, Series, Summary};
 
 pub const BUDGET: &str = "budget (all guarded threads)";
 pub const THREAD_SET: &str = "budget set per thread";
 pub const THREAD_PREDICTED: &str = "budget predicted per thread";
 pub const THREAD_USED: &str = "budget used per thread";
+/// Counters of the guard's record after the warm-up.
+pub const GUARD_THREADS: &str = "guard threads reserved";
+pub const GUARD_DECISIONS: &str = "guard budget decisions";
+pub const GUARD_DEGRADED: &str = "guard budget decisions degraded";
+pub const GUARD_XRUNS: &str = "guard xruns seen";
 /// The bandwidth reserved ÷ used of the applications' threads their
 /// programs did not make real-time — busy ones (shares) and ones adopted
 /// in step with the graph — issue 21's goal: at most 1.5.
@@ -79,19 +85,21 @@ pub(super) fn labels(record: &PeerRecord) -> HashMap<i32, String> {
         .collect()
 }
 
-/// The budget metrics of the rows after the warm-up, the bandwidth
-/// reserved ÷ used, and notes.
+/// The budget metrics and counters of the rows after the warm-up, the
+/// bandwidth reserved ÷ used, and notes.
 pub(super) fn metrics(
     rows: &[BudgetRow],
     labels: &HashMap<i32, String>,
     warmup_s: f64,
-) -> (Vec<Metric>, Option<f64>, Vec<String>) {
+) -> (Measured, Option<f64>) {
     let measured: Vec<&BudgetRow> = rows.iter().filter(|r| r.t_s >= warmup_s).collect();
     if measured.is_empty() {
         return (
-            Vec::new(),
+            Measured {
+                notes: vec!["the guard recorded no budgets".into()],
+                ..Measured::default()
+            },
             None,
-            vec!["the guard recorded no budgets".into()],
         );
     }
     let ratio = reserved_per_used(&measured, |_| true);
@@ -99,13 +107,20 @@ pub(super) fn metrics(
         .iter()
         .map(|r| (r.tid, r.thread.as_str()))
         .collect();
+    let degraded = measured.iter().filter(|r| r.degraded).count() as u64;
+    let xruns = measured.iter().map(|r| r.xruns).max().unwrap_or(0);
     let mut notes = vec![format!(
-        "guard: {} threads reserved, {} of {} budget decisions degraded, {} xruns seen by the guard",
+        "guard: {} threads reserved, {degraded} of {} budget decisions degraded, {xruns} xruns \
+         seen by the guard",
         threads.len(),
-        measured.iter().filter(|r| r.degraded).count(),
         measured.len(),
-        measured.iter().map(|r| r.xruns).max().unwrap_or(0)
     )];
+    let counters = Counter::counts([
+        (GUARD_THREADS, threads.len() as u64),
+        (GUARD_DECISIONS, measured.len() as u64),
+        (GUARD_DEGRADED, degraded),
+        (GUARD_XRUNS, xruns),
+    ]);
     let names = thread_names(&measured, labels);
     let label = |r: &BudgetRow| names[&r.tid].clone();
     let mut metrics = vec![
@@ -118,7 +133,7 @@ pub(super) fn metrics(
         metrics.push(metric);
         notes.push(note);
     }
-    (metrics, ratio, notes)
+    (Measured::new(metrics, counters, notes), ratio)
 }
 
 /// [`SHARES_RATIO`] over `rows`, as a metric and a note; None when those
@@ -277,7 +292,18 @@ mod tests {
     fn metrics_after_the_warm_up_with_labels_and_ratio() {
         let rows = parse(CSV, &origin()).unwrap();
         let labels = HashMap::from([(21, "load-01".to_string())]);
-        let (metrics, ratio, notes) = metrics(&rows, &labels, 0.0);
+        let (
+            Measured {
+                metrics,
+                counters,
+                notes,
+                ..
+            },
+            ratio,
+        ) = metrics(&rows, &labels, 0.0);
+        let count = |name| counters.iter().find(|c| c.name == name).map(|c| c.value);
+        assert_eq!(count(GUARD_THREADS), Some(2.0));
+        assert_eq!(count(GUARD_DEGRADED), Some(1.0));
         // Reserved 600 µs for 400 µs used, both per the same period.
         assert!((ratio.unwrap() - 1.5).abs() < 1e-9);
         assert_eq!(metrics.len(), 5);

@@ -13,6 +13,7 @@
 use crate::figures::latency_histogram;
 pub use crate::jack_peer::Window;
 use crate::jack_peer::{cycles, periods, thinned, Cycle, MONITOR};
+use crate::subject::contract::SCHEDULING;
 use std::fmt::Write as _;
 use tessera_jack_peer::record::PeerRecord;
 use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Summary};
@@ -21,9 +22,6 @@ use tessera_scenario::AudioServerSubject;
 pub const END_TO_END: &str = "cycle end-to-end";
 pub const CLIENT_END: &str = "client end";
 pub const PERIOD: &str = "period";
-/// How the note that the server ran another buffer size than the
-/// scenario's begins.
-pub const OTHER_PERIOD: &str = "the server gave its clients";
 
 /// One configuration's headline figures. They travel as its counters
 /// ([`Headline::counters`]) beside a note saying them in words
@@ -38,6 +36,8 @@ pub struct Headline {
     pub incomplete: u64,
     /// Cycles late or incomplete (or both).
     pub failed: u64,
+    /// The buffer the server gave its clients: frames and rate (Hz).
+    pub served: Option<(u64, u64)>,
     pub lost: u64,
     /// Bandwidth reserved ÷ used, over every guarded thread.
     pub reserved_per_used: Option<f64>,
@@ -51,6 +51,8 @@ pub const INCOMPLETE: &str = "audio server incomplete cycles";
 pub const FAILED: &str = "audio server failed cycles";
 pub const LOST: &str = "audio server periods lost";
 pub const RESERVED_PER_USED: &str = "audio server reserved ÷ used";
+pub const SERVED_FRAMES: &str = "audio server frames per period";
+pub const SERVED_RATE: &str = "audio server rate (Hz)";
 
 impl Headline {
     pub fn note(&self) -> String {
@@ -78,20 +80,19 @@ impl Headline {
             self.reserved_per_used
                 .map(|r| Counter::new(RESERVED_PER_USED, r, "ratio")),
         );
+        if let Some((frames, rate)) = self.served {
+            counters.push(Counter::count(SERVED_FRAMES, frames));
+            counters.push(Counter::new(SERVED_RATE, rate as f64, "Hz"));
+        }
         counters
     }
 
     /// The headline of a configuration's counters, its scheduling named
-    /// by its note; None if the configuration has no headline.
+    /// by its label; None if the configuration has no headline.
     pub fn from_result(result: &ConfigurationResult) -> Option<Headline> {
         let count = |name| result.count(name);
-        let sched = result
-            .notes
-            .iter()
-            .find_map(|n| n.strip_prefix(HEADLINE)?.trim().split_once(": "))
-            .map_or("", |(sched, _)| sched);
         Some(Headline {
-            sched: sched.to_string(),
+            sched: result.label(SCHEDULING).unwrap_or("–").to_string(),
             cycles: count(CYCLES)?,
             xruns: count(XRUNS)?,
             late: count(LATE)?,
@@ -99,6 +100,7 @@ impl Headline {
             failed: count(FAILED)?,
             lost: count(LOST)?,
             reserved_per_used: result.counter(RESERVED_PER_USED).map(|c| c.value),
+            served: count(SERVED_FRAMES).zip(count(SERVED_RATE)),
         })
     }
 
@@ -126,7 +128,7 @@ pub(super) fn measure(
     let mut notes = Vec::new();
     if record.period != (subject.frames, subject.rate) {
         notes.push(format!(
-            "{OTHER_PERIOD} {} frames at {} Hz, not the scenario's {} at {}",
+            "the server gave its clients {} frames at {} Hz, not the scenario's {} at {}",
             record.period.0, record.period.1, subject.frames, subject.rate
         ));
     }
@@ -159,6 +161,7 @@ pub(super) fn measure(
             .count() as u64,
         lost,
         reserved_per_used: None,
+        served: Some((u64::from(record.period.0), u64::from(record.period.1))),
     };
     notes.push(format!(
         "{} xruns notified in the whole run (warm-up included); {} cycles with load clients",
@@ -388,6 +391,7 @@ mod tests {
             failed: 3,
             lost: 1,
             reserved_per_used: Some(1.5),
+            served: Some((64, 48_000)),
         };
         let fifo = Headline {
             sched: "fifo:15".into(),
@@ -400,6 +404,7 @@ mod tests {
         let mut results = RunResults::start("t");
         for (name, headline) in [("fifo", &fifo), ("guard", &h)] {
             let result = ConfigurationResult {
+                labels: [(SCHEDULING.to_string(), headline.sched.clone())].into(),
                 name: name.into(),
                 counters: headline.counters(),
                 notes: vec!["subject x".into(), headline.note()],

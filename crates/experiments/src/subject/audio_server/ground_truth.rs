@@ -15,6 +15,12 @@
 
 use super::budgets::BudgetRow;
 use tessera_jack_peer::record::PeerRecord;
+use tessera_measure::Counter;
+
+/// Counters of the comparison, over every load client.
+pub(super) const TRUTH_CYCLES: &str = "ground truth cycles";
+pub(super) const OVER_PREDICTION: &str = "ground truth cycles over the prediction";
+pub(super) const OVER_BUDGET: &str = "ground truth cycles over the budget in force";
 
 /// The peer's client that only listens (`tessera-jack-peer --monitor`).
 const MONITOR: &str = "monitor";
@@ -110,6 +116,20 @@ fn client_truth(
 
 /// One note for all clients: the range of measured ÷ true and the cycles
 /// over prediction and budget.
+/// The cycles compared, and those that needed more than the prediction and
+/// than the budget, over every client; none without clients.
+pub(super) fn counters(truths: &[ClientTruth]) -> Vec<Counter> {
+    if truths.is_empty() {
+        return Vec::new();
+    }
+    let sum = |of: fn(&ClientTruth) -> usize| truths.iter().map(of).sum::<usize>() as u64;
+    Counter::counts([
+        (TRUTH_CYCLES, sum(|t| t.cycles)),
+        (OVER_PREDICTION, sum(|t| t.over_prediction)),
+        (OVER_BUDGET, sum(|t| t.over_budget)),
+    ])
+}
+
 pub(super) fn note(truths: &[ClientTruth]) -> Option<String> {
     if truths.is_empty() {
         return None;

@@ -21,18 +21,17 @@ mod ground_truth;
 pub mod network_app;
 
 pub use budgets::{BUDGET, THREAD_PREDICTED, THREAD_SET, THREAD_USED};
-pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, OTHER_PERIOD, PERIOD};
+pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, PERIOD};
 
 use crate::harness::guard::{start_guard, GuardChild, GuardFiles};
 use crate::harness::servers::{self, AudioServer, ServerSpec};
 use crate::jack_peer::{peer_args, PeerClients};
 use crate::scratch::Scratch;
-use crate::subject::contract::{Measured, Running, Stopped};
+use crate::subject::contract::{Measured, Running, Stopped, SCHEDULING};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_jack_peer::record::PeerRecord;
-use tessera_measure::{Counter, Metric};
 use tessera_scenario::{
     AudioServerSubject, Configuration, Scenario, ServerKind, ServerSched, Subject,
 };
@@ -211,31 +210,33 @@ impl AudioServerRun {
 }
 
 /// The metrics and notes of a finished run; `t0` is the run's origin.
-pub fn metrics(
-    data: AudioServerData,
-    scenario: &Scenario,
-    t0: u64,
-) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
+pub fn metrics(data: AudioServerData, scenario: &Scenario, t0: u64) -> Measured {
     let window = figures::Window::of_run(scenario, t0);
     let mut notes = data.notes;
     let record = match data.record {
         Ok(record) => record,
         Err(e) => {
             notes.insert(0, format!("not measured: {e}"));
-            return (Vec::new(), Vec::new(), notes);
+            return Measured {
+                notes,
+                ..Measured::default()
+            };
         }
     };
     let (mut metrics, mut headline, more) = figures::measure(&record, &data.subject, &window);
     notes.extend(more);
+    let mut counters = Vec::new();
     match data.budgets {
         Some(Ok(rows)) => {
             let labels = budgets::labels(&record);
             let warmup_s = scenario.warmup.as_secs_f64();
-            let (budget_metrics, ratio, budget_notes) = budgets::metrics(&rows, &labels, warmup_s);
-            metrics.extend(budget_metrics);
+            let (budgets, ratio) = budgets::metrics(&rows, &labels, warmup_s);
+            metrics.extend(budgets.metrics);
+            counters.extend(budgets.counters);
             headline.reserved_per_used = ratio;
-            notes.extend(budget_notes);
+            notes.extend(budgets.notes);
             let truths = ground_truth::compare(&rows, &record, t0, warmup_s);
+            counters.extend(ground_truth::counters(&truths));
             notes.extend(ground_truth::note(&truths));
         }
         Some(Err(e)) => notes.push(format!("guard's record: {e}")),
@@ -243,7 +244,8 @@ pub fn metrics(
     }
     headline.sched = data.sched.describe();
     notes.insert(0, headline.note());
-    (metrics, headline.counters(), notes)
+    counters.splice(0..0, headline.counters());
+    Measured::new(metrics, counters, notes).label(SCHEDULING, &headline.sched)
 }
 
 /// The core the server and its clients start pinned to: the scenario's

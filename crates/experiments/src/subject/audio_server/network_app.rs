@@ -32,7 +32,6 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tessera_jack_peer::record::PeerRecord;
-use tessera_measure::{Counter, Metric};
 use tessera_scenario::{AudioServerSubject, Configuration, NetworkApp, Scenario, ServerSched};
 use tessera_sys::clock::monotonic_ns;
 use tessera_workloads::lan::{End, HostId, Lan};
@@ -325,15 +324,11 @@ fn read_record(host: &Host, t0: Option<u64>) -> Result<PeerRecord, String> {
 }
 
 /// The metrics, counters and notes of a finished run; `t0` is the run's origin.
-pub fn metrics(
-    data: NetworkAppData,
-    scenario: &Scenario,
-    t0: u64,
-) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
+pub fn metrics(data: NetworkAppData, scenario: &Scenario, t0: u64) -> Measured {
     let window = Window::of_run(scenario, t0);
-    let (metrics, counters, mut notes) = figures::measure(&data, &window);
-    notes.extend(data.notes);
-    (metrics, counters, notes)
+    let mut measured = figures::measure(&data, &window);
+    measured.notes.extend(data.notes);
+    measured
 }
 
 /// `[subject] kind = "audio-server"` with a network application.

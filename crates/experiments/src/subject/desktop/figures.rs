@@ -13,6 +13,7 @@
 
 use crate::figures::latency_histogram;
 use crate::jack_peer::{cycles, periods, thinned, Window};
+use crate::subject::contract::Measured;
 use std::fmt::Write as _;
 use std::path::Path;
 use tessera_jack_peer::record::PeerRecord;
@@ -138,11 +139,7 @@ impl Census {
 }
 
 /// The metrics, counters and notes of a finished run.
-pub(super) fn measure(
-    data: DesktopData,
-    scenario: &Scenario,
-    t0: u64,
-) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
+pub(super) fn measure(data: DesktopData, scenario: &Scenario, t0: u64) -> Measured {
     let mut notes = vec![format!(
         "desktop: real-time rights from {}",
         data.rights.describe()
@@ -160,7 +157,7 @@ pub(super) fn measure(
         Ok(record) => record,
         Err(e) => {
             notes.insert(0, format!("not measured: {e}"));
-            return (Vec::new(), counters, notes);
+            return Measured::new(Vec::new(), counters, notes);
         }
     };
     let window = Window::of_run(scenario, t0);
@@ -193,7 +190,7 @@ pub(super) fn measure(
     e2e.summary.misses = Some(late);
     let points: Vec<(f64, f64)> = ends.iter().map(|&(t, e)| (t, e as f64 / 1000.0)).collect();
     e2e.series = vec![thinned("end-to-end", &points)];
-    (vec![e2e], counters, notes)
+    Measured::new(vec![e2e], counters, notes)
 }
 
 /// One configuration's row.
@@ -354,6 +351,7 @@ mod tests {
             (LATE, late),
         ]));
         ConfigurationResult {
+            labels: Default::default(),
             name: name.into(),
             counters,
             notes: Vec::new(),

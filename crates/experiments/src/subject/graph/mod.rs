@@ -204,7 +204,7 @@ impl Stopped for GraphData {
         let warmup = scenario.warmup.as_nanos() as u64;
         let (metrics, mut counters, note) = graph_metrics(&self.profile, t0 + warmup, t0);
         counters.push(Counter::count(GRAPH_PANICS, self.panics));
-        (
+        Measured::new(
             metrics,
             counters,
             vec![format!("{note}, {} node panics", self.panics)],

@@ -378,10 +378,7 @@ impl MusicData {
 }
 
 /// The subject's metrics, counters and notes.
-pub(crate) fn metrics(
-    data: MusicData,
-    warmup: Duration,
-) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
+pub(crate) fn metrics(data: MusicData, warmup: Duration) -> Measured {
     let deadline_us = DEADLINE.as_nanos() as f64 / 1000.0;
     let mut metrics = Vec::new();
     let mut counters = Vec::new();
@@ -489,7 +486,7 @@ pub(crate) fn metrics(
         }
         Err(e) => notes.push(e),
     }
-    (metrics, counters, notes)
+    Measured::new(metrics, counters, notes)
 }
 
 /// The network service's counts (as its note says them) as counters.

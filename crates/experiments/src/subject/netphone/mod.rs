@@ -20,16 +20,17 @@
 //! result, nor leave the service running past its configuration.
 
 use crate::subject::contract::{Measured, Running, Stopped};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cells::{role, setup_for};
-use crate::figures::{latency_metric, note_cell, within_cell};
+use crate::figures::{latency_metric, within_cell};
 use crate::harness::net_service::{await_listening, flow_counters, flow_note, spawn_service};
 use crate::harness::servers::{program_beside_us, unique, OwnedChild};
-use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults, Series};
+use tessera_measure::{ConfigurationResult, Counter, RunResults, Series};
 use tessera_scenario::{
     Configuration, NetphoneSettings, Scenario, Sched, ServicePlan, Subject,
     NETPHONE_ROLES as ROLES, NETPHONE_SERVICE_ROLE as SERVICE_ROLE,
@@ -55,7 +56,12 @@ const WINDOW_NS: u64 = 2_000_000_000;
 const STREAM_NOTE: &str = "netphone: ";
 const PACKETS_NOTE: &str = "netphone packets: ";
 const SEED_NOTE: &str = "seed 004 counterpart: ";
-const FLOOD_NOTE: &str = "flood: ";
+/// Labels: the stream's settings and roles, the seed's row it meets.
+const STREAM: &str = "netphone stream";
+const SEED_COUNTERPART: &str = "seed 004 counterpart";
+/// Counters of the flood, when there was one.
+const FLOOD_DATAGRAMS: &str = "flood datagrams sent";
+const FLOOD_REFUSED: &str = "flood sends refused";
 const SERVICE_NOTE: &str = "network service: ";
 
 /// The netphone, set up and waiting for the release.
@@ -307,10 +313,7 @@ impl Packets {
 
 /// The subject's metrics, counters and notes, for the packets whose T1
 /// came after the warm-up.
-pub(crate) fn metrics(
-    data: NetphoneData,
-    warmup: Duration,
-) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
+pub(crate) fn metrics(data: NetphoneData, warmup: Duration) -> Measured {
     let report = &data.report;
     let from = data.t0_realtime + warmup.as_nanos() as u64;
     let measured: Vec<&Record> = report.records.iter().filter(|r| r.t1_ns >= from).collect();
@@ -324,16 +327,25 @@ pub(crate) fn metrics(
         refused: report.send_errors,
         unexpected: report.unexpected,
     };
+    let stream = format!("{}; {}", data.settings.describe(), data.roles);
     let mut notes = vec![
-        format!("{STREAM_NOTE}{}; {}", data.settings.describe(), data.roles),
+        format!("{STREAM_NOTE}{stream}"),
         format!("{PACKETS_NOTE}{}", packets.describe()),
     ];
+    let mut labels = BTreeMap::from([(STREAM.to_string(), stream)]);
     if let Some(seed) = data.seed {
         notes.push(format!("{SEED_NOTE}{}", seed.describe()));
+        labels.insert(SEED_COUNTERPART.to_string(), seed.describe());
     }
-    notes.extend(report.flood.as_ref().map(|f| f.describe()));
-    notes.extend(data.service.as_ref().map(ServiceWatch::describe));
     let mut counters = packets.counters();
+    if let Some(flood) = &report.flood {
+        notes.push(flood.describe());
+        counters.extend(Counter::counts([
+            (FLOOD_DATAGRAMS, flood.datagrams),
+            (FLOOD_REFUSED, flood.errors),
+        ]));
+    }
+    notes.extend(data.service.as_ref().map(ServiceWatch::describe));
     match &report.service {
         Some(Ok(flow)) => {
             notes.push(format!(
@@ -372,7 +384,12 @@ pub(crate) fn metrics(
         part(NETWORK_METRIC, |r| Some(r.t3_ns?.saturating_sub(r.t2_ns?))),
         part(RECEIVER_METRIC, |r| Some(r.t4_ns? - r.t3_ns?)),
     ];
-    (metrics, counters, notes)
+    Measured {
+        metrics,
+        counters,
+        labels,
+        notes,
+    }
 }
 
 /// Whether a delivered packet's stamps are in the order it travelled:
@@ -490,13 +507,13 @@ pub fn report_section(results: &RunResults) -> String {
             rows,
             "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.3} | {within} | {} |",
             c.name,
-            note_cell(&c.notes, STREAM_NOTE),
+            c.label(STREAM).unwrap_or("–"),
             Packets::from_result(c).map_or("–".into(), |p| p.describe()),
             s.min / 1000.0,
             s.max / 1000.0,
             s.mean / 1000.0,
             (s.stdev / 1000.0).powi(2),
-            note_cell(&c.notes, SEED_NOTE),
+            c.label(SEED_COUNTERPART).unwrap_or("–"),
         );
     }
     if rows.is_empty() {
@@ -505,7 +522,7 @@ pub fn report_section(results: &RunResults) -> String {
     let flooded = results
         .configurations
         .iter()
-        .any(|c| c.notes.iter().any(|n| n.starts_with(FLOOD_NOTE)));
+        .any(|c| c.counter(FLOOD_DATAGRAMS).is_some());
     let table = match flooded {
         true => "Table 2",
         false => "Table 1",
@@ -589,9 +606,10 @@ mod tests {
         };
         let delays = latency_histogram([1_000_000, 2_000_000].into_iter());
         let result = ConfigurationResult {
+            labels: Default::default(),
             name: "tessera".into(),
             notes: vec![format!("{PACKETS_NOTE}{}", packets.describe())],
-            metrics: vec![Metric::latency(METRIC, None, delays)],
+            metrics: vec![tessera_measure::Metric::latency(METRIC, None, delays)],
             counters: packets.counters(),
         };
         assert_eq!(result.count(LOST), Some(2));

@@ -95,6 +95,6 @@ impl Stopped for TaskData {
     fn measure(self: Box<Self>, scenario: &Scenario, _t0: u64) -> Measured {
         let (metric, counters, note) =
             task_metric(&self.stats, self.metric, Duration::ZERO, scenario.warmup);
-        (vec![metric], counters, vec![note])
+        Measured::new(vec![metric], counters, vec![note])
     }
 }

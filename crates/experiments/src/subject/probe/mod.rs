@@ -320,17 +320,16 @@ impl Stopped for CyclictestData {
                     h.count()
                 );
                 let counters = vec![Counter::count(CYCLICTEST_SAMPLES, h.count())];
-                (
+                Measured::new(
                     vec![Metric::latency(METRIC, period_us, h)],
                     counters,
                     vec![note],
                 )
             }
-            Err(e) => (
-                Vec::new(),
-                Vec::new(),
-                vec![format!("cyclictest failed: {e}")],
-            ),
+            Err(e) => Measured {
+                notes: vec![format!("cyclictest failed: {e}")],
+                ..Measured::default()
+            },
         }
     }
 }

@@ -65,6 +65,8 @@ const LATE_START: Duration = Duration::from_millis(1);
 /// How the note naming the server begins (the report takes the server's
 /// name from it).
 const RENDER_NOTE: &str = "render: ";
+/// The label naming a configuration's render server.
+const SERVER: &str = "render server";
 const GROUP_NOTE: &str = "group ";
 const PLAYER_NOTE: &str = "player ";
 /// The counter of the cores the server ran on.
@@ -438,13 +440,9 @@ impl ConfigRow {
     }
 
     /// The row of a configuration's counters and the server named by its
-    /// note; None if it is not a render configuration.
+    /// label; None if it is not a render configuration.
     fn from_result(result: &ConfigurationResult, groups: &[GroupRow]) -> Option<ConfigRow> {
-        let server = result
-            .notes
-            .iter()
-            .find_map(|n| n.strip_prefix(RENDER_NOTE)?.split_once(" on "))?
-            .0;
+        let server = result.label(SERVER)?;
         Some(ConfigRow {
             server: server.into(),
             cores: result.count(CORES)? as usize,
@@ -720,7 +718,7 @@ fn percent(part: usize, whole: usize) -> f64 {
 }
 
 /// Each group's metric, the configuration's counters and notes.
-pub(crate) fn metrics(data: RenderData) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
+pub(crate) fn metrics(data: RenderData) -> Measured {
     let where_ = match (&data.settings.cores, data.settings.server) {
         (Some(c), RenderServer::Service) => format!("CPU {}, partitioned", cpu_list(c)),
         (None, RenderServer::Service) => "global EDF on the shared CPUs".into(),
@@ -824,7 +822,7 @@ pub(crate) fn metrics(data: RenderData) -> (Vec<Metric>, Vec<Counter>, Vec<Strin
         notes.push(format!("the server's status, last failure: {e}"));
     }
     notes.extend(data.notes);
-    (metrics, counters, notes)
+    Measured::new(metrics, counters, notes).label(SERVER, row.server)
 }
 
 /// The counters of the SLAs' cores at their most and the server's cores.
@@ -1396,6 +1394,7 @@ mod tests {
         counters.extend(best_effort.counters());
         let series = |name: &str| Series::with_capacity(name, "ms", 0);
         let result = ConfigurationResult {
+            labels: [(SERVER.to_string(), row.server.clone())].into(),
             name: "service, 2 cores".into(),
             notes: vec![note, group.note(&spec, 2, 4, 0)],
             metrics: vec![Metric {

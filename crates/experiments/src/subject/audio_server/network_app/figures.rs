@@ -14,6 +14,7 @@
 
 use crate::jack_peer::Window;
 use crate::subject::audio_server::budgets::{self, BudgetRow, SHARES_RATIO};
+use crate::subject::contract::{Measured, SCHEDULING};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use tessera_jack_peer::record::{NetSnapshot, PeerRecord};
@@ -105,12 +106,7 @@ impl NetworkFigures {
         if hosts.is_empty() {
             return None;
         }
-        let sched = result
-            .notes
-            .iter()
-            .find_map(|n| n.strip_prefix(SCHED_NOTE))
-            .unwrap_or_default()
-            .to_string();
+        let sched = result.label(SCHEDULING).unwrap_or("–").to_string();
         Some(NetworkFigures {
             sched,
             hosts,
@@ -322,10 +318,7 @@ fn reserved_metric(
 }
 
 /// The metrics, counters and notes of both hosts.
-pub(super) fn measure(
-    data: &NetworkAppData,
-    window: &Window,
-) -> (Vec<Metric>, Vec<Counter>, Vec<String>) {
+pub(super) fn measure(data: &NetworkAppData, window: &Window) -> Measured {
     let mut metrics = Vec::new();
     let mut counters = Vec::new();
     let mut notes = vec![format!("{SCHED_NOTE}{}", data.sched.describe())];
@@ -359,7 +352,7 @@ pub(super) fn measure(
         metrics.push(metric);
     }
     notes.push(format!("network app: {}", lines.join("; ")));
-    (metrics, counters, notes)
+    Measured::new(metrics, counters, notes).label(SCHEDULING, data.sched.describe())
 }
 
 /// The report's section for a run of the network application (empty for
@@ -509,14 +502,8 @@ mod tests {
 
     #[test]
     fn counts_are_those_of_the_window_and_read_back_from_the_counters() {
-        let (metrics, counters, notes) =
-            measure(&data(ServerSched::Fifo(Some(70)), [3, 4], false), &window());
-        let result = ConfigurationResult {
-            name: "plain".into(),
-            counters,
-            notes,
-            metrics,
-        };
+        let result = measure(&data(ServerSched::Fifo(Some(70)), [3, 4], false), &window())
+            .into_result("plain");
         assert_eq!(result.count(&metric_name(UNDERRUNS, "B")), Some(4));
         assert_eq!(result.count(&metric_name(XRUNS, "A")), Some(1));
         let f = NetworkFigures::from_result(&result).expect("figures");
@@ -546,7 +533,9 @@ mod tests {
     #[test]
     fn the_guards_reservations_add_up_over_the_window() {
         let sched = ServerSched::Guard(GuardSettings::default());
-        let (metrics, counters, _) = measure(&data(sched, [0, 0], true), &window());
+        let Measured {
+            metrics, counters, ..
+        } = measure(&data(sched, [0, 0], true), &window());
         let reserved = metrics.iter().find(|m| m.name == CPU_RESERVED).unwrap();
         // 15 % on each host in the window; the row at 9 s is after it.
         assert!((reserved.summary.max - 30.0).abs() < 1e-9, "{reserved:?}");
@@ -578,13 +567,8 @@ mod tests {
             ),
         ];
         for (name, sched, underruns) in configs {
-            let (metrics, counters, notes) = measure(&data(sched, underruns, false), &window());
-            results.configurations.push(ConfigurationResult {
-                name: name.into(),
-                counters,
-                notes,
-                metrics,
-            });
+            let measured = measure(&data(sched, underruns, false), &window());
+            results.configurations.push(measured.into_result(name));
         }
         let section = report_section(&results);
         assert!(
