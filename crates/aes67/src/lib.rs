@@ -13,11 +13,15 @@
 //! * [`payload`]: f32 samples to and from big-endian L16 / L24;
 //! * [`jitter`]: the receiver's ring, indexed by media timestamp;
 //! * [`packetizer`]: a graph's cycles into whole RTP datagrams;
+//! * [`playout`]: when to play a sender on a clock of its own, and the
+//!   slips that follow its drift;
+//! * [`redundancy`]: the merge of a stream's two paths (ST 2022-7);
 //! * [`sdp`]: the one-audio-media session descriptions AES67 uses;
 //! * [`sap`]: announcements and the directory of sessions heard.
 //!
 //! The real-time path ([`rtp::parse`], [`payload`], [`JitterBuffer::push`],
-//! [`JitterBuffer::read`], [`JitterBuffer::advance`], [`Packetizer::push`])
+//! [`JitterBuffer::read`], [`JitterBuffer::advance`], [`Packetizer::push`],
+//! [`ArrivalPlayout`], [`Merge::accept`])
 //! never allocates: buffers are sized in the constructors or lent by the
 //! caller. SDP and SAP are control-path code and allocate freely.
 
@@ -25,6 +29,8 @@ pub mod format;
 pub mod jitter;
 pub mod packetizer;
 pub mod payload;
+pub mod playout;
+pub mod redundancy;
 pub mod rtp;
 pub mod sap;
 pub mod sdp;
@@ -32,6 +38,8 @@ pub mod sdp;
 pub use format::{Encoding, FormatError, StreamFormat};
 pub use jitter::{Arrival, JitterBuffer, JitterCounters};
 pub use packetizer::Packetizer;
+pub use playout::{ArrivalPlayout, CyclePlay, PlayoutConfig, PlayoutCounts, Slip};
+pub use redundancy::{Merge, MergeCounts, PathCounts};
 pub use rtp::{RtpError, RtpHeader, RtpPacket};
 pub use sap::{Directory, DirectoryError, HeardSession, SapError, SapPacket};
 pub use sdp::{RefClock, SdpError, SessionDescription};

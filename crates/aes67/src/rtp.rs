@@ -104,6 +104,19 @@ fn take(datagram: &[u8], start: usize, len: usize) -> Result<&[u8], RtpError> {
     })
 }
 
+/// The payload types RTP leaves to each session to define (RFC 3551 §6):
+/// AES67 streams use one of them, chosen per stream and told in its SDP.
+pub const DYNAMIC_PAYLOAD_TYPES: std::ops::RangeInclusive<u8> = 96..=127;
+
+/// Whole samples at `sample_rate` in `ns` (split in seconds and
+/// nanoseconds: no overflow for centuries at any audio rate). RTP
+/// timestamps are this mod 2^32.
+pub fn samples_at(ns: u64, sample_rate: u32) -> u64 {
+    const NS: u64 = 1_000_000_000;
+    let rate = u64::from(sample_rate);
+    ns / NS * rate + ns % NS * rate / NS
+}
+
 /// `to` − `from` across the 16-bit wrap (65535 → 0 is +1).
 pub fn sequence_delta(from: u16, to: u16) -> i16 {
     to.wrapping_sub(from) as i16
@@ -238,5 +251,15 @@ mod tests {
         assert_eq!(timestamp_delta(u32::MAX, 0), 1);
         assert_eq!(timestamp_delta(u32::MAX - 47, 0), 48);
         assert_eq!(timestamp_delta(48, 0), -48);
+    }
+
+    #[test]
+    fn samples_count_whole_frames_without_overflow() {
+        assert_eq!(samples_at(1_000_000, 48_000), 48);
+        assert_eq!(samples_at(1_020_833, 48_000), 48);
+        assert_eq!(
+            samples_at(u64::MAX, 96_000),
+            u64::MAX / 1_000_000_000 * 96_000 + 68_116
+        );
     }
 }

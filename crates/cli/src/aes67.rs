@@ -16,7 +16,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tessera_aes67::{Encoding, HeardSession, StreamFormat};
+use tessera_aes67::playout::DEFAULT_MAX_SLIP_PPM;
+use tessera_aes67::rtp::DYNAMIC_PAYLOAD_TYPES;
+use tessera_aes67::{Encoding, HeardSession, SessionDescription, StreamFormat};
 use tessera_broker::{BrokerError, ErrorCode, Mode, Session};
 use tessera_policy::CellRequest;
 use tessera_runtime::CellJoin;
@@ -31,10 +33,14 @@ pub const EXAMPLES: &str = "Examples:\n  \
     sudo tessera aes67 run --interface 192.168.1.10 --receive 239.69.1.2:5004 --send 239.69.1.1:5004 --route forward\n  \
     sudo tessera aes67 run --interface 10.0.0.1 --receive 239.69.1.2:5004 --send 239.69.1.1:5004 --route marker --seconds 60 --json\n  \
     tessera aes67 run --receive-sap \"PipeWire RTP\" --send 224.0.0.56:46002 --route forward --playout arrival\n  \
+    sudo tessera aes67 run --sdp stage.sdp --playout arrival --max-slip-ppm 100 --route tone --json\n  \
+    sudo tessera aes67 run --interface 10.0.1.1 --secondary-interface 10.0.2.1 \\\n      \
+    --receive 239.69.1.1:5004,239.70.1.1:5004 --send 239.69.2.1:5004,239.70.2.1:5004   # ST 2022-7\n  \
     tessera net streams\n\n\
-    Streams are 48 kHz L24 stereo with 1 ms packets unless told otherwise; every stream of a\n\
-    run has the same format. The media clock is PTP when ptp4l runs (its management socket at\n\
-    --ptp-uds), else this machine's clock: every report says which.";
+    Streams are 48 kHz L24 stereo with 1 ms packets and payload type 96 unless told otherwise;\n\
+    a received stream's SDP (--sdp, --receive-sap, or a SAP announcement of its address) gives\n\
+    its format and payload type instead. The media clock is PTP when ptp4l runs (its management\n\
+    socket at --ptp-uds), else this machine's clock: every report says which.";
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -43,15 +49,24 @@ pub struct RunArgs {
     /// This host's address on the streams' network: multicast is joined and sent there.
     #[arg(long, default_value = "0.0.0.0")]
     pub interface: Ipv4Addr,
-    /// A stream to receive: its group (or this host's unicast address) and port; repeatable.
+    /// This host's address on the second network, for streams of two paths (ST 2022-7).
     #[arg(long)]
-    pub receive: Vec<SocketAddrV4>,
+    pub secondary_interface: Option<Ipv4Addr>,
+    /// A stream to receive: its group (or this host's unicast address) and port, then after a comma its address on the second network if it comes by two; repeatable.
+    #[arg(long, value_parser = stream_address)]
+    pub receive: Vec<StreamAddress>,
     /// A stream to receive, found by (part of) its name among the SAP announcements the service heard; repeatable.
     #[arg(long)]
     pub receive_sap: Vec<String>,
-    /// A stream to send: its group or unicast destination and port; repeatable.
+    /// A stream to receive as the SDP file describes it (address, format, payload type); repeatable.
     #[arg(long)]
-    pub send: Vec<SocketAddrV4>,
+    pub sdp: Vec<PathBuf>,
+    /// A stream to send: its group or unicast destination and port, then after a comma its address on the second network; repeatable.
+    #[arg(long, value_parser = stream_address)]
+    pub send: Vec<StreamAddress>,
+    /// The RTP payload type of the sent streams (dynamic: 96–127), announced in their SDP.
+    #[arg(long, default_value_t = PAYLOAD_TYPE)]
+    pub payload_type: u8,
     /// forward (received k → sent k), marker (round-trip latency on received/sent k), or tone.
     #[arg(long, default_value = "forward")]
     pub route: String,
@@ -73,6 +88,9 @@ pub struct RunArgs {
     /// media-clock (senders on this media clock) or arrival (a sender with a clock of its own, as PipeWire).
     #[arg(long, default_value = "media-clock")]
     pub playout: String,
+    /// With --playout arrival: most frames dropped or repeated to follow the sender's clock, per million played.
+    #[arg(long, default_value_t = DEFAULT_MAX_SLIP_PPM)]
+    pub max_slip_ppm: u32,
     /// The graph's cell: its reservation every cycle, e.g. 300us.
     #[arg(long, default_value = "300us")]
     pub budget: String,
@@ -183,10 +201,12 @@ fn route(text: &str) -> Result<Route, BrokerError> {
     }
 }
 
-fn playout(text: &str) -> Result<Playout, BrokerError> {
-    match text {
+fn playout(args: &RunArgs) -> Result<Playout, BrokerError> {
+    match args.playout.as_str() {
         "media-clock" => Ok(Playout::MediaClock),
-        "arrival" => Ok(Playout::Arrival),
+        "arrival" => Ok(Playout::Arrival {
+            max_slip_ppm: args.max_slip_ppm,
+        }),
         other => Err(invalid(
             format!("playout {other:?}"),
             "use --playout media-clock or --playout arrival",
@@ -202,24 +222,80 @@ fn format(args: &RunArgs) -> Result<StreamFormat, BrokerError> {
         .map_err(|e| invalid(e.to_string(), "e.g. --rate 48000 --channels 8 --ptime 1ms"))
 }
 
-/// The streams to receive: given by address, and found among the
-/// announcements by name.
+/// A stream's address, and its address on the second network if it has
+/// one: `--receive 239.69.1.1:5004,239.70.1.1:5004`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamAddress {
+    pub primary: SocketAddrV4,
+    pub secondary: Option<SocketAddrV4>,
+}
+
+fn stream_address(text: &str) -> Result<StreamAddress, String> {
+    let address = |a: &str| {
+        a.trim()
+            .parse::<SocketAddrV4>()
+            .map_err(|_| format!("{a:?} is not ADDRESS:PORT, e.g. 239.69.1.1:5004"))
+    };
+    match text.split_once(',') {
+        None => Ok(StreamAddress {
+            primary: address(text)?,
+            secondary: None,
+        }),
+        Some((a, b)) => Ok(StreamAddress {
+            primary: address(a)?,
+            secondary: Some(address(b)?),
+        }),
+    }
+}
+
+fn payload_type(args: &RunArgs) -> Result<u8, BrokerError> {
+    match DYNAMIC_PAYLOAD_TYPES.contains(&args.payload_type) {
+        true => Ok(args.payload_type),
+        false => Err(invalid(
+            format!("payload type {}", args.payload_type),
+            "AES67 streams use a dynamic payload type: give --payload-type 96 to 127",
+        )),
+    }
+}
+
+/// The streams to receive: described by a file, found among the
+/// announcements by name, or given by address — in the format an
+/// announcement of that address gives, else the flags'.
 fn received(args: &RunArgs, format: StreamFormat) -> Result<Vec<StreamSpec>, BrokerError> {
-    let mut streams: Vec<StreamSpec> = args
-        .receive
-        .iter()
-        .enumerate()
-        .map(|(k, &address)| StreamSpec {
-            name: format!("rx{k}"),
-            address,
-            format,
-            payload_type: PAYLOAD_TYPE,
-        })
-        .collect();
-    if args.receive_sap.is_empty() {
+    let mut streams = Vec::new();
+    for file in &args.sdp {
+        let text = std::fs::read_to_string(file).map_err(|e| {
+            invalid(
+                format!("SDP file {}: {e}", file.display()),
+                "give a readable file",
+            )
+        })?;
+        let description = SessionDescription::parse(&text).map_err(|e| {
+            invalid(
+                format!("SDP file {}: {e}", file.display()),
+                "give the stream's session description",
+            )
+        })?;
+        streams.push(StreamSpec::from_description(&description));
+    }
+    if args.receive.is_empty() && args.receive_sap.is_empty() {
         return Ok(streams);
     }
     let (heard, _) = client::streams(&args.service.connect()?).map_err(refused)?;
+    for (k, address) in args.receive.iter().enumerate() {
+        let announced = heard.iter().find(|h| {
+            let d = &h.description;
+            SocketAddrV4::new(d.destination, d.port) == address.primary
+        });
+        let stream = match announced {
+            Some(h) => StreamSpec::from_description(&h.description),
+            None => StreamSpec::new(format!("rx{k}"), address.primary, format, PAYLOAD_TYPE),
+        };
+        streams.push(StreamSpec {
+            secondary: address.secondary,
+            ..stream
+        });
+    }
     for wanted in &args.receive_sap {
         let found = heard
             .iter()
@@ -236,15 +312,18 @@ fn received(args: &RunArgs, format: StreamFormat) -> Result<Vec<StreamSpec>, Bro
     Ok(streams)
 }
 
-fn sent(args: &RunArgs, format: StreamFormat) -> Vec<StreamSpec> {
+fn sent(args: &RunArgs, format: StreamFormat, payload_type: u8) -> Vec<StreamSpec> {
     args.send
         .iter()
         .enumerate()
-        .map(|(k, &address)| StreamSpec {
-            name: format!("tessera-{}-{k}", std::process::id()),
-            address,
-            format,
-            payload_type: PAYLOAD_TYPE,
+        .map(|(k, address)| StreamSpec {
+            secondary: address.secondary,
+            ..StreamSpec::new(
+                format!("tessera-{}-{k}", std::process::id()),
+                address.primary,
+                format,
+                payload_type,
+            )
         })
         .collect()
 }
@@ -290,16 +369,33 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     // (a cell, a flow) is made.
     let format = format(&args)?;
     let route = route(&args.route)?;
-    let playout = playout(&args.playout)?;
-    if args.receive.is_empty() && args.receive_sap.is_empty() && args.send.is_empty() {
+    let playout = playout(&args)?;
+    let payload_type = payload_type(&args)?;
+    if args.receive.is_empty()
+        && args.receive_sap.is_empty()
+        && args.sdp.is_empty()
+        && args.send.is_empty()
+    {
         return Err(invalid(
             "no streams to receive or send",
-            "give --receive, --receive-sap or --send (see the examples in --help)",
+            "give --receive, --receive-sap, --sdp or --send (see the examples in --help)",
+        )
+        .into());
+    }
+    let two_paths = args
+        .receive
+        .iter()
+        .chain(&args.send)
+        .any(|a| a.secondary.is_some());
+    if two_paths && args.secondary_interface.is_none() {
+        return Err(invalid(
+            "streams with a second path but no second interface",
+            "give --secondary-interface, this host's address on the second network",
         )
         .into());
     }
     let receive = received(&args, format)?;
-    let send = sent(&args, format);
+    let send = sent(&args, format, payload_type);
     let latency_ns = time_ns(&args.latency, "--latency 2ms")?;
     let latency_frames = (latency_ns * u64::from(args.rate) / 1_000_000_000) as u32;
     let clock = MediaClock::detect(&args.ptp_uds, 0);
@@ -314,6 +410,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         name: "host".into(),
         service: service_socket(&args.service),
         interface: args.interface,
+        secondary_interface: args.secondary_interface,
         receive,
         send,
         route,
@@ -331,6 +428,9 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         false => Vec::new(),
     };
     if !args.json {
+        for stream in &config.receive {
+            eprintln!("tessera aes67: receiving {}", received_line(stream));
+        }
         eprintln!("tessera aes67: media clock: {}", clock.label());
         eprintln!("tessera aes67: graph: {cell_note}");
     }
@@ -350,6 +450,27 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         .into()),
         false => Ok(printed),
     }
+}
+
+/// "rx0 at 239.69.1.1:5004: L24/48000/2, 1000 µs packets, payload type 101 (its SDP)".
+fn received_line(stream: &StreamSpec) -> String {
+    let f = &stream.format;
+    let secondary = stream
+        .secondary
+        .map_or(String::new(), |a| format!(" and {a}"));
+    let (payload, from) = match stream.described {
+        true => (format!("payload type {}", stream.payload_type), "its SDP"),
+        false => ("any dynamic payload type".into(), "the flags"),
+    };
+    format!(
+        "{} at {}{secondary}: {}/{}/{}, {} µs packets, {payload} ({from})",
+        stream.name,
+        stream.address,
+        f.encoding.name(),
+        f.sample_rate,
+        f.channels,
+        f.packet_time_ns() / 1000
+    )
 }
 
 /// The sent streams' announcements, held for the run.
@@ -417,7 +538,7 @@ fn host_table(report: &HostReport) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<28} {:<4} {:>9} {:>7} {:>7} {:>7} {:>9} {:>8} {:>9} {:>14}",
+        "{:<28} {:<4} {:>9} {:>7} {:>7} {:>7} {:>9} {:>8} {:>7} {:>9} {:>14}",
         "stream",
         "way",
         "packets",
@@ -426,27 +547,45 @@ fn host_table(report: &HostReport) -> String {
         "dups",
         "reordered",
         "resyncs",
+        "slips",
         "sent",
         "age p99.9 (ms)"
     );
     for s in &report.streams {
-        let j = &s.counts.jitter;
+        let c = &s.counts;
+        let j = &c.jitter;
         let age = s
             .packet_age_ns(0.999)
             .map_or("–".into(), |ns| format!("{:.2}", ns as f64 / 1e6));
         let _ = writeln!(
             out,
-            "{:<28} {:<4} {:>9} {:>7} {:>7} {:>7} {:>9} {:>8} {:>9} {age:>14}",
+            "{:<28} {:<4} {:>9} {:>7} {:>7} {:>7} {:>9} {:>8} {:>7} {:>9} {age:>14}",
             s.name,
             s.direction,
             j.stored,
             j.lost,
             j.late,
-            j.duplicates,
+            j.duplicates + c.merge.duplicates,
             j.reordered,
-            s.counts.resyncs,
-            s.counts.sent
+            c.resyncs,
+            c.frames_dropped + c.frames_repeated,
+            c.sent
         );
+        let [primary, secondary] = c.merge.paths;
+        if secondary.received > 0 || primary.lost + secondary.lost > 0 {
+            let _ = writeln!(
+                out,
+                "  paths: primary {} received, {} lost; secondary {} received, {} lost",
+                primary.received, primary.lost, secondary.received, secondary.lost
+            );
+        }
+        if c.wrong_payload_type > 0 {
+            let _ = writeln!(
+                out,
+                "  {} packets of another payload type dropped",
+                c.wrong_payload_type
+            );
+        }
     }
     if report.markers_written > 0 {
         let mut sorted = report.latencies_ns.clone();

@@ -10,15 +10,22 @@
 //! PipeWire: found, not how fast); and the reverse, a second tessera host
 //! plays PipeWire's stream through its graph and sends it on to a group of
 //! its own, announced, for which PipeWire makes a node too, while the
-//! service counts what it carried.
+//! service counts what it carried. And `tessera aes67 run --receive`, the
+//! command a user types, receives PipeWire's stream by its address (its
+//! format and payload type from the announcement the service heard),
+//! played by arrival without a resync or a loss.
 //! Root only: skipped (with "SKIPPED") otherwise, a failure under CI=true;
 //! skipped with the reason when PipeWire or its RTP modules do not start.
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use tessera_aes67::playout::DEFAULT_MAX_SLIP_PPM;
 use tessera_aes67::{Encoding, StreamFormat};
 use tessera_experiments::harness::pipewire_rtp::{
     self, Direction, Ports, RtpModules, RtpSpec, Sample,
@@ -57,6 +64,8 @@ const PIPEWIRE_NODE: &str = "pw-rtp-out";
 const PIPEWIRE_GROUP: &str = "239.69.2.2:5004";
 const FORWARDED: &str = "tessera-forward";
 const FORWARDED_GROUP: &str = "239.69.2.3:5004";
+/// How long `tessera aes67 run` receives PipeWire's stream.
+const COMMAND_SECONDS: u32 = 4;
 
 fn fifo(priority: u32) -> Arc<dyn Fn() -> Result<(), String> + Send + Sync> {
     Arc::new(move || set_policy(0, &Policy::Fifo { priority }).map_err(|e| e.to_string()))
@@ -113,12 +122,7 @@ fn format() -> StreamFormat {
 }
 
 fn stream(name: &str, address: &str) -> StreamSpec {
-    StreamSpec {
-        name: name.into(),
-        address: address.parse().unwrap(),
-        format: format(),
-        payload_type: PAYLOAD_TYPE,
-    }
+    StreamSpec::new(name, address.parse().unwrap(), format(), PAYLOAD_TYPE)
 }
 
 /// Has the service announce `stream` for as long as the result lives.
@@ -146,6 +150,7 @@ fn host(name: &str, socket: &Path, route: Route) -> HostConfig {
         name: name.into(),
         service: socket.to_path_buf(),
         interface: Ipv4Addr::LOCALHOST,
+        secondary_interface: None,
         receive: Vec::new(),
         send: Vec::new(),
         route,
@@ -153,11 +158,49 @@ fn host(name: &str, socket: &Path, route: Route) -> HostConfig {
         sample_rate: RATE,
         latency_frames: LATENCY_MS * RATE / 1000,
         buffer_packets: 64,
-        playout: Playout::Arrival,
+        playout: Playout::Arrival {
+            max_slip_ppm: DEFAULT_MAX_SLIP_PPM,
+        },
         clock: MediaClock::system("a test: PipeWire's clock is its own"),
         workers: 0,
         setup: Some(Arc::new(move |_| engine_fifo().map_err(Into::into))),
     }
+}
+
+/// `tessera aes67 run --receive` of PipeWire's stream in the studio,
+/// played by arrival, reporting in JSON on its standard output.
+fn receive_by_command(lan: &Lan, studio: End, socket: &Path) -> Child {
+    let tessera = tessera_experiments::harness::servers::program_beside_us("tessera");
+    lan.command(studio, &tessera.to_string_lossy())
+        .unwrap()
+        .args([
+            "aes67",
+            "run",
+            "--no-cell",
+            "--json",
+            "--playout",
+            "arrival",
+        ])
+        .args(["--interface", "127.0.0.1", "--receive", PIPEWIRE_GROUP])
+        .args(["--latency", &format!("{LATENCY_MS}ms")])
+        .args(["--route", "tone", "--seconds", &COMMAND_SECONDS.to_string()])
+        .arg("--socket")
+        .arg(socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// What the command received of PipeWire's stream: its report's counts.
+fn command_counts(child: Child) -> serde_json::Value {
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "tessera aes67 run: {stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("the --json report: {e}; {stderr}"));
+    eprintln!("tessera aes67 run received PipeWire's stream: {report}");
+    report["streams"][0]["counts"].clone()
 }
 
 /// Gives PipeWire's node for tessera's marker stream and rtp-sink's
@@ -207,6 +250,9 @@ fn pipewire_plays_a_tessera_stream_back_and_tessera_plays_pipewires_on() {
     let Some(machine) = tessera_testkit::privileged("AES67 with PipeWire's RTP modules") else {
         return;
     };
+    if !common::built("AES67 with PipeWire's RTP modules", "tessera") {
+        return;
+    }
     let mut lan = Lan::new();
     let namespace = lan.add_host("studio").unwrap();
     lan.multicast_on_loopback(namespace).unwrap();
@@ -267,6 +313,7 @@ fn pipewire_plays_a_tessera_stream_back_and_tessera_plays_pipewires_on() {
     // PipeWire heard both announcements and made a node of each.
     link_loop(&server);
     pipewire_rtp::node_id(&server, FORWARDED, HEARING).unwrap();
+    let command = receive_by_command(&lan, studio, &socket);
     let linked = Instant::now();
     while linked.elapsed() < LINKED {
         std::thread::sleep(Duration::from_millis(100));
@@ -275,6 +322,20 @@ fn pipewire_plays_a_tessera_stream_back_and_tessera_plays_pipewires_on() {
     let status = client::status(&socket).unwrap();
     let (ends, forward) = (ends.stop().unwrap(), forward.stop().unwrap());
     report(&ends, &forward, &status);
+    let by_command = command_counts(command);
+    let count = |key: &str| by_command.pointer(key).and_then(|v| v.as_u64());
+    assert!(
+        count("/jitter/stored") > Some(u64::from(COMMAND_SECONDS) * 700),
+        "{by_command}"
+    );
+    for clean in [
+        "/resyncs",
+        "/jitter/lost",
+        "/jitter/late",
+        "/wrong_payload_type",
+    ] {
+        assert_eq!(count(clean), Some(0), "{clean}: {by_command}");
+    }
 
     assert!(ends.latencies_ns.len() >= 3, "markers found: {ends:?}");
     for s in ends.streams.iter().chain(&forward.streams) {

@@ -7,12 +7,13 @@
 
 mod common;
 
-use common::{built, within};
+use common::built;
 use std::sync::Mutex;
 use std::time::Duration;
 use tessera_experiments::runner;
 use tessera_experiments::subject::audio_server::{Headline, CLIENT_END, END_TO_END};
 use tessera_scenario::{Scenario, ServerKind};
+use tessera_testkit::within;
 
 /// Tests that change PATH, or spawn programs found through it, take turns.
 static ENVIRONMENT: Mutex<()> = Mutex::new(());

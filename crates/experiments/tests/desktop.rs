@@ -9,13 +9,14 @@
 
 mod common;
 
-use common::{built, within};
+use common::built;
 use std::path::Path;
 use std::time::Duration;
 use tessera_experiments::runner;
 use tessera_experiments::subject::desktop::{CENSUS_NAMES, CYCLES, RESERVED, TESSERA};
 use tessera_measure::ConfigurationResult;
 use tessera_scenario::{Rights, Scenario};
+use tessera_testkit::within;
 
 /// The run's user and polkit rule (tessera-experiments' own names).
 const USER: &str = "tessera-desktop";

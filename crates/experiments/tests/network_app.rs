@@ -6,13 +6,14 @@
 
 mod common;
 
-use common::{built, within};
+use common::built;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_experiments::runner;
 use tessera_experiments::subject::audio_server::network_app::{NetworkFigures, HOSTS, HOSTS_NOTE};
 use tessera_measure::{ConfigurationResult, RunResults};
 use tessera_scenario::Scenario;
+use tessera_testkit::within;
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

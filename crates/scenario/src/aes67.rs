@@ -3,8 +3,14 @@
 //! or one host whose streams come back to it (one service's load alone) —
 //! `hosts`, `streams` each way between neighbours, `channels`, `encoding`,
 //! `rate`, `ptime`, each receiver's `latency` (the link offset) and the
-//! round trip's `deadline` — and how a configuration runs it: `streams`,
-//! and `subject`: one scheduling for every thread, or the roles `graph`
+//! round trip's `deadline`; `[subject.foreign]`: host a is a device of
+//! another maker instead (a sender on a clock `clock_ppm` off with `jitter`
+//! of its own, payload type `payload_type`), which b plays by arrival,
+//! slipping at most `max_slip_ppm`; `[subject.paths]`: a and b joined by
+//! two paths (ST 2022-7), each losing `loss_percent` of the packets and
+//! delaying them `delay` plus up to `jitter` — and how a configuration runs
+//! it: `streams`, `cut` (when the second path goes down, into the measured
+//! window), and `subject`: one scheduling for every thread, or the roles `graph`
 //! (each host's engine thread) and `service` (each host's network service
 //! real-time thread) each as `cell:NAME`, `fifo:P` or `plain`. `{host}` in
 //! a cell's name stands for the host's letter, so `cell:graph-{host}` puts
@@ -19,6 +25,7 @@
 use super::{
     duration, opt_duration, refuse, RawSubject, RawSubjectSched, Refusal, Scenario, Sched,
 };
+use serde::Deserialize;
 use std::ops::Range;
 use std::time::Duration;
 use tessera_aes67::{Encoding, StreamFormat};
@@ -52,6 +59,47 @@ const DEFAULT_DEADLINE: Duration = Duration::from_millis(4);
 /// aes67 run`'s).
 const DEFAULT_LATENCY: Duration = Duration::from_millis(2);
 
+/// `[subject.foreign]`: host a is a device of another maker.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawForeign {
+    jitter: Option<Spanned<String>>,
+    clock_ppm: Option<Spanned<f64>>,
+    payload_type: Option<Spanned<u8>>,
+    max_slip_ppm: Option<Spanned<u32>>,
+}
+
+/// `[subject.paths]`: two impaired paths between a and b.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPaths {
+    loss_percent: Option<Spanned<f64>>,
+    delay: Option<Spanned<String>>,
+    jitter: Option<Spanned<String>>,
+}
+
+/// A sender that is not tessera's, in host a: RTP on a clock of its own.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ForeignSender {
+    /// Each packet leaves up to this much late, at random.
+    pub jitter: Duration,
+    /// How far its clock runs from the machine's, parts per million.
+    pub clock_ppm: f64,
+    pub payload_type: u8,
+    /// The receiver's slip rate limit.
+    pub max_slip_ppm: u32,
+}
+
+/// Two paths between a and b (ST 2022-7), each a relay that loses and
+/// delays packets at random.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RedundantPaths {
+    /// The share of packets each path loses, 0–1.
+    pub loss: f64,
+    pub delay: Duration,
+    pub jitter: Duration,
+}
+
 /// Hosts on a bridge passing streams along a chain and back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Aes67Subject {
@@ -65,6 +113,10 @@ pub struct Aes67Subject {
     pub latency: Duration,
     /// The round trip's deadline (the marker's).
     pub deadline: Duration,
+    /// Host a is a foreign sender: b receives only, by arrival.
+    pub foreign: Option<ForeignSender>,
+    /// a and b are joined by two impaired paths instead of a bridge.
+    pub paths: Option<RedundantPaths>,
 }
 
 impl Aes67Subject {
@@ -78,6 +130,15 @@ impl Aes67Subject {
     pub fn host_names(&self) -> &'static [&'static str] {
         &HOST_NAMES[..self.hosts]
     }
+
+    /// The hosts that run tessera (a service and a graph each): all but a
+    /// foreign sender's.
+    pub fn tessera_hosts(&self) -> &'static [&'static str] {
+        match self.foreign {
+            Some(_) => &HOST_NAMES[1..self.hosts],
+            None => self.host_names(),
+        }
+    }
 }
 
 /// How one configuration runs the hosts (the roles' scheduling is the
@@ -85,6 +146,8 @@ impl Aes67Subject {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Aes67Settings {
     pub streams: usize,
+    /// When the second path goes down, into the measured window.
+    pub cut: Option<Duration>,
 }
 
 /// The configuration's role of `role` on host `host`, e.g. "graph b".
@@ -117,7 +180,24 @@ pub(super) fn subject(s: &RawSubject, table: &Range<usize>) -> Result<Aes67Subje
         format,
         latency,
         deadline: opt_duration(&s.deadline)?.unwrap_or(DEFAULT_DEADLINE),
+        foreign: s.foreign.as_ref().map(foreign).transpose()?,
+        paths: s.paths.as_ref().map(paths).transpose()?,
     };
+    for (span, what) in [
+        (s.foreign.as_ref().map(Spanned::span), "[subject.foreign]"),
+        (s.paths.as_ref().map(Spanned::span), "[subject.paths]"),
+    ] {
+        if let (Some(span), true) = (span, hosts != 2) {
+            return refuse(span, format!("{what} joins hosts a and b: give hosts = 2"));
+        }
+    }
+    if let (Some(_), Some(paths)) = (&s.foreign, &s.paths) {
+        return refuse(
+            paths.span(),
+            "a foreign sender sends on one path here: give [subject.foreign] or \
+             [subject.paths], not both",
+        );
+    }
     let least = subject.latency * subject.hops() as u32;
     if subject.deadline < least {
         let span = s.deadline.as_ref().map_or(table.clone(), Spanned::span);
@@ -137,6 +217,68 @@ pub(super) fn subject(s: &RawSubject, table: &Range<usize>) -> Result<Aes67Subje
         s.streams.as_ref().map_or(table.clone(), Spanned::span),
     )?;
     Ok(subject)
+}
+
+/// Most a foreign clock may be off: quartz clocks are within 100 ppm.
+const MAX_CLOCK_PPM: f64 = 1000.0;
+
+fn foreign(raw: &Spanned<RawForeign>) -> Result<ForeignSender, Refusal> {
+    let r = raw.get_ref();
+    let payload_type = r.payload_type.as_ref().map_or(Ok(101), |pt| {
+        match tessera_aes67::rtp::DYNAMIC_PAYLOAD_TYPES.contains(pt.get_ref()) {
+            true => Ok(*pt.get_ref()),
+            false => refuse(
+                pt.span(),
+                format!(
+                    "payload type {}: AES67 streams use a dynamic one, 96–127",
+                    pt.get_ref()
+                ),
+            ),
+        }
+    })?;
+    let clock_ppm = match &r.clock_ppm {
+        None => 0.0,
+        Some(p) if p.get_ref().abs() <= MAX_CLOCK_PPM => *p.get_ref(),
+        Some(p) => {
+            return refuse(
+                p.span(),
+                format!(
+                    "clock_ppm must be within ±{MAX_CLOCK_PPM}, not {}",
+                    p.get_ref()
+                ),
+            )
+        }
+    };
+    Ok(ForeignSender {
+        jitter: opt_duration(&r.jitter)?.unwrap_or_default(),
+        clock_ppm,
+        payload_type,
+        max_slip_ppm: r
+            .max_slip_ppm
+            .as_ref()
+            .map_or(tessera_aes67::playout::DEFAULT_MAX_SLIP_PPM, |m| {
+                *m.get_ref()
+            }),
+    })
+}
+
+fn paths(raw: &Spanned<RawPaths>) -> Result<RedundantPaths, Refusal> {
+    let r = raw.get_ref();
+    let loss = match &r.loss_percent {
+        None => 0.0,
+        Some(l) if (0.0..=50.0).contains(l.get_ref()) => *l.get_ref() / 100.0,
+        Some(l) => {
+            return refuse(
+                l.span(),
+                format!("loss_percent must be 0–50, not {}", l.get_ref()),
+            )
+        }
+    };
+    Ok(RedundantPaths {
+        loss,
+        delay: opt_duration(&r.delay)?.unwrap_or_default(),
+        jitter: opt_duration(&r.jitter)?.unwrap_or_default(),
+    })
 }
 
 /// An optional count within `range`, `default` when absent.
@@ -251,9 +393,9 @@ pub(super) struct Aes67Configuration {
     pub roles: Vec<(String, String, Range<usize>)>,
 }
 
-/// A configuration's `streams` and `subject` for an aes67 subject.
+/// A configuration's `streams`, `cut` and `subject` for an aes67 subject.
 pub(super) fn configuration(
-    streams: Option<&Spanned<usize>>,
+    (streams, cut): (Option<&Spanned<usize>>, Option<&Spanned<String>>),
     value: Option<&Spanned<RawSubjectSched>>,
     subject: &Aes67Subject,
     table: &Range<usize>,
@@ -266,6 +408,16 @@ pub(super) fn configuration(
         EACH_WAY,
     )?;
     fits_the_bridge(subject, count, streams.map_or(table.clone(), Spanned::span))?;
+    let cut = match cut {
+        Some(c) if subject.paths.is_none() => {
+            return refuse(
+                c.span(),
+                "cut takes the second path down: give the subject [subject.paths]",
+            )
+        }
+        Some(c) => Some(duration(c)?),
+        None => None,
+    };
     let written: Vec<(String, String, Range<usize>)> = match value.map(|v| (v.get_ref(), v.span()))
     {
         None => Vec::new(),
@@ -294,13 +446,16 @@ pub(super) fn configuration(
         if role == "service" {
             service_sched(text, span)?;
         }
-        for host in subject.host_names() {
+        for host in subject.tessera_hosts() {
             let text = text.replace(HOST_PATTERN, host);
             roles.push((role_name(role, host), text, span.clone()));
         }
     }
     Ok(Aes67Configuration {
-        settings: Aes67Settings { streams: count },
+        settings: Aes67Settings {
+            streams: count,
+            cut,
+        },
         roles,
     })
 }
@@ -445,12 +600,24 @@ subject = { graph = "cell:graph-{host}", service = "fifo:60" }
         assert_eq!(subject.latency, Duration::from_micros(1500));
         assert_eq!(subject.deadline, Duration::from_millis(8));
         let plain = &s.configurations[0];
-        assert_eq!(plain.aes67, Some(Aes67Settings { streams: 2 }));
+        assert_eq!(
+            plain.aes67,
+            Some(Aes67Settings {
+                streams: 2,
+                cut: None
+            })
+        );
         assert_eq!(plain.roles.len(), 6);
         assert!(plain.roles.iter().all(|(_, s)| s.is_plain()));
         assert!(plain.needs_privilege(), "namespaces need root");
         let cells = &s.configurations[1];
-        assert_eq!(cells.aes67, Some(Aes67Settings { streams: 4 }));
+        assert_eq!(
+            cells.aes67,
+            Some(Aes67Settings {
+                streams: 4,
+                cut: None
+            })
+        );
         let role = |name: &str| &cells.roles.iter().find(|(r, _)| r == name).unwrap().1;
         assert_eq!(role("graph c").cell.as_deref(), Some("graph-c"));
         assert_eq!(role("service b").fifo, Some(60));
@@ -559,6 +726,77 @@ subject = { graph = "cell:graph-{host}", service = "fifo:60" }
         assert!(reason.contains("gigabit"), "{reason}");
     }
 
+    /// Two hosts, one stream, with `extra` appended to the subject.
+    fn two_hosts(extra: &str) -> String {
+        GOOD.replacen("hosts = 3", "hosts = 2", 1).replacen(
+            "deadline = \"8ms\"",
+            &format!("deadline = \"4ms\"\n{extra}"),
+            1,
+        )
+    }
+
+    #[test]
+    fn a_foreign_sender_is_host_a_and_only_b_runs_tessera() {
+        let text = two_hosts(
+            "\n[subject.foreign]\njitter = \"1ms\"\nclock_ppm = 50.0\npayload_type = 102\n",
+        );
+        let s = parse(&text).unwrap();
+        let Subject::Aes67(subject) = &s.subject else {
+            panic!("{:?}", s.subject)
+        };
+        let foreign = subject.foreign.unwrap();
+        assert_eq!(foreign.jitter, Duration::from_millis(1));
+        assert_eq!((foreign.clock_ppm, foreign.payload_type), (50.0, 102));
+        assert_eq!(
+            foreign.max_slip_ppm,
+            tessera_aes67::playout::DEFAULT_MAX_SLIP_PPM
+        );
+        assert_eq!(subject.tessera_hosts(), ["b"]);
+        let roles: Vec<&str> = s.configurations[1]
+            .roles
+            .iter()
+            .map(|(r, _)| r.as_str())
+            .collect();
+        assert_eq!(roles, ["graph b", "service b"]);
+        let (_, reason) = parse(&text.replacen("payload_type = 102", "payload_type = 8", 1))
+            .expect_err("a static payload type");
+        assert!(reason.contains("96–127"), "{reason}");
+        let (_, reason) = parse(&GOOD.replacen(
+            "deadline = \"8ms\"",
+            "deadline = \"8ms\"\n\n[subject.foreign]\njitter = \"1ms\"\n",
+            1,
+        ))
+        .expect_err("three hosts");
+        assert!(reason.contains("hosts = 2"), "{reason}");
+    }
+
+    #[test]
+    fn two_paths_lose_delay_and_one_may_be_cut() {
+        let text =
+            two_hosts("\n[subject.paths]\nloss_percent = 1.0\ndelay = \"1ms\"\njitter = \"1ms\"\n")
+                .replacen("streams = 4", "streams = 4\ncut = \"1s\"", 1);
+        let s = parse(&text).unwrap();
+        let Subject::Aes67(subject) = &s.subject else {
+            panic!("{:?}", s.subject)
+        };
+        let paths = subject.paths.unwrap();
+        assert_eq!(paths.loss, 0.01);
+        assert_eq!(
+            (paths.delay, paths.jitter),
+            (Duration::from_millis(1), Duration::from_millis(1))
+        );
+        assert_eq!(
+            s.configurations[1].aes67.unwrap().cut,
+            Some(Duration::from_secs(1))
+        );
+        let (_, reason) = parse(&GOOD.replacen("streams = 4", "streams = 4\ncut = \"1s\"", 1))
+            .expect_err("a cut of one path");
+        assert!(reason.contains("[subject.paths]"), "{reason}");
+        let (_, reason) = parse(&text.replacen("loss_percent = 1.0", "loss_percent = 60.0", 1))
+            .expect_err("60 %");
+        assert!(reason.contains("0–50"), "{reason}");
+    }
+
     #[test]
     fn the_shipped_scenarios_parse() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
@@ -567,6 +805,9 @@ subject = { graph = "cell:graph-{host}", service = "fifo:60" }
             ("aes67-chain.toml", 3, 4),
             ("aes67-streams.toml", 2, 5),
             ("aes67-one-service.toml", 1, 4),
+            ("aes67-foreign.toml", 2, 2),
+            ("aes67-redundant.toml", 2, 2),
+            ("aes67-redundant-cut.toml", 2, 2),
         ] {
             let s = Scenario::from_file(&dir.join(name)).unwrap_or_else(|e| panic!("{e}"));
             let Subject::Aes67(subject) = &s.subject else {

@@ -425,6 +425,11 @@ impl Scenario {
         if let Subject::ChangingDemand(d) = &mut s.subject {
             d.scale(factor);
         }
+        for c in &mut s.configurations {
+            if let Some(aes67) = &mut c.aes67 {
+                aes67.cut = aes67.cut.map(f);
+            }
+        }
         s
     }
 
@@ -645,6 +650,8 @@ struct RawSubject {
     encoding: Option<Spanned<String>>,
     ptime: Option<Spanned<String>>,
     latency: Option<Spanned<String>>,
+    foreign: Option<Spanned<aes67::RawForeign>>,
+    paths: Option<Spanned<aes67::RawPaths>>,
 }
 
 #[derive(Deserialize)]
@@ -693,6 +700,8 @@ struct RawConfiguration {
     render: Option<Spanned<render::RawRenderConfiguration>>,
     /// An aes67 subject's streams each way between neighbours.
     streams: Option<Spanned<usize>>,
+    /// When an aes67 subject's second path is cut, into the measured window.
+    cut: Option<Spanned<String>>,
 }
 
 /// A configuration's subject: one scheduling for every thread, or (music)
@@ -1418,17 +1427,20 @@ impl Validator {
             }
             _ => None,
         };
-        let aes = match (&scenario.subject, &c.streams) {
-            (Subject::Aes67(a), streams) => Some(aes67::configuration(
-                streams.as_ref(),
+        let aes = match (&scenario.subject, &c.streams, &c.cut) {
+            (Subject::Aes67(a), streams, cut) => Some(aes67::configuration(
+                (streams.as_ref(), cut.as_ref()),
                 c.subject.as_ref(),
                 a,
                 &table,
             )?),
-            (_, Some(streams)) => {
+            (_, Some(streams), _) => {
                 return refuse(streams.span(), "only an aes67 subject takes `streams`")
             }
-            (_, None) => None,
+            (_, None, Some(cut)) => {
+                return refuse(cut.span(), "only an aes67 subject of two paths takes `cut`")
+            }
+            (_, None, None) => None,
         };
         let desktop = match &scenario.subject {
             Subject::Desktop(_) => Some(desktop::configuration(

@@ -128,6 +128,23 @@ pub fn start_daemon(paths: &Paths, config: Config) {
         .expect("the daemon serves");
 }
 
+/// Runs `f` on a thread of its own; fails the test if it takes longer
+/// than `limit` (what `f` started is stopped by its own Drop guards, or
+/// with the test process).
+pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(value) => value,
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            panic!("did not finish within {limit:?}")
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => panic!("the run panicked (above)"),
+    }
+}
+
 /// xorshift64*: a deterministic generator for fuzzing tests, so that a
 /// failure replays exactly.
 pub struct Rng(pub u64);

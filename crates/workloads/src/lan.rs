@@ -307,6 +307,17 @@ impl Lan {
         Ok(())
     }
 
+    /// Takes `link` down at both ends (a cable pulled: whatever is sent on
+    /// it is lost) or up again.
+    pub fn set_link_up(&self, link: LinkId, up: bool) -> Result<(), LanError> {
+        let l = &self.links[link.0];
+        let state = if up { "up" } else { "down" };
+        for (end, device) in l.ends.iter().zip(&l.devices) {
+            self.run(*end, &format!("ip link set {device} {state}"))?;
+        }
+        Ok(())
+    }
+
     /// Sends everything `host` does not reach directly through `via`, to
     /// the other end of that link.
     pub fn route_default(&self, host: HostId, via: LinkId) -> Result<(), LanError> {

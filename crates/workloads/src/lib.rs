@@ -1,6 +1,8 @@
 //! Workloads for experiments: periodic real-time tasks (rt-app style), the
 //! netphone of seed 004 across an emulated LAN of network namespaces
-//! ([`lan`], [`netphone`]), and the interference library — CPU hogs, the
+//! ([`lan`], [`netphone`]), paths that lose and delay packets at random
+//! ([`impair`]), an AES67 sender on a clock of its own ([`foreign_sender`]),
+//! and the interference library — CPU hogs, the
 //! NAS EP kernel, a memory-bandwidth streamer, file-system I/O, a build of
 //! compiler processes, video players feeding the render service, and
 //! wrappers for Debian's rt-app and stress-ng.
@@ -12,11 +14,14 @@
 pub mod build;
 pub mod ep;
 pub mod external;
+pub mod foreign_sender;
 pub mod hog;
+pub mod impair;
 pub mod io;
 pub mod lan;
 pub mod netphone;
 pub mod periodic;
+mod random;
 pub mod render_player;
 pub mod stream;
 pub mod streamer;

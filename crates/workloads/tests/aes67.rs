@@ -8,6 +8,18 @@
 //! and neither graph touches the heap on its real-time threads.
 //! And SAP through the service: an announced stream is listed, until its
 //! client leaves; a description that is not one is refused.
+//! And AES67 with the rest of the world:
+//!
+//! * a sender that is not tessera's — RTP written from the RFCs, L24
+//!   stereo, payload type 101 described in its SDP, 1 ms of random send
+//!   jitter, its clock 50 ppm fast — played by arrival: no resync, nothing
+//!   lost, and about the frames 50 ppm requires dropped by slips;
+//! * a stream on two paths (ST 2022-7), one of them cut mid-stream: the
+//!   receiver merges the copies and loses nothing; the cut path's losses
+//!   are its own.
+//!
+//! Those two are bounded in time; their receivers' latencies leave room
+//! for this VM's stalls.
 //! Root only: skipped (with "SKIPPED") otherwise, a failure under CI=true.
 //! Its own test binary: the allocation guard's counters are process-wide.
 
@@ -16,13 +28,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tessera_aes67::{Encoding, StreamFormat};
+use tessera_aes67::playout::SLIP_BAND_FRAMES;
+use tessera_aes67::{Encoding, SessionDescription, StreamFormat};
 use tessera_rtguard::{assert_no_rt_allocations, CountingAllocator};
 use tessera_services::aes67::host::{Host, HostConfig, HostReport, Route};
 use tessera_services::aes67::{MediaClock, Playout, StreamSpec, AGE_BUCKET_NS, PAYLOAD_TYPE};
 use tessera_services::net::discovery::DiscoveryConfig;
 use tessera_services::net::{client, Discipline, NetConfig, NetError, NetService};
 use tessera_sys::sched::{set_policy, Policy};
+use tessera_testkit::within;
+use tessera_workloads::foreign_sender::{ForeignSender, ForeignSenderSpec};
 use tessera_workloads::lan::{End, Lan};
 
 #[global_allocator]
@@ -31,6 +46,9 @@ static ALLOC: CountingAllocator = CountingAllocator;
 /// Each receiver plays 3 ms behind the clock: room for a vCPU stall.
 const LATENCY_FRAMES: u32 = 144;
 const RATE: u32 = 48_000;
+/// How long each test with the rest of the world may take, set-up and
+/// tear-down included.
+const LIMIT: Duration = Duration::from_secs(60);
 
 fn fifo(priority: u32) -> Arc<dyn Fn() -> Result<(), String> + Send + Sync> {
     Arc::new(move || set_policy(0, &Policy::Fifo { priority }).map_err(|e| e.to_string()))
@@ -62,12 +80,12 @@ fn start_in(lan: &Lan, host: End, socket: &Path, discovery: Option<DiscoveryConf
 }
 
 fn stream(name: &str, address: SocketAddrV4, channels: u16) -> StreamSpec {
-    StreamSpec {
-        name: name.into(),
+    StreamSpec::new(
+        name,
         address,
-        format: StreamFormat::with_packet_time(Encoding::L24, RATE, channels, 1000).unwrap(),
-        payload_type: PAYLOAD_TYPE,
-    }
+        StreamFormat::with_packet_time(Encoding::L24, RATE, channels, 1000).unwrap(),
+        PAYLOAD_TYPE,
+    )
 }
 
 fn host(name: &str, service: &Path, interface: Ipv4Addr, route: Route) -> HostConfig {
@@ -76,6 +94,7 @@ fn host(name: &str, service: &Path, interface: Ipv4Addr, route: Route) -> HostCo
         name: name.into(),
         service: service.to_path_buf(),
         interface,
+        secondary_interface: None,
         receive: Vec::new(),
         send: Vec::new(),
         route,
@@ -256,4 +275,172 @@ fn an_announced_stream_is_listed_until_its_client_leaves_and_garbage_is_refused(
     assert_eq!(stage.origin, Ipv4Addr::LOCALHOST);
     drop(announcement);
     heard_until(&socket, |s| s.iter().all(|h| h.description.name != "stage"));
+}
+
+/// Runs `host` for `seconds`, taking its marker latencies as it goes.
+fn run_for(mut host: Host, seconds: u64) -> HostReport {
+    for _ in 0..seconds * 10 {
+        std::thread::sleep(Duration::from_millis(100));
+        host.collect();
+    }
+    host.stop().unwrap()
+}
+
+#[test]
+fn a_foreign_sender_with_jitter_and_a_clock_50_ppm_off_plays_without_resyncs() {
+    let Some(machine) = tessera_testkit::privileged("AES67 from a foreign sender") else {
+        return;
+    };
+    const SECONDS: u64 = 8;
+    const PPM: f64 = 50.0;
+    let dir = machine.dir();
+    let report = within(LIMIT, move || {
+        let mut lan = Lan::new();
+        let (device, studio) = (
+            lan.add_host("device").unwrap(),
+            lan.add_host("studio").unwrap(),
+        );
+        let link = lan
+            .link(End::Host(device), End::Host(studio), None)
+            .unwrap();
+        let (at_device, at_studio) = (
+            lan.address(link, End::Host(device)),
+            lan.address(link, End::Host(studio)),
+        );
+        let socket = dir.join("net-studio.sock");
+        let _service = service_in(&lan, End::Host(studio), &socket);
+        let group: SocketAddrV4 = "239.69.84.1:5004".parse().unwrap();
+        let description = SessionDescription::parse(&device_sdp(at_device, group)).unwrap();
+        let stream = StreamSpec::from_description(&description);
+        assert_eq!((stream.payload_type, stream.described), (101, true));
+        let studio_host = Host::start(HostConfig {
+            receive: vec![stream],
+            // 4 ms: the sender's 1 ms and this VM's stalls.
+            playout: Playout::Arrival { max_slip_ppm: 200 },
+            latency_frames: 192,
+            buffer_packets: 64,
+            ..host("studio", &socket, at_studio, Route::Tone)
+        })
+        .unwrap();
+        let spec = ForeignSenderSpec {
+            destination: group,
+            interface: at_device,
+            payload_type: 101,
+            bytes_per_sample: 3,
+            channels: 2,
+            sample_rate: RATE,
+            frames_per_packet: 48,
+            clock_ppm: PPM,
+            jitter: Duration::from_millis(1),
+            seed: 26,
+            fifo_priority: Some(70),
+        };
+        let sender = lan
+            .spawn_in(End::Host(device), "device", move || {
+                ForeignSender::start(spec)
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let report = run_for(studio_host, SECONDS);
+        let sent = sender.stop();
+        (report, sent)
+    });
+    let (report, sent) = report;
+    let s = &report.streams[0];
+    let c = &s.counts;
+    eprintln!("foreign sender: {sent:?}; received: {c:?}");
+    assert!(sent.sent > 7000 && sent.failed == 0, "{sent:?}");
+    assert!(c.jitter.stored > 7000, "{c:?}");
+    assert_eq!(c.wrong_payload_type, 0, "{c:?}");
+    assert_eq!(
+        (c.resyncs, c.jitter.lost, c.jitter.late),
+        (0, 0, 0),
+        "{c:?}"
+    );
+    // 50 ppm fast: a frame dropped every 20 000 played, after the first
+    // second's learning, give or take the slip band and the minimum's noise.
+    let required = (PPM * 1e-6 * f64::from(RATE) * (SECONDS - 1) as f64) as u64;
+    let band = SLIP_BAND_FRAMES as u64;
+    assert!(
+        c.frames_dropped + 2 * band >= required && c.frames_dropped <= required + 2 * band,
+        "{} frames dropped where 50 ppm requires about {required}: {c:?}",
+        c.frames_dropped
+    );
+    assert!(c.frames_repeated <= band, "{c:?}");
+    assert_no_rt_allocations();
+}
+
+#[test]
+fn a_stream_on_two_paths_loses_nothing_when_one_is_cut() {
+    let Some(machine) = tessera_testkit::privileged("AES67 on two paths (ST 2022-7)") else {
+        return;
+    };
+    let dir = machine.dir();
+    let report = within(LIMIT, move || {
+        let mut lan = Lan::new();
+        let (a, b) = (lan.add_host("a").unwrap(), lan.add_host("b").unwrap());
+        let first = lan.link(End::Host(a), End::Host(b), None).unwrap();
+        let second = lan.link(End::Host(a), End::Host(b), None).unwrap();
+        let address = |link, host| lan.address(link, End::Host(host));
+        let sockets = [dir.join("net-a.sock"), dir.join("net-b.sock")];
+        let _services = [
+            service_in(&lan, End::Host(a), &sockets[0]),
+            service_in(&lan, End::Host(b), &sockets[1]),
+        ];
+        let stream = StreamSpec {
+            secondary: Some("239.70.85.1:5004".parse().unwrap()),
+            ..stream("redundant", "239.69.85.1:5004".parse().unwrap(), 2)
+        };
+        // 10 ms: nothing comes late on this VM, so a loss is the merge's.
+        let receiver = Host::start(HostConfig {
+            receive: vec![stream.clone()],
+            secondary_interface: Some(address(second, b)),
+            latency_frames: 480,
+            buffer_packets: 64,
+            ..host("b", &sockets[1], address(first, b), Route::Tone)
+        })
+        .unwrap();
+        let sender = Host::start(HostConfig {
+            send: vec![stream],
+            secondary_interface: Some(address(second, a)),
+            ..host("a", &sockets[0], address(first, a), Route::Tone)
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_secs(2));
+        lan.set_link_up(second, false).unwrap();
+        let received = run_for(receiver, 3);
+        let sent = sender.stop().unwrap();
+        (received, sent)
+    });
+    let (received, sent) = report;
+    let c = &received.streams[0].counts;
+    eprintln!("sent: {:?}; received: {c:?}", sent.streams[0].counts);
+    assert!(sent.streams[0].counts.sent > 4000, "{sent:?}");
+    assert!(c.jitter.stored > 4000, "{c:?}");
+    assert_eq!((c.jitter.lost, c.jitter.late), (0, 0), "{c:?}");
+    let [primary, secondary] = c.merge.paths;
+    // Both paths carried copies until the cut: the second copy of each
+    // was dropped as a duplicate.
+    assert!(c.merge.duplicates > 1500, "{c:?}");
+    assert!(secondary.received > 1500, "{c:?}");
+    assert_eq!(primary.lost, 0, "{c:?}");
+    // What the cut path missed, once the merge's window passed it.
+    assert!(secondary.lost > 1000, "{c:?}");
+    assert_eq!(c.jitter.duplicates, 0, "{c:?}");
+    assert_no_rt_allocations();
+}
+
+/// The SDP a device of another maker announces for its stream.
+fn device_sdp(origin: Ipv4Addr, group: SocketAddrV4) -> String {
+    format!(
+        "v=0\r\no=- 4711 4711 IN IP4 {origin}\r\ns=Device of another maker\r\n\
+         c=IN IP4 {}/32\r\nt=0 0\r\nm=audio {} RTP/AVP 101\r\n\
+         a=rtpmap:101 L24/48000/2\r\na=ptime:1\r\na=ts-refclk:localmac=02-00-00-00-00-01\r\n\
+         a=mediaclk:direct=0\r\n",
+        group.ip(),
+        group.port()
+    )
 }

@@ -1,29 +1,13 @@
-//! What the scenario tests share: a time limit on a run, whether a
-//! workspace program is built beside the test, and the check that a run's
-//! report is rendered from its data alone. It must never start a server or
-//! touch the machine.
+//! What the scenario tests share: whether a workspace program is built
+//! beside the test, and the check that a run's report is rendered from its
+//! data alone (a time limit on a run is `tessera_testkit::within`). It must
+//! never start a server or touch the machine.
 //!
 //! Each test crate uses part of it.
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::sync::mpsc;
-use std::time::Duration;
 use tessera_measure::RunResults;
-
-/// Runs `f` on a thread of its own; fails the test if it takes longer
-/// than `limit` (the run's own Drop guards stop what it started).
-pub fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(value) => value,
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {limit:?}"),
-        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the run panicked (above)"),
-    }
-}
 
 /// Whether `program` of this workspace is built beside the test (else
 /// the test is skipped, saying so, or failed under CI=true).

@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use tessera_aes67::rtp::samples_at;
 use tessera_sys::clock;
 use tessera_sys::event::{ClockSteps, Epoll, EventFd, Readiness, Trigger};
 
@@ -262,8 +263,6 @@ impl MediaClock {
     }
 }
 
-/// Whole samples at `rate` in `ns` since the epoch (split in seconds and
-/// nanoseconds: no overflow up to rates of millions for centuries).
 /// An engine's cycles on the media clock's grid follow its steps too.
 impl tessera_graph::GridClock for MediaClock {
     fn ahead_of_monotonic_ns(&self) -> u64 {
@@ -285,11 +284,6 @@ impl Drop for StepFollower {
             let _ = thread.join();
         }
     }
-}
-
-fn samples_at(ns: u64, rate: u32) -> u64 {
-    let rate = u64::from(rate);
-    ns / NS * rate + ns % NS * rate / NS
 }
 
 /// Runs pmc against `uds`: its standard output, or why there is none.

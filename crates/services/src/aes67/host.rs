@@ -16,14 +16,14 @@
 //! setup hook; it never creates cells.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use super::StepFollower;
 use super::{MediaClock, Playout, StreamCounters, StreamCounts, AGE_BUCKET_NS};
-use super::{StreamSink, StreamSource, StreamSpec};
-use crate::net::{client, Flow, NetError};
+use super::{Path, SourceSettings, StreamSink, StreamSource, StreamSpec};
+use crate::net::{client, Flow, FlowRequest, NetError};
 use tessera_graph::nodes::{marker_pair, MarkerCounts, Sine};
 use tessera_graph::ring::Consumer;
 use tessera_graph::{
@@ -56,6 +56,9 @@ pub struct HostConfig {
     pub service: PathBuf,
     /// This host's address on the streams' network.
     pub interface: Ipv4Addr,
+    /// Its address on the second network, for streams with a second path
+    /// (ST 2022-7).
+    pub secondary_interface: Option<Ipv4Addr>,
     pub receive: Vec<StreamSpec>,
     pub send: Vec<StreamSpec>,
     pub route: Route,
@@ -169,17 +172,34 @@ impl Callbacks for XrunTally {
     }
 }
 
-fn open_flow(
+/// The stream's flows, one per path, each requested by `request` on the
+/// path's interface.
+fn open_flows(
     config: &HostConfig,
     stream: &StreamSpec,
-    request: crate::net::FlowRequest,
-) -> Result<Flow, HostError> {
+    request: impl Fn(&StreamSpec, (Path, SocketAddrV4), Ipv4Addr) -> FlowRequest,
+) -> Result<Vec<Flow>, HostError> {
     let failed = |source| HostError::Flow {
         stream: stream.name.clone(),
         source,
     };
-    let socket = client::connect(&config.service).map_err(failed)?;
-    Flow::open(socket, &request).map_err(failed)
+    stream
+        .paths()
+        .map(|(path, address)| {
+            let interface = match path {
+                Path::Primary => config.interface,
+                Path::Secondary => config.secondary_interface.ok_or_else(|| {
+                    HostError::Config(format!(
+                        "stream {:?} has a second path but the host no second interface; \
+                         fix: give the host its address on the second network",
+                        stream.name
+                    ))
+                })?,
+            };
+            let socket = client::connect(&config.service).map_err(failed)?;
+            Flow::open(socket, &request(stream, (path, address), interface)).map_err(failed)
+        })
+        .collect()
 }
 
 impl Host {
@@ -194,25 +214,25 @@ impl Host {
         let mut streams = Vec::new();
         let mut sources = Vec::new();
         for spec in &config.receive {
-            let flow = open_flow(&config, spec, spec.receive_request(config.interface))?;
-            let (node, counters) = StreamSource::new(
-                flow,
-                spec.format,
-                config.buffer_packets,
-                config.latency_frames,
-                config.playout,
-                config.clock.clone(),
-            );
+            let flows = open_flows(&config, spec, StreamSpec::receive_request)?;
+            let settings = SourceSettings {
+                buffer_packets: config.buffer_packets,
+                latency_frames: config.latency_frames,
+                playout: config.playout,
+                payload_type: spec.described.then_some(spec.payload_type),
+            };
+            let (node, counters) =
+                StreamSource::new(flows, spec.format, settings, config.clock.clone());
             let name = format!("{}:rx:{}", config.name, spec.name);
             sources.push(graph.add_node(&name, Box::new(node))?);
             streams.push((spec.name.clone(), "in", counters));
         }
         let mut sinks = Vec::new();
         for (k, spec) in config.send.iter().enumerate() {
-            let flow = open_flow(&config, spec, spec.send_request(config.interface))?;
+            let flows = open_flows(&config, spec, StreamSpec::send_request)?;
             let ssrc = ssrc_of(&config.name, k);
             let (node, counters) = StreamSink::new(
-                flow,
+                flows,
                 spec.format,
                 spec.payload_type,
                 ssrc,
@@ -328,6 +348,18 @@ fn check(config: &HostConfig) -> Result<(), HostError> {
             "forwarding {} received streams onto {} sent ones; fix: give as many of each",
             config.receive.len(),
             config.send.len()
+        )));
+    }
+    if let Some(stream) = config
+        .receive
+        .iter()
+        .chain(&config.send)
+        .find(|s| s.format.sample_rate != config.sample_rate)
+    {
+        return Err(HostError::Config(format!(
+            "stream {:?} is {} Hz but the graph runs {} Hz (nothing resamples); fix: run the \
+             graph at the stream's rate",
+            stream.name, stream.format.sample_rate, config.sample_rate
         )));
     }
     if config.buffer_packets < 2 {

@@ -17,6 +17,6 @@ pub mod node;
 pub mod stream;
 
 pub use clock::{ClockSource, MediaClock, StepFollower};
-pub use node::{Playout, StreamCounters, StreamCounts, StreamSink, StreamSource};
+pub use node::{Playout, SourceSettings, StreamCounters, StreamCounts, StreamSink, StreamSource};
 pub use node::{AGE_BUCKETS, AGE_BUCKET_NS};
-pub use stream::{origin_towards, StreamSpec, PAYLOAD_TYPE};
+pub use stream::{origin_towards, Path, StreamSpec, PAYLOAD_TYPE};

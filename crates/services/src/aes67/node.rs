@@ -12,8 +12,15 @@
 //! path through a source and a sink delays by exactly
 //! the source's latency, whatever the cycles' phases. Streams whose sender
 //! is not on our media clock (Debian 12's PipeWire stamps from its own
-//! graph) are played by arrival instead: latency frames behind the newest
-//! frame heard, re-anchored when the sender drifts out of the buffer.
+//! graph) are played by arrival instead, by `tessera_aes67::playout`'s
+//! rule: latency frames behind the fastest packet of the last second or
+//! two, following the sender's drift by slipping whole frames.
+//!
+//! A stream may come by two paths (ST 2022-7): the source takes each RTP
+//! sequence number's first copy from either flow (`tessera_aes67`'s
+//! merge), the sink sends every packet on both. A source plays the payload
+//! type its stream's description gives, or any dynamic one (96–127) when
+//! it has none; others are counted and dropped.
 //!
 //! Both nodes run on the engine's real-time threads: they never allocate,
 //! lock or block (the flow's channel calls and the clock reads are
@@ -24,7 +31,9 @@ use crate::net::{ChannelError, Flow, ToSend};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use tessera_aes67::format::MAX_CHANNELS;
-use tessera_aes67::rtp::{self, timestamp_delta};
+use tessera_aes67::playout::{ArrivalPlayout, CyclePlay, PlayoutConfig, PlayoutCounts, Slip};
+use tessera_aes67::redundancy::{Copy, Merge, MergeCounts};
+use tessera_aes67::rtp::{self, samples_at, timestamp_delta, DYNAMIC_PAYLOAD_TYPES};
 use tessera_aes67::{JitterBuffer, JitterCounters, Packetizer, StreamFormat};
 use tessera_graph::{Node, PortSpec, ProcessContext};
 use tessera_sys::clock::monotonic_ns;
@@ -36,9 +45,22 @@ pub enum Playout {
     /// The sender stamps from the same media clock (PTP, or this machine's
     /// clock): play `latency` behind now.
     MediaClock,
-    /// The sender has a clock of its own: play `latency` behind the newest
-    /// frame heard.
-    Arrival,
+    /// The sender has a clock of its own: play `latency` behind the fastest
+    /// packet of the last window, slipping whole frames (at most
+    /// `max_slip_ppm`) as its clock drifts from ours.
+    Arrival { max_slip_ppm: u32 },
+}
+
+/// How a source plays its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceSettings {
+    /// Packets the jitter buffer holds.
+    pub buffer_packets: usize,
+    /// How far behind the clock (or the fastest packet) it plays, frames.
+    pub latency_frames: u32,
+    pub playout: Playout,
+    /// The payload type its description gives; None: any dynamic one.
+    pub payload_type: Option<u8>,
 }
 
 /// Packet ages at arrival are counted in buckets this wide…
@@ -50,9 +72,10 @@ pub const AGE_BUCKETS: usize = 500;
 /// of its first sample to the kernel's receive stamp, in buckets of
 /// [`AGE_BUCKET_NS`]. The sender's cycle, both services and the wire are
 /// in it: a receiver's latency must cover the tail (plus up to a packet
-/// for a sender whose packets are off the media clock's grid). Counted
-/// only for streams played by the media clock, whose senders stamp from
-/// the same clock.
+/// for a sender whose packets are off the media clock's grid). For a
+/// stream played by arrival, whose sender's clock is its own, the age
+/// counts from the fastest packet of the playout's window instead: the
+/// jitter its latency absorbs.
 struct PacketAges(Box<[AtomicU64]>);
 
 impl Default for PacketAges {
@@ -80,12 +103,21 @@ pub struct StreamCounters {
     jitter: [AtomicU64; JitterCounters::COUNT],
     /// Datagrams that were not RTP (source).
     not_rtp: AtomicU64,
+    /// RTP packets of a payload type the source does not play.
+    wrong_payload_type: AtomicU64,
     /// Frames played as silence because nothing was held for them.
     silent_frames: AtomicU64,
     /// The play (source) or stamp (sink) position jumped back onto the
-    /// clock: a stalled cycle, or a sender out of the buffer.
+    /// clock: a stalled cycle, a stepped clock, or a sender an arrival
+    /// playout could not follow by slips.
     resyncs: AtomicU64,
-    /// Packets given to the service (sink), and those it had no room for.
+    /// An arrival playout's frames dropped and repeated (its resyncs are
+    /// in `resyncs`).
+    slips: [AtomicU64; 2],
+    /// The merge of two paths, in [`MergeCounts::to_array`]'s order.
+    merge: [AtomicU64; MergeCounts::COUNT],
+    /// Packets given to the service on at least one path (sink), and a
+    /// count per path that had no room for one.
     sent: AtomicU64,
     send_full: AtomicU64,
     /// The network service died: the stream is silent from then on.
@@ -95,15 +127,89 @@ pub struct StreamCounters {
 }
 
 /// A snapshot of [`StreamCounters`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct StreamCounts {
     pub jitter: JitterCounters,
     pub not_rtp: u64,
+    pub wrong_payload_type: u64,
     pub silent_frames: u64,
     pub resyncs: u64,
+    /// Frames an arrival playout dropped and repeated, one per slip.
+    pub frames_dropped: u64,
+    pub frames_repeated: u64,
+    /// Each path's copies and losses, and the duplicates the merge dropped
+    /// (all 0 for a stream of one path).
+    pub merge: MergeCounts,
+    /// Packets given to the service (on one path at least).
     pub sent: u64,
+    /// Packets a path's channel had no room for.
     pub send_full: u64,
     pub service_gone: bool,
+}
+
+impl StreamCounts {
+    /// Every count in a fixed order (the flag aside), for windows' sums and
+    /// differences.
+    fn to_array(self) -> [u64; StreamCounts::COUNT] {
+        let mut out = [0; StreamCounts::COUNT];
+        let parts = self.jitter.to_array().into_iter().chain(
+            [
+                self.not_rtp,
+                self.wrong_payload_type,
+                self.silent_frames,
+                self.resyncs,
+                self.frames_dropped,
+                self.frames_repeated,
+                self.sent,
+                self.send_full,
+            ]
+            .into_iter()
+            .chain(self.merge.to_array()),
+        );
+        for (slot, value) in out.iter_mut().zip(parts) {
+            *slot = value;
+        }
+        out
+    }
+
+    const COUNT: usize = JitterCounters::COUNT + 8 + MergeCounts::COUNT;
+
+    fn from_array(values: [u64; StreamCounts::COUNT], service_gone: bool) -> StreamCounts {
+        let j = JitterCounters::COUNT;
+        let own = &values[j..j + 8];
+        StreamCounts {
+            jitter: JitterCounters::from_array(std::array::from_fn(|i| values[i])),
+            not_rtp: own[0],
+            wrong_payload_type: own[1],
+            silent_frames: own[2],
+            resyncs: own[3],
+            frames_dropped: own[4],
+            frames_repeated: own[5],
+            sent: own[6],
+            send_full: own[7],
+            merge: MergeCounts::from_array(std::array::from_fn(|i| values[j + 8 + i])),
+            service_gone,
+        }
+    }
+
+    /// What was counted since `start` (an earlier snapshot of the same
+    /// stream); the flag is this one's.
+    pub fn since(&self, start: &StreamCounts) -> StreamCounts {
+        let (a, b) = (start.to_array(), self.to_array());
+        StreamCounts::from_array(
+            std::array::from_fn(|i| b[i].saturating_sub(a[i])),
+            self.service_gone,
+        )
+    }
+
+    /// Adds `other`'s counts to these (streams summed).
+    pub fn add(&mut self, other: &StreamCounts) {
+        let (a, b) = (self.to_array(), other.to_array());
+        *self = StreamCounts::from_array(
+            std::array::from_fn(|i| a[i] + b[i]),
+            self.service_gone || other.service_gone,
+        );
+    }
 }
 
 impl StreamCounters {
@@ -115,27 +221,47 @@ impl StreamCounters {
     }
 
     pub fn snapshot(&self) -> StreamCounts {
+        let [frames_dropped, frames_repeated] = self.slips.each_ref().map(|c| c.load(Relaxed));
         StreamCounts {
             jitter: JitterCounters::from_array(self.jitter.each_ref().map(|c| c.load(Relaxed))),
             not_rtp: self.not_rtp.load(Relaxed),
+            wrong_payload_type: self.wrong_payload_type.load(Relaxed),
             silent_frames: self.silent_frames.load(Relaxed),
             resyncs: self.resyncs.load(Relaxed),
+            frames_dropped,
+            frames_repeated,
+            merge: MergeCounts::from_array(self.merge.each_ref().map(|c| c.load(Relaxed))),
             sent: self.sent.load(Relaxed),
             send_full: self.send_full.load(Relaxed),
             service_gone: self.service_gone.load(Relaxed),
         }
     }
 
-    fn publish(&self, jitter: &JitterCounters) {
-        for (counter, value) in self.jitter.iter().zip(jitter.to_array()) {
-            counter.store(value, Relaxed);
+    /// Publishes a source's counts (its real-time thread, every cycle).
+    fn publish(&self, jitter: &JitterCounters, merge: Option<&Merge>) {
+        store_all(&self.jitter, jitter.to_array());
+        if let Some(merge) = merge {
+            store_all(&self.merge, merge.counts().to_array());
         }
+    }
+
+    /// An arrival playout's counts: its resyncs, slips published as they
+    /// are (a source's resyncs are the playout's alone).
+    fn publish_playout(&self, counts: &PlayoutCounts) {
+        self.resyncs.store(counts.resyncs, Relaxed);
+        store_all(&self.slips, [counts.frames_dropped, counts.frames_repeated]);
     }
 
     fn lose_service(&self, error: &ChannelError) {
         if matches!(error, ChannelError::PeerGone { .. }) {
             self.service_gone.store(true, Relaxed);
         }
+    }
+}
+
+fn store_all<const N: usize>(counters: &[AtomicU64; N], values: [u64; N]) {
+    for (counter, value) in counters.iter().zip(values) {
+        counter.store(value, Relaxed);
     }
 }
 
@@ -182,104 +308,176 @@ impl Position {
 
 /// Plays a received stream on its audio outputs `out1`…`outN`.
 pub struct StreamSource {
-    flow: Flow,
+    /// One flow per path (two: ST 2022-7).
+    paths: Vec<Flow>,
+    receiver: Receiver,
+}
+
+/// What a source does with its packets, apart from the flows they come by.
+struct Receiver {
+    /// The first copy of each packet, when there are two paths.
+    merge: Option<Merge>,
+    payload_type: Option<u8>,
     jitter: JitterBuffer,
-    clock: MediaClock,
-    playout: Playout,
-    latency_frames: u32,
-    position: Position,
+    timing: Timing,
     counters: Arc<StreamCounters>,
 }
 
+/// The fastest transit of an arrival playout is taken over buckets of a
+/// second.
+const PLAYOUT_WINDOW_S: u32 = 1;
+
 impl StreamSource {
-    /// A source of `format` on `flow` (a flow of the network service that
-    /// receives the stream), holding `buffer_packets` packets and playing
-    /// `latency_frames` behind the clock (or the newest frame).
+    /// A source of `format` on `paths` (flows of the network service that
+    /// receive the stream: one, or two for ST 2022-7), timed by `clock`
+    /// when its playout is the media clock's.
+    ///
+    /// # Panics
+    /// With no path or more than [`tessera_aes67::redundancy::PATHS`].
     pub fn new(
-        flow: Flow,
+        paths: Vec<Flow>,
         format: StreamFormat,
-        buffer_packets: usize,
-        latency_frames: u32,
-        playout: Playout,
+        settings: SourceSettings,
         clock: MediaClock,
     ) -> (StreamSource, Arc<StreamCounters>) {
+        assert!(
+            (1..=tessera_aes67::redundancy::PATHS).contains(&paths.len()),
+            "a stream comes by one or two paths, not {}",
+            paths.len()
+        );
         let counters = Arc::new(StreamCounters::default());
-        let source = StreamSource {
-            flow,
-            jitter: JitterBuffer::new(format, buffer_packets),
-            clock,
-            playout,
-            latency_frames,
-            position: Position::default(),
+        let timing = match settings.playout {
+            Playout::MediaClock => Timing::MediaClock {
+                clock,
+                latency_frames: settings.latency_frames,
+                position: Position::default(),
+            },
+            Playout::Arrival { max_slip_ppm } => {
+                Timing::Arrival(ArrivalPlayout::new(PlayoutConfig {
+                    latency_frames: settings.latency_frames,
+                    max_slip_ppm,
+                    window_frames: format.sample_rate * PLAYOUT_WINDOW_S,
+                    ring_frames: (settings.buffer_packets * format.frames_per_packet as usize)
+                        as u32,
+                }))
+            }
+        };
+        let receiver = Receiver {
+            merge: (paths.len() > 1).then(Merge::new),
+            payload_type: settings.payload_type,
+            jitter: JitterBuffer::new(format, settings.buffer_packets),
+            timing,
             counters: counters.clone(),
         };
-        (source, counters)
+        (StreamSource { paths, receiver }, counters)
     }
 
-    /// Takes every datagram the service handed over into the jitter buffer.
+    /// Takes every datagram the service handed over, on every path, into
+    /// the jitter buffer.
     fn drain(&mut self) {
-        let rate = self.jitter.format().sample_rate;
-        loop {
-            match self.flow.try_receive() {
-                Ok(Some((received, datagram))) => match rtp::parse(datagram) {
-                    Ok(packet) => {
-                        if self.playout == Playout::MediaClock && received.arrival_ns != 0 {
-                            let arrival = received.arrival_ns;
-                            let stamped =
-                                self.clock
-                                    .monotonic_ns_of(packet.header.timestamp, rate, arrival);
-                            self.counters.ages.count(arrival.saturating_sub(stamped));
-                        }
-                        self.jitter.push(&packet.header, packet.payload);
+        for (path, flow) in self.paths.iter_mut().enumerate() {
+            loop {
+                match flow.try_receive() {
+                    Ok(Some((received, datagram))) => {
+                        self.receiver.take(path, received.arrival_ns, datagram)
                     }
-                    Err(_) => {
-                        self.counters.not_rtp.fetch_add(1, Relaxed);
-                    }
-                },
-                Ok(None) => return,
-                Err(error) => return self.counters.lose_service(&error),
+                    Ok(None) => break,
+                    Err(error) => return self.receiver.counters.lose_service(&error),
+                }
             }
         }
     }
+}
 
-    /// The media time this cycle plays from; `None` while an arrival-timed
-    /// stream has not been heard.
-    fn play_position(&mut self, cycle_due_ns: u64, frames: u32) -> Option<u32> {
+/// How a source places the frames it plays.
+enum Timing {
+    /// `latency` behind the media clock.
+    MediaClock {
+        clock: MediaClock,
+        latency_frames: u32,
+        position: Position,
+    },
+    /// By the packets' arrival, on this machine's monotonic clock.
+    Arrival(ArrivalPlayout),
+}
+
+/// `CLOCK_MONOTONIC` in samples at `rate`, mod 2^32: an arrival playout's
+/// clock (it never steps).
+fn local_samples(monotonic_ns: u64, rate: u32) -> u32 {
+    samples_at(monotonic_ns, rate) as u32
+}
+
+impl Receiver {
+    /// One datagram that came by `path` at `arrival_ns` (the kernel's
+    /// stamp; 0 if none).
+    fn take(&mut self, path: usize, arrival_ns: u64, datagram: &[u8]) {
+        let Ok(packet) = rtp::parse(datagram) else {
+            self.counters.not_rtp.fetch_add(1, Relaxed);
+            return;
+        };
+        let header = packet.header;
+        let playable = match self.payload_type {
+            Some(described) => header.payload_type == described,
+            None => DYNAMIC_PAYLOAD_TYPES.contains(&header.payload_type),
+        };
+        if !playable {
+            self.counters.wrong_payload_type.fetch_add(1, Relaxed);
+            return;
+        }
+        if let Some(merge) = &mut self.merge {
+            if merge.accept(path, header.ssrc, header.sequence) != Copy::First {
+                return;
+            }
+        }
+        let arrival_ns = match arrival_ns {
+            0 => monotonic_ns(),
+            stamped => stamped,
+        };
         let rate = self.jitter.format().sample_rate;
-        let ideal = match self.playout {
-            Playout::MediaClock => self
-                .clock
-                .rtp_timestamp_at(cycle_due_ns, rate)
-                .wrapping_sub(self.latency_frames),
-            Playout::Arrival => self.arrival_ideal(frames)?,
+        let age_ns = match &mut self.timing {
+            Timing::MediaClock { clock, .. } => {
+                arrival_ns.saturating_sub(clock.monotonic_ns_of(header.timestamp, rate, arrival_ns))
+            }
+            Timing::Arrival(playout) => {
+                let behind = playout.arrive(header.timestamp, local_samples(arrival_ns, rate));
+                u64::from(behind) * 1_000_000_000 / u64::from(rate)
+            }
         };
-        // An arrival-timed stream's position is the sender's, not the clock's.
-        let steps = match self.playout {
-            Playout::MediaClock => self.clock.steps(),
-            Playout::Arrival => self.position.steps,
-        };
-        Some(self.position.take(ideal, frames, steps, &self.counters))
+        self.counters.ages.count(age_ns);
+        self.jitter.push(&header, packet.payload);
     }
 
-    /// Where an arrival-timed stream would play: latency behind the newest
-    /// frame — kept while the position stays inside what the buffer can
-    /// hold, so the ideal is the current position until the sender drifts.
-    fn arrival_ideal(&self, frames: u32) -> Option<u32> {
-        let newest = self.jitter.newest_end()?;
-        let anchored = newest.wrapping_sub(self.latency_frames);
-        let Some(next) = self.position.next else {
-            return Some(anchored);
-        };
-        let held = self.jitter.packets() as i32 * self.jitter.format().frames_per_packet as i32;
-        let lead = timestamp_delta(next, newest);
-        let inside = lead >= 0 && lead + frames as i32 <= held;
-        Some(if inside { next } else { anchored })
+    /// Where this cycle plays from and how; `None` while an arrival-timed
+    /// stream has not been heard.
+    fn play(&mut self, cycle_due_ns: u64, frames: u32) -> Option<CyclePlay> {
+        let rate = self.jitter.format().sample_rate;
+        match &mut self.timing {
+            Timing::MediaClock {
+                clock,
+                latency_frames,
+                position,
+            } => {
+                let ideal = clock
+                    .rtp_timestamp_at(cycle_due_ns, rate)
+                    .wrapping_sub(*latency_frames);
+                let from = position.take(ideal, frames, clock.steps(), &self.counters);
+                Some(CyclePlay {
+                    from,
+                    slip: Slip::None,
+                })
+            }
+            Timing::Arrival(playout) => {
+                let play = playout.cycle(local_samples(cycle_due_ns, rate), frames);
+                self.counters.publish_playout(&playout.counts());
+                play
+            }
+        }
     }
 }
 
 impl Node for StreamSource {
     fn ports(&self) -> Vec<PortSpec> {
-        let channels = self.jitter.format().channels;
+        let channels = self.receiver.jitter.format().channels;
         (1..=channels)
             .map(|k| PortSpec::audio_out(format!("out{k}")))
             .collect()
@@ -287,9 +485,10 @@ impl Node for StreamSource {
 
     fn process(&mut self, ctx: &mut ProcessContext<'_>) {
         self.drain();
+        let r = &mut self.receiver;
         let frames = ctx.frames() as u32;
-        let channels = usize::from(self.jitter.format().channels);
-        let Some(at) = self.play_position(ctx.cycle_due_ns(), frames) else {
+        let channels = usize::from(r.jitter.format().channels);
+        let Some(play) = r.play(ctx.cycle_due_ns(), frames) else {
             for channel in 0..channels {
                 ctx.audio_out(channel).fill(0.0);
             }
@@ -297,19 +496,33 @@ impl Node for StreamSource {
         };
         let mut missing = 0;
         for channel in 0..channels {
-            missing = self.jitter.read(at, channel, ctx.audio_out(channel));
+            missing = read_slipped(&r.jitter, play, channel, ctx.audio_out(channel));
         }
-        self.jitter.advance(at, frames);
-        self.counters
-            .silent_frames
-            .fetch_add(missing as u64, Relaxed);
-        self.counters.publish(&self.jitter.counters());
+        r.jitter.advance(play.from, play.consumed(frames));
+        r.counters.silent_frames.fetch_add(missing as u64, Relaxed);
+        r.counters.publish(&r.jitter.counters(), r.merge.as_ref());
+    }
+}
+
+/// Reads channel `channel` of the cycle `play` into `out` (its frames),
+/// dropping or repeating a frame as the slip says; how many frames were
+/// missing.
+fn read_slipped(jitter: &JitterBuffer, play: CyclePlay, channel: usize, out: &mut [f32]) -> usize {
+    match play.slip {
+        Slip::None => jitter.read(play.from, channel, out),
+        Slip::Drop => jitter.read(play.from.wrapping_add(1), channel, out),
+        Slip::Repeat => {
+            let missing = jitter.read(play.from, channel, &mut out[1..]);
+            out[0] = out[1];
+            missing
+        }
     }
 }
 
 /// Sends the audio on its inputs `in1`…`inN` as a stream.
 pub struct StreamSink {
-    flow: Flow,
+    /// One flow per path: every packet goes on each (ST 2022-7).
+    paths: Vec<Flow>,
     packetizer: Packetizer,
     clock: MediaClock,
     position: Position,
@@ -318,10 +531,10 @@ pub struct StreamSink {
 
 impl StreamSink {
     /// A sink sending `format` with RTP payload type `payload_type` and
-    /// synchronisation source `ssrc` on `flow` (a flow of the network
-    /// service whose peer is the stream's destination).
+    /// synchronisation source `ssrc` on `paths` (flows of the network
+    /// service whose peer is the stream's destination on each path).
     pub fn new(
-        flow: Flow,
+        paths: Vec<Flow>,
         format: StreamFormat,
         payload_type: u8,
         ssrc: u32,
@@ -329,7 +542,7 @@ impl StreamSink {
     ) -> (StreamSink, Arc<StreamCounters>) {
         let counters = Arc::new(StreamCounters::default());
         let sink = StreamSink {
-            flow,
+            paths,
             // RFC 3550 §5.1: the first sequence number is random; the
             // SSRC is as good a source of it as any.
             packetizer: Packetizer::new(format, payload_type, ssrc, ssrc as u16),
@@ -364,7 +577,7 @@ impl Node for StreamSink {
             *input = ctx.audio_in(channel);
         }
         let StreamSink {
-            flow,
+            paths,
             packetizer,
             counters,
             ..
@@ -373,27 +586,31 @@ impl Node for StreamSink {
             at,
             frames,
             |channel, frame| inputs[channel][frame],
-            |datagram| send(flow, datagram, counters),
+            |datagram| send(paths, datagram, counters),
         );
     }
 }
 
-/// Gives one datagram to the service; a full channel (the service is
-/// behind) loses it, counted.
-fn send(flow: &mut Flow, datagram: &[u8], counters: &StreamCounters) {
+/// Gives one datagram to the service on every path; a full channel (the
+/// service is behind) loses it there, counted.
+fn send(paths: &mut [Flow], datagram: &[u8], counters: &StreamCounters) {
     let meta = ToSend {
         origin_ns: 0,
         queued_ns: monotonic_ns(),
         to: None,
     };
-    match flow.try_send(datagram, meta) {
-        Ok(()) => {
-            counters.sent.fetch_add(1, Relaxed);
+    let mut taken = false;
+    for flow in paths {
+        match flow.try_send(datagram, meta) {
+            Ok(()) => taken = true,
+            Err(ChannelError::Full) => {
+                counters.send_full.fetch_add(1, Relaxed);
+            }
+            Err(error) => counters.lose_service(&error),
         }
-        Err(ChannelError::Full) => {
-            counters.send_full.fetch_add(1, Relaxed);
-        }
-        Err(error) => counters.lose_service(&error),
+    }
+    if taken {
+        counters.sent.fetch_add(1, Relaxed);
     }
 }
 

@@ -1,7 +1,8 @@
-//! An AES67 stream as tessera sends or receives it: where it goes, its
-//! format, the network service flow that carries it (a real-time flow
-//! reserving the stream's rate, joined to its group, counted as RTP), and
-//! the SDP that describes it to others.
+//! An AES67 stream as tessera sends or receives it: where it goes (on one
+//! path, or two for ST 2022-7), its format and payload type, the network
+//! service flows that carry it (real-time flows reserving the stream's
+//! rate, joined to its group, counted as RTP), and the SDP that describes
+//! it to others.
 //!
 //! It owns the mapping between a stream and a flow request and between a
 //! stream and its description; it opens nothing itself.
@@ -54,38 +55,85 @@ pub struct StreamSpec {
     pub name: String,
     /// The group (or unicast address) and port the stream is sent to.
     pub address: SocketAddrV4,
+    /// Where it also goes on the second network (ST 2022-7), if it does.
+    pub secondary: Option<SocketAddrV4>,
     pub format: StreamFormat,
     pub payload_type: u8,
+    /// Whether format and payload type come from the stream's description
+    /// (SDP): a receiver then plays that payload type only, else any
+    /// dynamic one.
+    pub described: bool,
+}
+
+/// A stream's path: the primary network's, or the secondary's (ST 2022-7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    Primary,
+    Secondary,
 }
 
 impl StreamSpec {
+    /// A stream of one path, its format told by the caller (not described).
+    pub fn new(
+        name: impl Into<String>,
+        address: SocketAddrV4,
+        format: StreamFormat,
+        payload_type: u8,
+    ) -> StreamSpec {
+        StreamSpec {
+            name: name.into(),
+            address,
+            secondary: None,
+            format,
+            payload_type,
+            described: false,
+        }
+    }
+
     /// What the stream takes on the wire, bits/s.
     pub fn bits_per_second(&self) -> u64 {
         self.format.wire_bits_per_second()
     }
 
-    /// The flow that receives the stream on `interface`: bound to its group
-    /// and port (or to the port on every address, for a unicast stream).
-    pub fn receive_request(&self, interface: Ipv4Addr) -> FlowRequest {
-        let bind = match self.address.ip().is_multicast() {
-            true => self.address,
-            false => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, self.address.port()),
+    /// The stream's paths and their addresses: the primary, then the
+    /// secondary if it has one.
+    pub fn paths(&self) -> impl Iterator<Item = (Path, SocketAddrV4)> {
+        std::iter::once((Path::Primary, self.address))
+            .chain(self.secondary.map(|a| (Path::Secondary, a)))
+    }
+
+    /// The flow that receives the stream's `path` at `address` on
+    /// `interface`: bound to its group and port (or to the port on every
+    /// address, for a unicast stream).
+    pub fn receive_request(
+        &self,
+        (path, address): (Path, SocketAddrV4),
+        interface: Ipv4Addr,
+    ) -> FlowRequest {
+        let bind = match address.ip().is_multicast() {
+            true => address,
+            false => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, address.port()),
         };
         FlowRequest {
             max_datagram: LARGEST_DATAGRAM,
-            ..self.flow(format!("{} in", self.name), bind, None, interface)
+            ..self.flow(flow_name(&self.name, "in", path), bind, None, interface)
         }
     }
 
-    /// The flow that sends the stream from `interface`.
-    pub fn send_request(&self, interface: Ipv4Addr) -> FlowRequest {
+    /// The flow that sends the stream's `path` to `address` from
+    /// `interface`.
+    pub fn send_request(
+        &self,
+        (path, address): (Path, SocketAddrV4),
+        interface: Ipv4Addr,
+    ) -> FlowRequest {
         let bind = SocketAddrV4::new(interface, 0);
         FlowRequest {
             max_datagram: self.format.packet_bytes(),
             ..self.flow(
-                format!("{} out", self.name),
+                flow_name(&self.name, "out", path),
                 bind,
-                Some(self.address),
+                Some(address),
                 interface,
             )
         }
@@ -118,13 +166,17 @@ impl StreamSpec {
         }
     }
 
-    /// The stream a description tells of (its first audio media).
+    /// The stream a description tells of (its first audio media), with
+    /// its format and payload type.
     pub fn from_description(description: &SessionDescription) -> StreamSpec {
         StreamSpec {
-            name: description.name.clone(),
-            address: SocketAddrV4::new(description.destination, description.port),
-            format: description.format,
-            payload_type: description.payload_type,
+            described: true,
+            ..StreamSpec::new(
+                description.name.clone(),
+                SocketAddrV4::new(description.destination, description.port),
+                description.format,
+                description.payload_type,
+            )
         }
     }
 
@@ -169,25 +221,37 @@ impl StreamSpec {
     }
 }
 
+/// "stage in", "stage out (secondary)".
+fn flow_name(stream: &str, way: &str, path: Path) -> String {
+    match path {
+        Path::Primary => format!("{stream} {way}"),
+        Path::Secondary => format!("{stream} {way} (secondary)"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tessera_aes67::Encoding;
 
     fn stream() -> StreamSpec {
-        StreamSpec {
-            name: "stage".into(),
-            address: "239.69.1.1:5004".parse().unwrap(),
-            format: StreamFormat::with_packet_time(Encoding::L24, 48_000, 8, 1000).unwrap(),
-            payload_type: PAYLOAD_TYPE,
-        }
+        StreamSpec::new(
+            "stage",
+            "239.69.1.1:5004".parse().unwrap(),
+            StreamFormat::with_packet_time(Encoding::L24, 48_000, 8, 1000).unwrap(),
+            PAYLOAD_TYPE,
+        )
+    }
+
+    fn primary() -> (Path, SocketAddrV4) {
+        (Path::Primary, stream().address)
     }
 
     #[test]
     fn a_stream_reserves_its_rate_on_the_wire() {
         // 48 frames × 8 channels × 3 bytes + 12 + 28, a thousand a second.
         assert_eq!(stream().bits_per_second(), (1152 + 40) * 8 * 1000);
-        let request = stream().send_request(Ipv4Addr::new(10, 0, 0, 1));
+        let request = stream().send_request(primary(), Ipv4Addr::new(10, 0, 0, 1));
         assert_eq!(request.reservation_bps, (1152 + 40) * 8 * 1000);
         // Bursts after a late cycle catch up instead of lagging for good.
         assert_eq!(request.limit_bps, Some((1152 + 40) * 8 * 1500));
@@ -196,10 +260,10 @@ mod tests {
     #[test]
     fn a_multicast_stream_is_received_on_its_group_and_sent_to_it() {
         let here = Ipv4Addr::new(10, 0, 0, 1);
-        let receive = stream().receive_request(here);
+        let receive = stream().receive_request(primary(), here);
         assert_eq!(receive.bind, "239.69.1.1:5004".parse().unwrap());
         assert_eq!(receive.rtp_clock_rate, Some(48_000));
-        let send = stream().send_request(here);
+        let send = stream().send_request(primary(), here);
         assert_eq!(send.peer, Some("239.69.1.1:5004".parse().unwrap()));
         assert_eq!(send.bind, "10.0.0.1:0".parse().unwrap());
         assert_eq!(send.max_datagram, 1164);
@@ -211,6 +275,31 @@ mod tests {
         let description = stream().describe(Ipv4Addr::new(10, 0, 0, 1), 7, &clock);
         let text = description.to_sdp();
         let parsed = SessionDescription::parse(&text).unwrap();
-        assert_eq!(StreamSpec::from_description(&parsed), stream());
+        let described = StreamSpec::from_description(&parsed);
+        assert!(described.described);
+        assert_eq!(
+            StreamSpec {
+                described: false,
+                ..described
+            },
+            stream()
+        );
+    }
+
+    #[test]
+    fn a_second_path_has_flows_of_its_own() {
+        let stream = StreamSpec {
+            secondary: Some("239.70.1.1:5004".parse().unwrap()),
+            ..stream()
+        };
+        let paths: Vec<_> = stream.paths().collect();
+        assert_eq!(paths.len(), 2);
+        let second = Ipv4Addr::new(10, 1, 0, 1);
+        let receive = stream.receive_request(paths[1], second);
+        assert_eq!(receive.bind, "239.70.1.1:5004".parse().unwrap());
+        assert_eq!(receive.name, "stage in (secondary)");
+        assert_eq!(receive.multicast.unwrap().interface, second);
+        let send = stream.send_request(paths[1], second);
+        assert_eq!(send.peer, Some("239.70.1.1:5004".parse().unwrap()));
     }
 }

@@ -15,7 +15,15 @@
 //! clock's label, and the CPU each service process and each graph thread
 //! used, in % of a core.
 //!
-//! It owns the LAN (removed with its namespaces when dropped), the service
+//! With `[subject.foreign]`, host a is a device of another maker instead
+//! (`tessera_workloads`' foreign sender: its own clock, its own jitter, a
+//! payload type its SDP tells) and b, the only tessera host, plays its
+//! streams by arrival: no marker, no round trip; resyncs and slips count.
+//! With `[subject.paths]`, a and b are joined by two impaired paths
+//! ([`network`]) and every stream goes on both (ST 2022-7); a
+//! configuration's `cut` takes the second down during the window.
+//!
+//! It owns the LAN ([`network`]: removed with its namespaces), the service
 //! processes (stopped by their PIDs however the run ends, their logs
 //! removed), the hosts' graphs (stopped before their services) and the
 //! thread that samples them. Nothing it adds runs on a real-time thread
@@ -31,13 +39,15 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+mod network;
+
 use crate::cells::{role, setup_for};
 use crate::figures::{latency_metric, within_cell};
 use crate::harness::net_service::{await_listening, spawn_service};
 use crate::harness::servers::{program_beside_us, unique, OwnedChild};
-use tessera_aes67::JitterCounters;
+use network::{Cut, Network, PathGroup};
 use tessera_graph::ThreadSetup;
-use tessera_measure::{ConfigurationResult, Counter, RunResults};
+use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults};
 use tessera_scenario::{
     aes67_role, Aes67Subject, Configuration, Scenario, Sched, ServicePlan, Subject,
 };
@@ -48,6 +58,7 @@ use tessera_services::net::{Class, Discipline};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
 use tessera_sys::proc::{current_pid, current_tid, thread_cpu_ns, thread_name, threads_of, Pid};
 use tessera_sys::sched::{set_policy, Policy};
+use tessera_workloads::foreign_sender::ForeignSenderSpec;
 use tessera_workloads::lan::{End, HostId, Lan};
 
 /// The round trip of the marker, and the metric the report's table reads.
@@ -83,10 +94,14 @@ pub(crate) struct Aes67Run {
     keeper: Option<JoinHandle<Kept>>,
     release: Option<mpsc::Sender<u64>>,
     services: Vec<Service>,
+    /// When the second path is cut, into the window, and the cut once armed.
+    cut_after: Option<Duration>,
+    cut: Option<Cut>,
+    warmup: Duration,
     dir: RunDir,
     about: About,
     /// Last: the namespaces go when everything in them has stopped.
-    lan: Lan,
+    network: Network,
 }
 
 /// What the report says of the configuration, from its start to its
@@ -99,6 +114,8 @@ struct About {
     deadline: Duration,
     /// Each receiver's: the packet ages' deadline.
     latency: Duration,
+    /// Whether a marker goes round (not from a foreign sender).
+    markers: bool,
 }
 
 /// What it measured, with what the report says of the configuration.
@@ -106,6 +123,7 @@ pub(crate) struct Aes67Data {
     window: Option<Window>,
     /// Each host's report when stopped (its errors, if it failed to stop).
     stopped: Vec<Result<HostReport, String>>,
+    /// What the services, the devices, the paths and the cut said at the end.
     services: Vec<String>,
     about: About,
 }
@@ -243,19 +261,30 @@ fn keep(
 
 /// The stream `k` (1-based) from host `from` to its neighbour `to`:
 /// multicast, a group per hop, direction and stream (a lone host's from
-/// 0 to 0).
+/// 0 to 0), and one per path.
 fn stream(subject: &Aes67Subject, from: usize, to: usize, k: usize) -> StreamSpec {
     let hop = from.min(to);
     let direction = usize::from(to < from);
     let names = subject.host_names();
-    StreamSpec {
-        name: format!("{}-{}-{k}", names[from], names[to]),
-        address: SocketAddrV4::new(
-            Ipv4Addr::new(239, 69, (10 + 2 * hop + direction) as u8, k as u8),
+    let group = |network| {
+        SocketAddrV4::new(
+            Ipv4Addr::new(239, network, (10 + 2 * hop + direction) as u8, k as u8),
             PORT,
-        ),
-        format: subject.format,
-        payload_type: PAYLOAD_TYPE,
+        )
+    };
+    let stream = StreamSpec::new(
+        format!("{}-{}-{k}", names[from], names[to]),
+        group(69),
+        subject.format,
+        PAYLOAD_TYPE,
+    );
+    StreamSpec {
+        // The second network's group, one more in the second octet.
+        secondary: subject.paths.map(|_| group(70)),
+        // A foreign sender's payload type, as its SDP would say.
+        payload_type: subject.foreign.map_or(PAYLOAD_TYPE, |f| f.payload_type),
+        described: subject.foreign.is_some(),
+        ..stream
     }
 }
 
@@ -272,6 +301,10 @@ fn streams_of(
     if subject.hosts == 1 {
         let looped: Vec<_> = ks.map(|k| stream(subject, 0, 0, k)).collect();
         return (looped.clone(), looped);
+    }
+    if subject.foreign.is_some() {
+        // b receives the device's streams and sends nothing.
+        return (ks.map(|k| stream(subject, 0, 1, k)).collect(), Vec::new());
     }
     if i > 0 {
         receive.extend(ks.clone().map(|k| stream(subject, i - 1, i, k)));
@@ -313,29 +346,38 @@ fn graph_setup(sched: &Sched, core: Option<usize>, tid: Arc<AtomicI32>) -> Threa
     })
 }
 
-/// Host `i`'s graph on `interface`, reaching its service at `service`: a
-/// marker at the first host, forwarding elsewhere; its engine thread set
-/// up by `setup`.
+/// Host `i`'s graph on `interfaces` (the primary network's, the
+/// secondary's), reaching its service at `service`: a marker at the first
+/// host, forwarding elsewhere, playing into nothing what a foreign device
+/// sends; its engine thread set up by `setup`.
 fn host_config(
     subject: &Aes67Subject,
     (i, streams): (usize, usize),
-    (service, interface): (&Path, Ipv4Addr),
+    (service, interfaces): (&Path, (Ipv4Addr, Option<Ipv4Addr>)),
     setup: ThreadSetup,
     clock: &MediaClock,
 ) -> HostConfig {
     let (receive, send) = streams_of(subject, i, streams);
-    let route = match i {
-        0 => Route::Marker {
+    let route = match (i, subject.foreign) {
+        (_, Some(_)) => Route::Tone,
+        (0, None) => Route::Marker {
             interval_frames: marker_interval(subject),
         },
         _ => Route::Forward,
+    };
+    let playout = match subject.foreign {
+        Some(f) => Playout::Arrival {
+            max_slip_ppm: f.max_slip_ppm,
+        },
+        None => Playout::MediaClock,
     };
     let packet = subject.format.packet_time_ns();
     let buffer = (subject.latency.as_nanos() as u64 + packet).div_ceil(packet) as usize * 2;
     HostConfig {
         name: subject.host_names()[i].to_string(),
         service: service.to_path_buf(),
-        interface,
+        interface: interfaces.0,
+        secondary_interface: interfaces.1,
         receive,
         send,
         route,
@@ -343,7 +385,7 @@ fn host_config(
         sample_rate: subject.format.sample_rate,
         latency_frames: frames_of(subject, subject.latency) as u32,
         buffer_packets: buffer.max(MIN_BUFFER_PACKETS),
-        playout: Playout::MediaClock,
+        playout,
         clock: clock.clone(),
         workers: 0,
         setup: Some(setup),
@@ -400,25 +442,78 @@ fn raise_real_time_thread(pid: Pid, priority: u32) -> Result<(), String> {
     set_policy(tid, &Policy::Fifo { priority }).map_err(|e| e.to_string())
 }
 
+/// The groups each path's relay forwards: every stream's, each way, on
+/// its path's network.
+fn path_groups(subject: &Aes67Subject, streams: usize) -> [Vec<PathGroup>; 2] {
+    let mut groups = [Vec::new(), Vec::new()];
+    for (sender, receiver) in [(0, 1), (1, 0)] {
+        for k in 1..=streams {
+            let s = stream(subject, sender, receiver, k);
+            groups[0].push(PathGroup {
+                group: s.address,
+                sender,
+            });
+            groups[1].extend(s.secondary.map(|group| PathGroup { group, sender }));
+        }
+    }
+    groups
+}
+
+/// What a foreign device in host a sends: each of b's streams, from its
+/// address, on its own clock.
+fn device_specs(
+    subject: &Aes67Subject,
+    streams: usize,
+    interface: Ipv4Addr,
+) -> Vec<ForeignSenderSpec> {
+    let Some(foreign) = subject.foreign else {
+        return Vec::new();
+    };
+    (1..=streams)
+        .map(|k| {
+            let s = stream(subject, 0, 1, k);
+            ForeignSenderSpec {
+                destination: s.address,
+                interface,
+                payload_type: foreign.payload_type,
+                bytes_per_sample: s.format.encoding.bytes_per_sample(),
+                channels: s.format.channels,
+                sample_rate: s.format.sample_rate,
+                frames_per_packet: s.format.frames_per_packet,
+                clock_ppm: foreign.clock_ppm,
+                jitter: foreign.jitter,
+                seed: 26 + k as u64,
+                fifo_priority: None,
+            }
+        })
+        .collect()
+}
+
 impl Aes67Run {
     pub(crate) fn start(scenario: &Scenario, config: &Configuration) -> Result<Aes67Run, String> {
         let Subject::Aes67(subject) = &scenario.subject else {
             unreachable!("called for aes67 subjects only")
         };
-        let streams = config.aes67.expect("validated for aes67 subjects").streams;
-        let names = subject.host_names().to_vec();
-        let mut lan = Lan::new();
-        let ids = names
-            .iter()
-            .map(|name| lan.add_host(name))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| e.to_string())?;
-        let bridge = lan.bridge(&ids).map_err(|e| e.to_string())?;
+        let settings = config.aes67.expect("validated for aes67 subjects");
+        let streams = settings.streams;
+        let all = subject.host_names();
+        let mut network = match &subject.paths {
+            Some(paths) => {
+                Network::two_paths([all[0], all[1]], paths, path_groups(subject, streams))?
+            }
+            None => Network::bridged(all)?,
+        };
+        let device_address = network.interfaces(0).0;
+        network.start_devices(0, device_specs(subject, streams, device_address))?;
+        // The hosts that run tessera, by their index among all.
+        let names = subject.tessera_hosts().to_vec();
+        let first = all.len() - names.len();
         let dir = RunDir::create()?;
         let mut services = Vec::new();
-        for (&id, &name) in ids.iter().zip(&names) {
+        for (k, &name) in names.iter().enumerate() {
             let sched = role(config, &aes67_role("service", name));
-            services.push(start_service(&lan, (id, name), sched, &dir.0)?);
+            let host = (network.host(first + k), name);
+            services.push(start_service(network.lan(), host, sched, &dir.0)?);
         }
         let clock =
             MediaClock::system("every host is a namespace of this machine: they share its clock");
@@ -426,24 +521,24 @@ impl Aes67Run {
         let mut probes = Vec::new();
         // From the last to the first: each stream's receiver is there
         // before its sender, and host a's markers start last.
-        for i in (0..names.len()).rev() {
+        for k in (0..names.len()).rev() {
             let tid = Arc::new(AtomicI32::new(0));
-            let sched = role(config, &aes67_role("graph", names[i]));
+            let sched = role(config, &aes67_role("graph", names[k]));
             let host = host_config(
                 subject,
-                (i, streams),
-                (&services[i].socket, lan.bridge_address(bridge, ids[i])),
+                (first + k, streams),
+                (&services[k].socket, network.interfaces(first + k)),
                 graph_setup(sched, scenario.core, tid.clone()),
                 &clock,
             );
             hosts.insert(
                 0,
-                Host::start(host).map_err(|e| format!("host {}: {e}", names[i]))?,
+                Host::start(host).map_err(|e| format!("host {}: {e}", names[k]))?,
             );
             probes.insert(
                 0,
                 CpuProbe {
-                    service: services[i].child.pid(),
+                    service: services[k].child.pid(),
                     graph: tid,
                 },
             );
@@ -458,6 +553,9 @@ impl Aes67Run {
             keeper: Some(keeper),
             release: Some(release),
             services,
+            cut_after: settings.cut,
+            cut: None,
+            warmup,
             dir,
             about: About {
                 describe: describe(subject, streams),
@@ -466,27 +564,37 @@ impl Aes67Run {
                 streams,
                 deadline: subject.deadline,
                 latency: subject.latency,
+                markers: subject.foreign.is_none(),
             },
-            lan,
+            network,
         })
     }
 
-    /// The measured window's clock starts at `t0` (CLOCK_MONOTONIC).
-    pub(crate) fn release(&mut self, t0: u64) {
+    /// The measured window's clock starts at `t0` (CLOCK_MONOTONIC); a
+    /// cut is armed from it.
+    pub(crate) fn release(&mut self, t0: u64) -> Result<(), String> {
         if let Some(release) = &self.release {
             let _ = release.send(t0);
         }
+        if let Some(after) = self.cut_after {
+            let at = t0 + (self.warmup + after).as_nanos() as u64;
+            self.cut = Some(self.network.cut_at(at)?);
+        }
+        Ok(())
     }
 
-    /// Stops the graphs, then the services, then removes the LAN.
+    /// Stops the graphs, the devices, the services and the paths, then
+    /// removes the LAN.
     pub(crate) fn finish(self) -> Aes67Data {
         let Aes67Run {
             keeper,
             release,
             services,
+            cut,
             dir,
             about,
-            lan,
+            mut network,
+            ..
         } = self;
         // Without a release the keeper gives the hosts back at once.
         drop(release);
@@ -500,12 +608,14 @@ impl Aes67Run {
             }
             _ => (None, vec![Err("the hosts' keeper thread panicked".into())]),
         };
-        let services = services.into_iter().map(Service::stop).collect();
-        drop((dir, lan));
+        let mut notes = network.stop_outside();
+        notes.extend(cut.map(Cut::finish));
+        notes.extend(services.into_iter().map(Service::stop));
+        drop((dir, network));
         Aes67Data {
             window,
             stopped,
-            services,
+            services: notes,
             about,
         }
     }
@@ -514,6 +624,27 @@ impl Aes67Run {
 /// The configuration in a line: the chain, the streams, the timing (the
 /// roles are the runner's note).
 fn describe(subject: &Aes67Subject, streams: usize) -> String {
+    let f = &subject.format;
+    let format = format!(
+        "{streams} stream(s) each way of {} ch {}/{} Hz, {} µs packets",
+        f.channels,
+        f.encoding.name(),
+        f.sample_rate,
+        f.packet_time_ns() / 1000
+    );
+    if let Some(foreign) = subject.foreign {
+        return format!(
+            "host a a foreign device (its own RTP, payload type {}, clock {:+} ppm, up to {:.3} ms \
+             of send jitter) on a bridge with b; {} from a to b; b plays them by arrival {:.3} ms \
+             behind the fastest packet, slipping at most {} ppm",
+            foreign.payload_type,
+            foreign.clock_ppm,
+            foreign.jitter.as_secs_f64() * 1e3,
+            format.replacen(" each way", "", 1),
+            subject.latency.as_secs_f64() * 1e3,
+            foreign.max_slip_ppm
+        );
+    }
     let names = subject.host_names();
     let back = names.iter().rev().skip(1);
     let chain = match names {
@@ -525,35 +656,24 @@ fn describe(subject: &Aes67Subject, streams: usize) -> String {
             .collect::<Vec<_>>()
             .join(" → "),
     };
-    let f = &subject.format;
+    let network = match subject.paths {
+        None => "hosts on a bridge".to_string(),
+        Some(p) => format!(
+            "hosts on two paths (ST 2022-7), each losing {:.2} % and delaying {:.3} ms plus up to \
+             {:.3} ms",
+            p.loss * 100.0,
+            p.delay.as_secs_f64() * 1e3,
+            p.jitter.as_secs_f64() * 1e3
+        ),
+    };
     format!(
-        "hosts on a bridge, {}; {streams} stream(s) each way of {} ch {}/{} Hz, {} µs packets; \
-         each receiver {:.3} ms behind the media clock ({} hops: {:.3} ms round trip); a marker \
-         every {:.0} ms per stream",
-        chain,
-        f.channels,
-        f.encoding.name(),
-        f.sample_rate,
-        f.packet_time_ns() / 1000,
+        "{network}, {chain}; {format}; each receiver {:.3} ms behind the media clock ({} hops: \
+         {:.3} ms round trip); a marker every {:.0} ms per stream",
         subject.latency.as_secs_f64() * 1e3,
         subject.hops(),
         (subject.latency * subject.hops() as u32).as_secs_f64() * 1e3,
         marker_interval(subject) as f64 * 1e3 / f64::from(f.sample_rate),
     )
-}
-
-/// `end − start` of every count.
-fn difference(start: &StreamCounts, end: &StreamCounts) -> StreamCounts {
-    let (a, b) = (start.jitter.to_array(), end.jitter.to_array());
-    StreamCounts {
-        jitter: JitterCounters::from_array(std::array::from_fn(|i| b[i].saturating_sub(a[i]))),
-        not_rtp: end.not_rtp.saturating_sub(start.not_rtp),
-        silent_frames: end.silent_frames.saturating_sub(start.silent_frames),
-        resyncs: end.resyncs.saturating_sub(start.resyncs),
-        sent: end.sent.saturating_sub(start.sent),
-        send_full: end.send_full.saturating_sub(start.send_full),
-        service_gone: end.service_gone,
-    }
 }
 
 /// The window's counts of each stream, by name and direction, summed per
@@ -562,7 +682,7 @@ fn per_direction(window: &Window) -> Vec<(String, StreamCounts)> {
     let mut sums: Vec<(String, StreamCounts)> = Vec::new();
     for ((start, _), (end, _)) in window.start.iter().zip(&window.end) {
         for (s, e) in start.streams.iter().zip(&end.streams) {
-            let d = difference(&s.counts, &e.counts);
+            let d = e.counts.since(&s.counts);
             let hop = s.name.rsplit_once('-').map_or(s.name.as_str(), |(h, _)| h);
             let at = match sums.iter().position(|(h, _)| h == hop) {
                 Some(at) => at,
@@ -571,21 +691,10 @@ fn per_direction(window: &Window) -> Vec<(String, StreamCounts)> {
                     sums.len() - 1
                 }
             };
-            add(&mut sums[at].1, &d);
+            sums[at].1.add(&d);
         }
     }
     sums
-}
-
-fn add(sum: &mut StreamCounts, d: &StreamCounts) {
-    let (a, b) = (sum.jitter.to_array(), d.jitter.to_array());
-    sum.jitter = JitterCounters::from_array(std::array::from_fn(|i| a[i] + b[i]));
-    sum.not_rtp += d.not_rtp;
-    sum.silent_frames += d.silent_frames;
-    sum.resyncs += d.resyncs;
-    sum.sent += d.sent;
-    sum.send_full += d.send_full;
-    sum.service_gone |= d.service_gone;
 }
 
 /// A hop direction's counts: "aes67 a → b received", …
@@ -603,6 +712,12 @@ fn direction_counters((hop, c): &(String, StreamCounts)) -> Vec<Counter> {
             ("too early", j.too_early),
             ("frames silent", c.silent_frames),
             ("resyncs", c.resyncs),
+            ("frames dropped", c.frames_dropped),
+            ("frames repeated", c.frames_repeated),
+            ("wrong payload type", c.wrong_payload_type),
+            ("copies merged", c.merge.duplicates),
+            ("path 1 lost", c.merge.paths[0].lost),
+            ("path 2 lost", c.merge.paths[1].lost),
         ]
         .map(|(what, n)| (format!("aes67 {}: {what}", hop.replace('-', " → ")), n)),
     )
@@ -617,7 +732,8 @@ fn direction_note((hop, c): &(String, StreamCounts)) -> String {
     };
     format!(
         "aes67 {}: sent {} (service full {}); received {}, lost {}, late {}, duplicates {}, \
-         reordered {}, too early {}; {} frames silent; {} resyncs{gone}",
+         reordered {}, too early {}; {} frames silent; {} resyncs; slips: {} frames dropped, {} \
+         repeated; paths: {} copies merged, path 1 lost {}, path 2 lost {}{gone}",
         hop.replace('-', " → "),
         c.sent,
         c.send_full,
@@ -628,7 +744,12 @@ fn direction_note((hop, c): &(String, StreamCounts)) -> String {
         j.reordered,
         j.too_early,
         c.silent_frames,
-        c.resyncs
+        c.resyncs,
+        c.frames_dropped,
+        c.frames_repeated,
+        c.merge.duplicates,
+        c.merge.paths[0].lost,
+        c.merge.paths[1].lost
     )
 }
 
@@ -665,6 +786,10 @@ struct Figures {
     markers_written: u64,
     packets_lost: u64,
     packets_late: u64,
+    /// Resyncs and frames slipped over all received streams (None in
+    /// results from before they were counted).
+    resyncs: Option<u64>,
+    slipped: Option<u64>,
     /// In the hosts' order.
     hosts: Vec<HostFigures>,
 }
@@ -682,6 +807,8 @@ const MARKERS_LOST: &str = "aes67 markers lost";
 const MARKERS_WRITTEN: &str = "aes67 markers written";
 const PACKETS_LOST: &str = "aes67 packets lost";
 const PACKETS_LATE: &str = "aes67 packets late";
+const RESYNCS: &str = "aes67 resyncs";
+const SLIPPED: &str = "aes67 frames slipped";
 /// A host's counters: "aes67 xruns a", …
 const XRUNS: &str = "aes67 xruns";
 const SERVICE_CPU: &str = "aes67 service CPU";
@@ -699,6 +826,11 @@ impl Figures {
 
     fn packets(&self) -> String {
         format!("{} / {}", self.packets_lost, self.packets_late)
+    }
+
+    fn resyncs_and_slips(&self) -> String {
+        let or_dash = |n: Option<u64>| n.map_or("–".into(), |n| n.to_string());
+        format!("{} / {}", or_dash(self.resyncs), or_dash(self.slipped))
     }
 
     fn xruns(&self) -> String {
@@ -720,6 +852,9 @@ impl Figures {
             (PACKETS_LOST, self.packets_lost),
             (PACKETS_LATE, self.packets_late),
         ]);
+        for (name, value) in [(RESYNCS, self.resyncs), (SLIPPED, self.slipped)] {
+            counters.extend(value.map(|n| Counter::count(name, n)));
+        }
         for h in &self.hosts {
             counters.extend([
                 Counter::count(host_counter(XRUNS, h.name), h.xruns),
@@ -742,7 +877,7 @@ impl Figures {
     fn from_result(result: &ConfigurationResult) -> Option<Figures> {
         let hosts = tessera_scenario::aes67::HOST_NAMES
             .iter()
-            .map_while(|&name| {
+            .filter_map(|&name| {
                 let value = |what| Some(result.counter(&host_counter(what, name))?.value);
                 Some(HostFigures {
                     name,
@@ -757,6 +892,8 @@ impl Figures {
             markers_written: result.count(MARKERS_WRITTEN)?,
             packets_lost: result.count(PACKETS_LOST)?,
             packets_late: result.count(PACKETS_LATE)?,
+            resyncs: result.count(RESYNCS),
+            slipped: result.count(SLIPPED),
             hosts,
         })
     }
@@ -778,7 +915,7 @@ pub(crate) fn metrics(data: Aes67Data) -> Measured {
         let total = directions
             .iter()
             .fold(StreamCounts::default(), |mut s, (_, c)| {
-                add(&mut s, c);
+                s.add(c);
                 s
             });
         let share =
@@ -800,6 +937,8 @@ pub(crate) fn metrics(data: Aes67Data) -> Measured {
             markers_written: a.1.markers_written.saturating_sub(a.0.markers_written),
             packets_lost: total.jitter.lost,
             packets_late: total.jitter.late,
+            resyncs: Some(total.resyncs),
+            slipped: Some(total.frames_dropped + total.frames_repeated),
             hosts,
         };
         notes.push(format!("{MARKERS_NOTE}{}", figures.markers()));
@@ -810,11 +949,13 @@ pub(crate) fn metrics(data: Aes67Data) -> Measured {
         notes.push(format!("{SERVICE_CPU_NOTE}{}", figures.service_cpu()));
         notes.push(format!("{GRAPH_CPU_NOTE}{}", figures.graph_cpu()));
         counters.extend(figures.counters());
-        metrics.push(latency_metric(
-            METRIC,
-            Some(deadline_us),
-            w.latencies_ns.iter().copied(),
-        ));
+        if data.about.markers {
+            metrics.push(latency_metric(
+                METRIC,
+                Some(deadline_us),
+                w.latencies_ns.iter().copied(),
+            ));
+        }
         let latency_us = data.about.latency.as_nanos() as f64 / 1000.0;
         metrics.push(latency_metric(
             AGE_METRIC,
@@ -844,31 +985,35 @@ pub fn report_section(results: &RunResults) -> String {
     let mut rows = String::new();
     let mut deadline = None;
     for c in &results.configurations {
-        let Some(m) = c.metric(METRIC) else { continue };
-        deadline = deadline.or(m.deadline);
-        let s = &m.summary;
-        let within = within_cell(s.misses);
+        let (round_trip, ages) = (c.metric(METRIC), c.metric(AGE_METRIC));
+        if round_trip.is_none() && ages.is_none() {
+            continue;
+        }
+        deadline = deadline.or(round_trip.and_then(|m| m.deadline));
+        let summary = |m: Option<&Metric>| {
+            m.map_or("–".into(), |m| {
+                let s = &m.summary;
+                format!(
+                    "{:.2} / {:.2} / {:.2}",
+                    s.p50 / 1000.0,
+                    s.p999 / 1000.0,
+                    s.max / 1000.0
+                )
+            })
+        };
+        let within = round_trip.map_or("–".into(), |m| within_cell(m.summary.misses));
         let figures = Figures::from_result(c);
         let cell = |f: fn(&Figures) -> String| figures.as_ref().map_or("–".into(), f);
-        let ages = c.metric(AGE_METRIC).map_or("–".into(), |a| {
-            let a = &a.summary;
-            format!(
-                "{:.2} / {:.2} / {:.2}",
-                a.p50 / 1000.0,
-                a.p999 / 1000.0,
-                a.max / 1000.0
-            )
-        });
         let _ = writeln!(
             rows,
-            "| {} | {} | {:.2} / {:.2} / {:.2} | {within} | {ages} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {within} | {} | {} | {} | {} | {} | {} | {} |",
             c.name,
             c.count(STREAMS).map_or("–".into(), |n| n.to_string()),
-            s.p50 / 1000.0,
-            s.p999 / 1000.0,
-            s.max / 1000.0,
+            summary(round_trip),
+            summary(ages),
             cell(Figures::markers),
             cell(Figures::packets),
+            cell(Figures::resyncs_and_slips),
             cell(Figures::xruns),
             cell(Figures::service_cpu),
             cell(Figures::graph_cpu),
@@ -884,14 +1029,16 @@ pub fn report_section(results: &RunResults) -> String {
          The marker's round trip (first sample in → the same sample out at host a) over the \
          measured window, against the deadline of {deadline_ms}; every received packet's age at \
          arrival (from the media time of its first sample to the kernel's receive stamp, in \
-         {step} µs steps: what a receiver's latency must cover); markers and packets lost or late \
-         over all hosts and directions (a packet is lost when its first frame is not there when \
-         played — its later frames may still be heard; late when all of it came after); xruns \
-         and CPU (% of a core) per host.\n\n\
+         {step} µs steps: what a receiver's latency must cover; for a foreign sender played by \
+         arrival, from the fastest packet of the playout's window instead, and no marker goes \
+         round); markers and packets lost or late over all hosts and directions, after the merge \
+         of two paths (a packet is lost when its first frame is not there when played — its later \
+         frames may still be heard; late when all of it came after); the received streams' \
+         resyncs and frames slipped; xruns and CPU (% of a core) per host.\n\n\
          | configuration | streams each way | round trip p50 / p99.9 / max (ms) | ≤ {deadline_ms} | \
-         packet age p50 / p99.9 / max (ms) | markers lost | packets lost / late | xruns | \
-         service CPU % | graph CPU % |\n\
-         |---|--:|---|---|---|---|---|---|---|---|\n{rows}"
+         packet age p50 / p99.9 / max (ms) | markers lost | packets lost / late | resyncs / \
+         slips | xruns | service CPU % | graph CPU % |\n\
+         |---|--:|---|---|---|---|---|---|---|---|---|\n{rows}"
     )
 }
 
@@ -918,8 +1065,7 @@ impl crate::subject::contract::Subject for Kind {
 
 impl Running for Aes67Run {
     fn release(&mut self, t0: u64) -> Result<(), String> {
-        Aes67Run::release(self, t0);
-        Ok(())
+        Aes67Run::release(self, t0)
     }
 
     fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
@@ -945,6 +1091,8 @@ mod tests {
             format: StreamFormat::with_packet_time(Encoding::L24, 48_000, 8, 1000).unwrap(),
             latency: Duration::from_micros(1750),
             deadline: Duration::from_millis(8),
+            foreign: None,
+            paths: None,
         }
     }
 
@@ -996,6 +1144,8 @@ mod tests {
             markers_written: 500,
             packets_lost: 2,
             packets_late: 3,
+            resyncs: Some(0),
+            slipped: Some(7),
             hosts: vec![host("a", 4, 12.5), host("b", 0, 11.0)],
         };
         let result = ConfigurationResult {
@@ -1018,10 +1168,60 @@ mod tests {
         let section = report_section(&results);
         assert!(
             section.contains(
-                "| 1 of 500 | 2 / 3 | 4.0 / 0.0 (a / b) | 12.5 / 11.0 (a / b) | 3.2 / 3.2 (a / b) |"
+                "| 1 of 500 | 2 / 3 | 0 / 7 | 4.0 / 0.0 (a / b) | 12.5 / 11.0 (a / b) | 3.2 / 3.2 (a / b) |"
             ),
             "{section}"
         );
+    }
+
+    #[test]
+    fn a_foreign_device_sends_to_b_which_sends_nothing() {
+        let mut s = subject(2);
+        s.foreign = Some(tessera_scenario::aes67::ForeignSender {
+            jitter: Duration::from_millis(1),
+            clock_ppm: 50.0,
+            payload_type: 101,
+            max_slip_ppm: 200,
+        });
+        let (rx, tx) = streams_of(&s, 1, 2);
+        assert!(tx.is_empty());
+        assert_eq!(rx.len(), 2);
+        assert!(rx.iter().all(|r| r.payload_type == 101 && r.described));
+        let specs = device_specs(&s, 2, Ipv4Addr::new(10, 0, 0, 1));
+        assert_eq!(specs.len(), 2);
+        assert_eq!(specs[1].destination, rx[1].address);
+        assert_eq!((specs[0].payload_type, specs[0].clock_ppm), (101, 50.0));
+        assert!(describe(&s, 2).contains("foreign device"));
+    }
+
+    #[test]
+    fn two_paths_carry_every_stream_each_way_on_a_group_of_their_own() {
+        let mut s = subject(2);
+        s.paths = Some(tessera_scenario::aes67::RedundantPaths {
+            loss: 0.01,
+            delay: Duration::from_millis(1),
+            jitter: Duration::from_millis(1),
+        });
+        let [first, second] = path_groups(&s, 2);
+        assert_eq!((first.len(), second.len()), (4, 4));
+        let ab = stream(&s, 0, 1, 1);
+        assert_eq!(
+            first[0],
+            PathGroup {
+                group: ab.address,
+                sender: 0
+            }
+        );
+        assert_eq!(
+            second[0],
+            PathGroup {
+                group: ab.secondary.unwrap(),
+                sender: 0
+            }
+        );
+        assert_eq!(*ab.secondary.unwrap().ip(), Ipv4Addr::new(239, 70, 10, 1));
+        assert_eq!(second[2].sender, 1);
+        assert!(describe(&s, 1).contains("two paths"));
     }
 
     #[test]
