@@ -101,6 +101,7 @@ fn not_run(config: &Configuration, why: String) -> ConfigurationResult {
         counters: Vec::new(),
         notes: vec![format!("not run: {why}")],
         metrics: Vec::new(),
+        why: None,
     }
 }
 
@@ -294,6 +295,7 @@ fn collect(
         counters,
         notes,
         metrics,
+        why: None,
     }
 }
 

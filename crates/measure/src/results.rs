@@ -16,6 +16,7 @@ use crate::histogram::LatencyHistogram;
 use crate::machine::MachineInfo;
 use crate::series::Series;
 use crate::stats::Summary;
+use crate::why::Why;
 
 /// One experiment run: every configuration of one scenario on one machine.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -47,6 +48,10 @@ pub struct ConfigurationResult {
     /// same in words); absent from files written before counters were.
     #[serde(default)]
     pub counters: Vec<Counter>,
+    /// Why its deadlines were missed, when the run traced its threads
+    /// (`tessera run --why`); absent otherwise and from older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<Why>,
 }
 
 /// One figure of a configuration: a count ("xruns", unit "count") or a
@@ -243,6 +248,7 @@ mod tests {
                     Counter::count("xruns", 3),
                     Counter::new("reserved ÷ used", 1.5, "ratio"),
                 ],
+                why: None,
             }],
             ..RunResults::start("music-isolation")
         }

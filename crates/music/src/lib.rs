@@ -275,6 +275,7 @@ fn results(
                 series: Vec::new(),
             },
         ],
+        why: None,
     });
     results
 }

@@ -245,14 +245,14 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Outcome, Br
                         100.0 * stats.misses() as f64 / stats.released().max(1) as f64,
                         stats.skipped
                     )],
-                    metrics: vec![metric],
-                }
+                    metrics: vec![metric], why: None, }
             }
             Err(e) => ConfigurationResult {
                 name: config.name().to_string(),
                 counters: Vec::new(),
                 notes: vec![format!("not run: {e}")],
                 metrics: Vec::new(),
+                why: None,
             },
         };
         results.configurations.push(result);

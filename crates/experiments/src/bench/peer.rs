@@ -207,6 +207,7 @@ fn results(options: &Options, figures: &[Figures]) -> RunResults {
             counters: Vec::new(),
             notes,
             metrics,
+            why: None,
         });
     }
     results

@@ -393,6 +393,7 @@ fn collect(
         counters,
         notes,
         metrics,
+        why: None,
     };
     (result, windows)
 }

@@ -307,6 +307,7 @@ mod tests {
                 .chain(notes.iter().cloned())
                 .collect(),
             metrics: Vec::new(),
+            why: None,
         }
     }
 

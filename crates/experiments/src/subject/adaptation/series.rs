@@ -468,6 +468,7 @@ mod tests {
                 counters: Vec::new(),
                 notes: vec![adapting.into()],
                 metrics,
+                why: None,
             }
         };
         let results = RunResults {

@@ -1005,6 +1005,7 @@ mod tests {
                 [1_000_000].into_iter(),
             )],
             counters: figures.counters(),
+            why: None,
         };
         assert_eq!(result.count("aes67 xruns a"), Some(4));
         assert_eq!(Figures::from_result(&result), Some(figures));

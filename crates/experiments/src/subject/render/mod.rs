@@ -1407,6 +1407,7 @@ mod tests {
                 )
             }],
             counters,
+            why: None,
         };
         assert_eq!(result.count("group 60fps: not sent"), Some(4));
         assert_eq!(

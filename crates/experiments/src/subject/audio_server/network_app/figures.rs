@@ -516,6 +516,7 @@ mod tests {
             counters,
             notes,
             metrics,
+            why: None,
         };
         assert_eq!(result.count(&metric_name(UNDERRUNS, "B")), Some(4));
         assert_eq!(result.count(&metric_name(XRUNS, "A")), Some(1));
@@ -584,6 +585,7 @@ mod tests {
                 counters,
                 notes,
                 metrics,
+                why: None,
             });
         }
         let section = report_section(&results);
