@@ -358,6 +358,7 @@ mod tests {
             counters,
             notes: Vec::new(),
             metrics: Vec::new(),
+            why: None,
         }
     }
 
