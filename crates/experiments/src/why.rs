@@ -96,8 +96,10 @@ impl Tracing {
 impl Traced {
     /// The causes of `metrics`' misses released from `from_ns` on (the
     /// end of the warm-up, CLOCK_MONOTONIC): per metric with misses, the
-    /// traced misses of its threads by cause, and what the subject counted
-    /// beyond them as "unknown".
+    /// traced misses of its threads by cause — each also for the releases
+    /// of its period its cycle ran past (a cell's runtime counts each a
+    /// miss, dropped), as far as the subject counted them — and what the
+    /// subject counted beyond them as "unknown".
     pub(crate) fn why(self, metrics: &[Metric], from_ns: u64) -> Why {
         let a = self.attribution;
         let measured: Vec<_> = a
@@ -105,18 +107,21 @@ impl Traced {
             .iter()
             .filter(|m| m.release_ns >= from_ns)
             .collect();
-        let metric_of = |tid: i32| {
-            self.watched
+        let watched = |tid: i32| self.watched.iter().find(|w| w.watch.tid == tid);
+        let traced = |name: &str, counted: u64| {
+            let mine: Vec<_> = measured
                 .iter()
-                .find(|w| w.watch.tid == tid)
-                .map(|w| w.metric.as_str())
-        };
-        let traced = |name: &str| {
+                .filter(|m| watched(m.tid).is_some_and(|w| w.metric == name))
+                .collect();
             let mut causes = Causes::default();
-            measured
-                .iter()
-                .filter(|m| metric_of(m.tid) == Some(name))
-                .for_each(|m| causes.add(m));
+            mine.iter().for_each(|m| causes.add(m));
+            let mut left = counted.saturating_sub(causes.total());
+            for m in mine {
+                let period = watched(m.tid).and_then(|w| w.watch.period_ns);
+                let overrun = period.map_or(0, |p| m.releases_overrun(p)).min(left);
+                causes.add_overrun(m, overrun);
+                left -= overrun;
+            }
             causes
         };
         let mut names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
@@ -131,7 +136,7 @@ impl Traced {
                 .find(|m| m.name == name)
                 .and_then(|m| m.summary.misses)
                 .unwrap_or(0);
-            let seen = traced(name);
+            let seen = traced(name, counted);
             if counted > 0 || seen.total() > 0 {
                 by_metric.push(MetricCauses::new(name, counted, &seen));
             }
@@ -215,6 +220,43 @@ mod tests {
         assert_eq!(why.metrics[1].causes[&Cause::WokenLate], 1);
         assert_eq!(why.worst.len(), 2);
         assert_eq!(why.worst[0].release_ns, 30, "longest first");
+    }
+
+    #[test]
+    fn a_cycle_that_ran_past_its_next_releases_explains_their_misses() {
+        // A 10 µs period; a throttled cycle of 31 µs ran past 3 releases,
+        // which the runtime counted as misses too.
+        let traced = || {
+            let mut long = miss(1, 20, Cause::Throttled);
+            long.response_us = 31.0;
+            let mut short = miss(1, 100, Cause::Throttled);
+            short.response_us = 5.0;
+            let mut watch = watched(1, "response time");
+            watch.watch.period_ns = Some(10_000);
+            Traced {
+                attribution: Attribution {
+                    misses: vec![long, short],
+                    ..Attribution::default()
+                },
+                watched: vec![watch],
+            }
+        };
+        let counted = |misses| {
+            let mut response = Metric::latency(
+                "response time",
+                Some(1.0),
+                tessera_measure::LatencyHistogram::new(1000),
+            );
+            response.summary.misses = Some(misses);
+            vec![response]
+        };
+        let causes = |misses| {
+            let r = &traced().why(&counted(misses), 0).metrics[0];
+            (r.causes[&Cause::Throttled], r.causes[&Cause::Unknown])
+        };
+        assert_eq!(causes(5), (5, 0));
+        assert_eq!(causes(6), (5, 1));
+        assert_eq!(causes(3), (3, 0), "never more than the subject counted");
     }
 
     #[test]

@@ -32,8 +32,6 @@ subject = "cell:tight"
 "#;
 
 #[test]
-#[ignore = "tessera-why sees no wake-up or switch-in of a thread in a cell (only its switch-outs): \
-            every miss is unknown; run with --ignored once it does"]
 fn a_budget_too_small_is_named_throttled() {
     let Some(machine) = tessera_testkit::privileged("run --why: a budget too small") else {
         return;
@@ -56,8 +54,10 @@ fn a_budget_too_small_is_named_throttled() {
         .find(|m| m.metric == "response time")
         .unwrap_or_else(|| panic!("causes of the response time's misses: {why:?}"));
     assert!(response.misses > 0, "the budget is too small: {response:?}");
+    // Each release the long cycles ran past is a miss of the runtime's
+    // too, explained by the cycle's cause.
     assert!(
-        response.causes[&Cause::Throttled] > 0,
+        response.causes[&Cause::Throttled] * 10 >= response.misses * 9,
         "misses named throttled: {response:?}"
     );
     assert!(!why.worst.is_empty());
