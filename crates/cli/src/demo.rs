@@ -30,6 +30,10 @@ pub struct DemoArgs {
     /// Report directory (default results/demo-<time>).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Trace the application's threads and say why each deadline was
+    /// missed, in the report and results.json (docs/why.md).
+    #[arg(long, conflicts_with = "isolation")]
+    pub why: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -132,7 +136,8 @@ fn music_demo(opts: DemoArgs, privileged: bool, stamp: u64) -> Result<ExitCode, 
     let out_dir = opts
         .out
         .unwrap_or_else(|| PathBuf::from(format!("results/demo-{stamp}")));
-    let outcome = runner::run(&scenario, &out_dir, progress_line())?;
+    let options = runner::Options { why: opts.why };
+    let outcome = runner::run_with(&scenario, &out_dir, options, progress_line())?;
     let results = &outcome.results;
     if opts.json {
         println!("{}", serde_json::to_string(results).unwrap_or_default());

@@ -37,5 +37,5 @@ pub fn run(args: ProbeArgs) -> Result<ExitCode, Failure> {
     }
     let scenario = tessera_experiments::subject::probe::scenario(period, args.seconds)
         .map_err(|e| parse::invalid(e.to_string(), "e.g. --period 5ms --seconds 10"))?;
-    crate::run::run_scenario(&scenario, args.out, args.json)
+    crate::run::run_scenario(&scenario, args.out, Default::default(), args.json)
 }

@@ -26,6 +26,11 @@ pub struct RunArgs {
     /// Only check the scenario; run nothing.
     #[arg(long)]
     pub check: bool,
+    /// Trace the subject's threads and say why each deadline was missed:
+    /// causes per configuration and metric in results.json and the report
+    /// (docs/why.md; needs root, else every miss is "unknown").
+    #[arg(long)]
+    pub why: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -71,6 +76,7 @@ fn print_outcome(results: &RunResults, dir: &std::path::Path, json: bool) -> Exi
 pub fn run_scenario(
     scenario: &Scenario,
     out: Option<PathBuf>,
+    options: runner::Options,
     json: bool,
 ) -> Result<ExitCode, Failure> {
     let out_dir = out.unwrap_or_else(|| runner::default_out_dir(scenario));
@@ -81,7 +87,7 @@ pub fn run_scenario(
         scenario.total().as_secs_f64(),
         scenario.warmup.as_secs_f64()
     );
-    let outcome = runner::run(scenario, &out_dir, progress_line())?;
+    let outcome = runner::run_with(scenario, &out_dir, options, progress_line())?;
     Ok(print_outcome(&outcome.results, &outcome.report_dir, json))
 }
 
@@ -105,5 +111,6 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    run_scenario(&scenario, args.out, args.json)
+    let options = runner::Options { why: args.why };
+    run_scenario(&scenario, args.out, options, args.json)
 }

@@ -6,10 +6,10 @@
 
 use crate::failure::{failed, Failure};
 use clap::Args;
-use std::collections::HashMap;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tessera_broker::Session;
+use tessera_experiments::cells::cell_of_threads;
 use tessera_why::{Attribution, Cause, Miss, Tracer, Watch};
 
 pub const EXAMPLES: &str = "Examples:\n  tessera why synth\n  tessera why --pid 4242 --deadline 2ms --period 5ms --seconds 30\n  tessera why synth --seconds 60 --json";
@@ -140,19 +140,6 @@ fn threads(args: &WhyArgs, session: Option<&mut Session>) -> Result<Vec<i32>, Fa
             "name a cell (`tessera why CELL`) or a process (`--pid P`)",
         )),
     }
-}
-
-/// Every thread in a cell, by tid, with its cell's name.
-fn cell_of_threads(session: &mut Session) -> HashMap<i32, String> {
-    session
-        .list()
-        .unwrap_or_default()
-        .into_iter()
-        .flat_map(|c| {
-            let name = c.name.clone();
-            c.members.into_iter().map(move |m| (m.tid, name.clone()))
-        })
-        .collect()
 }
 
 /// The misses and xruns the cell has reported to the broker so far.

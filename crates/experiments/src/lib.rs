@@ -14,3 +14,4 @@ mod jack_peer;
 pub mod runner;
 mod scratch;
 pub mod subject;
+mod why;

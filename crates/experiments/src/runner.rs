@@ -3,7 +3,9 @@
 //! together, the warm-up left out of the statistics, everything stopped and
 //! the cells destroyed before the next configuration — then writes
 //! results.json (every sample in a histogram, the raw series for the plots)
-//! and the report directory.
+//! and the report directory. With [`Options::why`], the subject's threads
+//! are traced while each configuration runs and its results say why its
+//! deadlines were missed (`crate::why`).
 //!
 //! It must never judge a result, and never leave a cell, a thread or a
 //! process behind: every configuration ends in [`Live::finish`], error or not.
@@ -11,6 +13,7 @@
 use crate::cells::{cell_name, Cells};
 use crate::interference::{Loads, LoadsData};
 use crate::subject::{self, Running, Stopped};
+use crate::why::{Traced, Tracing};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_broker::{BrokerError, ErrorCode, Session};
@@ -38,6 +41,14 @@ pub struct Outcome {
     pub report_dir: PathBuf,
 }
 
+/// How a run runs, beyond its scenario.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// Trace the subject's threads and attribute every miss to a cause
+    /// (`tessera run --why`).
+    pub why: bool,
+}
+
 fn err(message: impl Into<String>) -> BrokerError {
     BrokerError::new(ErrorCode::Experiment, message, "")
 }
@@ -47,6 +58,16 @@ fn err(message: impl Into<String>) -> BrokerError {
 pub fn run(
     scenario: &Scenario,
     out_dir: &Path,
+    progress: impl FnMut(&Progress),
+) -> Result<Outcome, BrokerError> {
+    run_with(scenario, out_dir, Options::default(), progress)
+}
+
+/// [`run`], as `options` say.
+pub fn run_with(
+    scenario: &Scenario,
+    out_dir: &Path,
+    options: Options,
     mut progress: impl FnMut(&Progress),
 ) -> Result<Outcome, BrokerError> {
     let mut results = RunResults::start(scenario.name.clone());
@@ -74,7 +95,7 @@ pub fn run(
         let result = if !privileged && config.needs_privilege() {
             not_run(config, "needs CAP_SYS_NICE (root) for SCHED_FIFO and cells; tessera runs in best-effort mode here".into())
         } else {
-            match run_configuration(scenario, config, &mut report, &|| false) {
+            match configuration(scenario, config, options, &mut report, &|| false) {
                 Ok(r) => r,
                 // A configuration that cannot run is reported; the others
                 // still compare under the same conditions.
@@ -103,6 +124,7 @@ fn not_run(config: &Configuration, why: String) -> ConfigurationResult {
         counters: Vec::new(),
         notes: vec![format!("not run: {why}")],
         metrics: Vec::new(),
+        why: None,
     }
 }
 
@@ -133,11 +155,13 @@ pub fn write_report(results: &RunResults, dir: &Path) -> Result<(), BrokerError>
 struct Live {
     subject: Option<Box<dyn Running>>,
     loads: Loads,
+    tracing: Option<Tracing>,
 }
 
 /// What the live run left: the subject's result and the interference reports.
 struct Finished {
     subject: Option<Box<dyn Stopped>>,
+    traced: Option<Traced>,
     loads: LoadsData,
     notes: Vec<String>,
 }
@@ -161,12 +185,14 @@ impl Live {
 
     /// Stops and joins everything, whatever state it is in.
     fn finish(self) -> Finished {
+        let traced = self.tracing.map(Tracing::stop);
         let loads = self.loads.stop();
         let mut notes = Vec::new();
         let subject = self.subject.map(|s| s.stop(&mut notes));
         let loads = loads.join();
         Finished {
             subject,
+            traced,
             loads,
             notes,
         }
@@ -183,6 +209,17 @@ pub fn run_configuration(
     progress: &mut dyn FnMut(Duration),
     interrupted: &dyn Fn() -> bool,
 ) -> Result<ConfigurationResult, String> {
+    configuration(scenario, config, Options::default(), progress, interrupted)
+}
+
+/// [`run_configuration`], as `options` say.
+fn configuration(
+    scenario: &Scenario,
+    config: &Configuration,
+    options: Options,
+    progress: &mut dyn FnMut(Duration),
+    interrupted: &dyn Fn() -> bool,
+) -> Result<ConfigurationResult, String> {
     let mut session = Session::connect().map_err(|e| e.to_string())?;
     let mut cells = Cells::default();
     for name in config.cells() {
@@ -196,7 +233,7 @@ pub fn run_configuration(
     drop(session);
     let steal = StealWatch::start();
     let mut live = Live::default();
-    let outcome = start_all(scenario, config, &mut live)
+    let outcome = start_all(scenario, config, options, &mut live)
         .and_then(|t0| drive(scenario, &mut live, t0, progress, interrupted));
     let mut finished = live.finish();
     let stolen = steal.stolen();
@@ -210,9 +247,20 @@ pub fn run_configuration(
     Ok(result)
 }
 
-/// Sets everything up and releases it; returns t0, the run's origin.
-fn start_all(scenario: &Scenario, config: &Configuration, live: &mut Live) -> Result<u64, String> {
-    live.subject = Some(subject::of(scenario, config)?.start(scenario, config)?);
+/// Sets everything up, starts tracing the subject's threads if asked,
+/// and releases it all; returns t0, the run's origin.
+fn start_all(
+    scenario: &Scenario,
+    config: &Configuration,
+    options: Options,
+    live: &mut Live,
+) -> Result<u64, String> {
+    let subject = live
+        .subject
+        .insert(subject::of(scenario, config)?.start(scenario, config)?);
+    if options.why {
+        live.tracing = Some(Tracing::start(subject.watched()));
+    }
     live.loads.start(scenario, config)?;
     let t0 = monotonic_ns() + RELEASE_DELAY.as_nanos() as u64;
     live.start(t0)?;
@@ -293,10 +341,12 @@ fn collect(
     counters.extend(load_counters);
     notes.extend(load_notes);
     notes.extend(finished.notes);
+    let measured_from = t0 + scenario.warmup.as_nanos() as u64;
     ConfigurationResult {
         name: config.name.clone(),
         counters,
         notes,
+        why: finished.traced.map(|t| t.why(&metrics, measured_from)),
         metrics,
         labels: measured.labels,
     }

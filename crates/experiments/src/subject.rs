@@ -22,7 +22,7 @@ pub mod periodic;
 pub mod probe;
 pub mod render;
 
-pub(crate) use contract::{Running, Stopped, Subject};
+pub(crate) use contract::{Running, Stopped, Subject, Watched};
 
 use std::path::Path;
 use tessera_measure::RunResults;

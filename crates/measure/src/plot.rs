@@ -2,15 +2,17 @@
 //! histograms (small multiples, one panel per configuration), the tail
 //! "fraction of samples exceeding x" on a log scale and the cumulative
 //! distribution, time series, and each client's min/mean/max (one panel
-//! per configuration).
+//! per configuration), and stacked bars (a run's misses by cause).
 //!
 //! Owns figure layout, colours and the embedded font (DejaVu Sans, see
 //! assets/DejaVuSans-LICENSE.txt). It must never compute statistics itself
 //! ([`crate::stats`] does) and never draw a legend over data: legends get a
 //! strip of their own below the chart.
 
+mod bars;
 mod counts;
 
+pub use bars::StackedBar;
 pub use counts::{CountLine, CountPanel};
 
 use std::ops::Range;
@@ -248,6 +250,27 @@ pub fn counts_by_size(
             x_label,
             y_label,
             panels,
+        },
+    )
+}
+
+/// Stacked horizontal bars, one per label, a segment per name (its count
+/// along x, labelled `x_label`), each name in the same colour in every
+/// bar. Writes `<stem>.png` and `<stem>.svg`.
+pub fn stacked_bars(
+    stem: &Path,
+    title: &str,
+    x_label: &str,
+    names: &[&str],
+    bars: &[StackedBar],
+) -> Result<PlotFiles, PlotError> {
+    render(
+        stem,
+        &bars::BarsFigure {
+            title,
+            x_label,
+            names,
+            bars,
         },
     )
 }

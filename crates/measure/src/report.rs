@@ -1,6 +1,6 @@
 //! Reports: a directory with README.md (machine, scenario, one table of
-//! first-order statistics per metric, ratios to the baseline) and the PNG/SVG
-//! plots it links to.
+//! first-order statistics per metric, ratios to the baseline, the causes of
+//! misses when the run traced them) and the PNG/SVG plots it links to.
 //!
 //! Owns the report layout and Markdown tables. It must never measure or
 //! recompute statistics: it shows the summaries stored in the results.
@@ -52,6 +52,7 @@ pub fn write_report(results: &RunResults, out_dir: &Path) -> Result<ReportFiles,
         readme.push_str(&metric_section(results, metric, &metric_plots));
         plots.extend(metric_plots.into_iter().map(|p| p.files));
     }
+    readme.push_str(&crate::why::section(results, out_dir)?);
     let readme_path = out_dir.join("README.md");
     fs::write(&readme_path, readme).map_err(|source| ReportError::Write {
         path: readme_path.clone(),
@@ -352,6 +353,7 @@ mod tests {
                 histogram: None,
                 series: vec![],
             }],
+            why: None,
         }
     }
 

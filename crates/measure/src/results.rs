@@ -17,6 +17,7 @@ use crate::histogram::LatencyHistogram;
 use crate::machine::MachineInfo;
 use crate::series::Series;
 use crate::stats::Summary;
+use crate::why::Why;
 
 /// One experiment run: every configuration of one scenario on one machine.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -53,6 +54,10 @@ pub struct ConfigurationResult {
     /// 70"); absent from files written before labels were.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// Why its deadlines were missed, when the run traced its threads
+    /// (`tessera run --why`); absent otherwise and from older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<Why>,
 }
 
 /// One figure of a configuration: a count ("xruns", unit "count") or a
@@ -264,6 +269,7 @@ mod tests {
                     Counter::count("xruns", 3),
                     Counter::new("reserved ÷ used", 1.5, "ratio"),
                 ],
+                why: None,
             }],
             ..RunResults::start("music-isolation")
         }

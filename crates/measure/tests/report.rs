@@ -46,6 +46,7 @@ fn configuration(name: &str, mean_us: f64, spike_every: u64, spike_us: f64) -> C
         counters: Vec::new(),
         notes: vec![format!("synthetic data, spike every {spike_every} cycles")],
         metrics: vec![response, dsp_load],
+        why: None,
     }
 }
 

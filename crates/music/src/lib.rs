@@ -280,6 +280,7 @@ fn results(
                 series: Vec::new(),
             },
         ],
+        why: None,
     });
     results
 }

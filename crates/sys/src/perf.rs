@@ -4,6 +4,10 @@
 //! records handed out as bytes. Also mounting tracefs, where the
 //! tracepoints' ids and record formats are published.
 //!
+//! A tracepoint can also be counted rather than sampled, in the group of a
+//! sampled one: each sample of the leader then carries the count (what the
+//! hits added up to), read by the kernel as it writes the record.
+//!
 //! It owns the syscall, its ioctls (enable, disable, set filter, set
 //! output), the mmap of the ring and the ring's head/tail protocol. It must
 //! never interpret a record's contents: what a record means is decoded
@@ -19,14 +23,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const TYPE_TRACEPOINT: u32 = 2;
 /// The sample fields every record carries, in this order: the time
 /// (`PERF_SAMPLE_TIME`), the CPU (`PERF_SAMPLE_CPU`), the period
-/// (`PERF_SAMPLE_PERIOD`) and the tracepoint's own record
-/// (`PERF_SAMPLE_RAW`). The period is asked for because without it a
-/// tracepoint that counts more than one per hit (`sched_stat_runtime`
-/// counts ns) gives one sample per unit counted: a flood.
+/// (`PERF_SAMPLE_PERIOD`), the counts of the event's group
+/// (`PERF_SAMPLE_READ` with `PERF_FORMAT_GROUP`: `u64 nr; u64 value[nr]`,
+/// the event's own first) and the tracepoint's own record
+/// (`PERF_SAMPLE_RAW`). Every event reads as a group (one of one when it
+/// has no members), so that every record has the same layout.
 const SAMPLE_TIME: u64 = 1 << 2;
+const SAMPLE_READ: u64 = 1 << 4;
 const SAMPLE_CPU: u64 = 1 << 7;
 const SAMPLE_PERIOD: u64 = 1 << 8;
 const SAMPLE_RAW: u64 = 1 << 10;
+const FORMAT_GROUP: u64 = 1 << 3;
 /// Bits of the attribute's flag word: created disabled, wake-ups by bytes
 /// (`watermark`) rather than per record, times on `clockid`.
 const FLAG_DISABLED: u64 = 1 << 0;
@@ -74,42 +81,80 @@ struct PerfEventAttr {
 
 const _: () = assert!(std::mem::size_of::<PerfEventAttr>() == 112);
 
-/// One tracepoint counted on one CPU for every task, each hit sampled with
-/// its `CLOCK_MONOTONIC` time, its CPU, its count and its raw record.
-/// Created disabled.
+impl PerfEventAttr {
+    /// Tracepoint `id`, its times on `CLOCK_MONOTONIC` (a group's events
+    /// must share one clock), nothing sampled yet.
+    fn tracepoint(id: u64) -> PerfEventAttr {
+        PerfEventAttr {
+            kind: TYPE_TRACEPOINT,
+            size: std::mem::size_of::<PerfEventAttr>() as u32,
+            config: id,
+            clockid: libc::CLOCK_MONOTONIC,
+            ..Default::default()
+        }
+    }
+}
+
+/// One tracepoint on one CPU for every task: sampled (each hit written
+/// with its `CLOCK_MONOTONIC` time, its CPU, its group's counts and its raw
+/// record), or counted in a sampled one's group. Created disabled.
 #[derive(Debug)]
 pub struct Tracepoint {
     fd: OwnedFd,
+    cpu: usize,
     action: String,
 }
 
 impl Tracepoint {
-    /// Opens tracepoint `id` (tracefs `events/GROUP/NAME/id`) on `cpu`.
-    /// `ring_bytes` is the size of the ring this event (or the one it is
-    /// redirected to) writes into: wake-ups come when half of it is full.
+    /// Opens tracepoint `id` (tracefs `events/GROUP/NAME/id`) on `cpu`,
+    /// sampled. `ring_bytes` is the size of the ring this event (or the one
+    /// it is redirected to) writes into: wake-ups come when half of it is
+    /// full.
     pub fn open(id: u64, cpu: usize, ring_bytes: usize) -> Result<Tracepoint> {
-        let action = format!("perf_event_open(tracepoint {id}, cpu {cpu})");
         let attr = PerfEventAttr {
-            kind: TYPE_TRACEPOINT,
-            size: std::mem::size_of::<PerfEventAttr>() as u32,
-            config: id,
             sample_period: 1,
-            sample_type: SAMPLE_TIME | SAMPLE_CPU | SAMPLE_PERIOD | SAMPLE_RAW,
+            sample_type: SAMPLE_TIME | SAMPLE_READ | SAMPLE_CPU | SAMPLE_PERIOD | SAMPLE_RAW,
+            read_format: FORMAT_GROUP,
             flags: FLAG_DISABLED | FLAG_WATERMARK | FLAG_USE_CLOCKID,
             wakeup_watermark: (ring_bytes / 2) as u32,
-            clockid: libc::CLOCK_MONOTONIC,
-            ..Default::default()
+            ..PerfEventAttr::tracepoint(id)
         };
+        Tracepoint::open_with(&attr, cpu, None)
+    }
+
+    /// Opens tracepoint `id` on `leader`'s CPU, counted (never sampled) in
+    /// `leader`'s group: each of the leader's samples carries, after its
+    /// own count, what this one's hits have added up to (for a tracepoint
+    /// that counts a quantity, such as `sched_stat_runtime`'s ns, that sum).
+    pub fn open_counter(id: u64, leader: &Tracepoint) -> Result<Tracepoint> {
+        let attr = PerfEventAttr {
+            flags: FLAG_DISABLED | FLAG_USE_CLOCKID,
+            ..PerfEventAttr::tracepoint(id)
+        };
+        Tracepoint::open_with(&attr, leader.cpu, Some(leader))
+    }
+
+    fn open_with(
+        attr: &PerfEventAttr,
+        cpu: usize,
+        leader: Option<&Tracepoint>,
+    ) -> Result<Tracepoint> {
+        let id = attr.config;
+        let action = match leader {
+            None => format!("perf_event_open(tracepoint {id}, cpu {cpu})"),
+            Some(_) => format!("perf_event_open(tracepoint {id} counted, cpu {cpu})"),
+        };
+        let group = leader.map_or(-1, |l| l.fd.as_raw_fd());
         // SAFETY: `attr` is a valid perf_event_attr of the size it declares
         // and outlives the call; pid -1 with a cpu means every task there;
-        // no group.
+        // `group` is -1 or the descriptor of a live event on the same CPU.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
-                &attr as *const PerfEventAttr,
+                attr as *const PerfEventAttr,
                 -1 as libc::pid_t,
                 cpu as libc::c_int,
-                -1 as libc::c_int,
+                group as libc::c_int,
                 PERF_FLAG_FD_CLOEXEC,
             )
         };
@@ -121,7 +166,7 @@ impl Tracepoint {
         }
         // SAFETY: the kernel just returned this descriptor; nothing else owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
-        Ok(Tracepoint { fd, action })
+        Ok(Tracepoint { fd, cpu, action })
     }
 
     /// Keeps only records for which `filter` (tracefs filter syntax, e.g.

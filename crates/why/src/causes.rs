@@ -132,6 +132,18 @@ pub struct Miss {
     pub faults: u32,
 }
 
+impl Miss {
+    /// The releases of a grid of `period_ns` after its own that its cycle
+    /// ran past (each of them late because of it).
+    pub fn releases_overrun(&self, period_ns: u64) -> u64 {
+        let response_ns = (self.response_us * 1000.0).round() as u64;
+        match period_ns {
+            0 => 0,
+            p => response_ns.saturating_sub(1) / p,
+        }
+    }
+}
+
 /// A run's misses by cause: how many, and the µs the winning part took
 /// over all of them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -145,6 +157,14 @@ impl Causes {
         *self.misses.entry(miss.cause).or_default() += 1;
         let part = miss.parts_us.get(&miss.cause).copied().unwrap_or(0.0);
         *self.us.entry(miss.cause).or_default() += part;
+    }
+
+    /// `n` more misses for `miss`'s cause, whose time it already counts:
+    /// the releases its cycle ran past.
+    pub fn add_overrun(&mut self, miss: &Miss, n: u64) {
+        if n > 0 {
+            *self.misses.entry(miss.cause).or_default() += n;
+        }
     }
 
     /// `n` misses whose cause is not known (attribution was unavailable).
@@ -163,6 +183,31 @@ impl Causes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cycle_overruns_the_releases_it_ran_past() {
+        let miss = Miss {
+            release_ns: 0,
+            tid: 1,
+            comm: "t".into(),
+            cpu: 0,
+            cause: Cause::Throttled,
+            response_us: 30_100.0,
+            deadline_us: 10_000.0,
+            parts_us: BTreeMap::from([(Cause::Throttled, 27_000.0)]),
+            holders: vec![],
+            throttled: true,
+            faults: 0,
+        };
+        assert_eq!(miss.releases_overrun(10_000_000), 3);
+        assert_eq!(miss.releases_overrun(30_100_000), 0);
+        assert_eq!(miss.releases_overrun(0), 0);
+        let mut causes = Causes::default();
+        causes.add(&miss);
+        causes.add_overrun(&miss, 3);
+        assert_eq!(causes.misses[&Cause::Throttled], 4);
+        assert_eq!(causes.us[&Cause::Throttled], 27_000.0);
+    }
 
     #[test]
     fn causes_serialise_by_the_names_users_read() {

@@ -1,7 +1,9 @@
 //! The kernel's events as typed values: which tracepoints tessera reads,
 //! the filter that keeps each to the watched threads, and the decoding of
-//! a perf sample (time, CPU, raw tracepoint record) into an [`Event`]
-//! through the fields' offsets from [`crate::format`].
+//! a perf sample (time, CPU, its group's counts, raw tracepoint record)
+//! into an [`Event`] through the fields' offsets from [`crate::format`];
+//! and what a timer is for, by the kernel function it calls (from
+//! `/proc/kallsyms`' text).
 //!
 //! Pure: bytes in, events out. It must never read a file or a ring, and
 //! never panic on bytes it does not understand (they decode to nothing).
@@ -36,15 +38,46 @@ impl Task {
     }
 }
 
+impl Task {
+    /// The idle task, for a switch-in the kernel did not report (it
+    /// delivers no event while a CPU idles).
+    pub fn idle() -> Task {
+        Task {
+            pid: 0,
+            comm: "swapper".into(),
+            prio: 120,
+        }
+    }
+}
+
+/// What a timer armed by a watched thread is for, by the function it calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timer {
+    /// The thread's own wake-up: a sleep, a wait with a timeout, a timerfd,
+    /// a POSIX timer or itimer.
+    Wakeup,
+    /// Its SCHED_DEADLINE reservation's replenishment (armed when it
+    /// yields or is throttled).
+    Replenishment,
+    /// The kernel's own (a reservation's inactive timer, the hrtick, a
+    /// driver's, armed while the thread happened to be current).
+    Kernel,
+}
+
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum What {
     /// `sched_switch`: `prev` left the CPU in `prev_state` (0: still
-    /// runnable; bit 0 S, bit 1 D, ...), `next` got it.
+    /// runnable; bit 0 S, bit 1 D, ...), `next` got it. `task_clock_ns`:
+    /// the watched threads' task clock on this CPU so far (the sum of
+    /// their `sched_stat_runtime`, counted by the kernel and read with the
+    /// record), when it was counted; it leaves out stolen time, and
+    /// interrupt time when the kernel accounts it apart.
     Switch {
         prev: Task,
         prev_state: u64,
         next: Task,
+        task_clock_ns: Option<u64>,
     },
     /// `sched_waking`: `pid` is being made runnable.
     Waking {
@@ -54,13 +87,6 @@ pub enum What {
     Migrate {
         pid: i32,
         dest_cpu: u32,
-    },
-    /// `sched_stat_runtime`: `pid` ran `ns` more on its task clock (which
-    /// leaves out stolen time, and interrupt time when the kernel accounts
-    /// it apart).
-    Runtime {
-        pid: i32,
-        ns: u64,
     },
     /// An interrupt or softirq began or ended while `pid` was current.
     InterruptEntry {
@@ -73,17 +99,41 @@ pub enum What {
     Fault {
         pid: i32,
     },
-    /// `hrtimer_start` by `pid`: a timer asked for `soft_expires_ns`
-    /// (CLOCK_MONOTONIC), in hrtimer `mode` (bit 1: pinned).
+    /// `hrtimer_start` while `pid` was current: a timer asked for
+    /// `soft_expires_ns` (CLOCK_MONOTONIC), for what `timer` says.
     TimerStart {
         pid: i32,
         soft_expires_ns: u64,
-        mode: u32,
+        timer: Timer,
     },
     /// `pid` called sched_yield (a SCHED_DEADLINE thread ends its job).
     Yield {
         pid: i32,
     },
+    /// `pid` returned from a call it waits in (a sleep, a futex, a poll, a
+    /// read, sched_yield): it runs again.
+    Returned {
+        pid: i32,
+    },
+    /// Records were lost here: a ring overflowed (every thread's cycle
+    /// under way is forgotten).
+    Lost,
+}
+
+impl What {
+    /// The thread that was current when it happened, for the events that
+    /// happen in a thread's own context (so that it was on a CPU then).
+    pub fn current(&self) -> Option<i32> {
+        match *self {
+            What::InterruptEntry { pid }
+            | What::InterruptExit { pid }
+            | What::Fault { pid }
+            | What::TimerStart { pid, .. }
+            | What::Yield { pid }
+            | What::Returned { pid } => Some(pid),
+            What::Switch { .. } | What::Waking { .. } | What::Migrate { .. } | What::Lost => None,
+        }
+    }
 }
 
 /// An event: when (CLOCK_MONOTONIC ns), on which CPU, what.
@@ -106,16 +156,20 @@ pub enum Kind {
     Fault,
     TimerStart,
     Yield,
+    Returned,
 }
 
-/// The tracepoints read: (group/name, kind, required). Without the
+/// The tracepoints sampled: (group/name, kind, required). Without the
 /// optional ones attribution still works, with fewer parts. Timer
 /// interrupts are measured by their hrtimer callbacks (the tick is one):
-/// x86's interrupt-vector tracepoints refuse perf sampling.
+/// x86's interrupt-vector tracepoints refuse perf sampling. The returns
+/// from the calls a real-time thread waits in mark when it runs again
+/// after a wake-up the kernel did not report (it delivers no event while a
+/// CPU idles: neither the timer interrupt's wake-up nor the switch from
+/// the idle task); `sched_switch` comes first: it leads each CPU's events.
 pub const TRACEPOINTS: &[(&str, Kind, bool)] = &[
     ("sched/sched_switch", Kind::Switch, true),
     ("sched/sched_waking", Kind::Waking, true),
-    ("sched/sched_stat_runtime", Kind::Runtime, true),
     ("sched/sched_migrate_task", Kind::Migrate, false),
     ("irq/irq_handler_entry", Kind::InterruptEntry, false),
     ("irq/irq_handler_exit", Kind::InterruptExit, false),
@@ -127,7 +181,22 @@ pub const TRACEPOINTS: &[(&str, Kind, bool)] = &[
     ("exceptions/page_fault_kernel", Kind::Fault, false),
     ("timer/hrtimer_start", Kind::TimerStart, false),
     ("syscalls/sys_enter_sched_yield", Kind::Yield, false),
+    ("syscalls/sys_exit_clock_nanosleep", Kind::Returned, false),
+    ("syscalls/sys_exit_nanosleep", Kind::Returned, false),
+    ("syscalls/sys_exit_futex", Kind::Returned, false),
+    ("syscalls/sys_exit_epoll_wait", Kind::Returned, false),
+    ("syscalls/sys_exit_epoll_pwait", Kind::Returned, false),
+    ("syscalls/sys_exit_poll", Kind::Returned, false),
+    ("syscalls/sys_exit_ppoll", Kind::Returned, false),
+    ("syscalls/sys_exit_read", Kind::Returned, false),
+    ("syscalls/sys_exit_sched_yield", Kind::Returned, false),
 ];
+
+/// The tracepoint counted rather than sampled, in the group of each CPU's
+/// `sched_switch`: the task clock's advances (`runtime` ns each), which a
+/// thread that reads its CPU clock in a loop makes at every read (some
+/// 10⁶ a second: sampled, they overflowed the rings).
+pub const TASK_CLOCK: (&str, Kind) = ("sched/sched_stat_runtime", Kind::Runtime);
 
 impl Kind {
     /// The fields decoded, in the order [`Layout::values`] gives them.
@@ -145,10 +214,12 @@ impl Kind {
             Kind::Waking => &["pid"],
             Kind::Migrate => &["pid", "dest_cpu"],
             Kind::Runtime => &["pid", "runtime"],
-            Kind::TimerStart => &["common_pid", "softexpires", "mode"],
-            Kind::InterruptEntry | Kind::InterruptExit | Kind::Fault | Kind::Yield => {
-                &["common_pid"]
-            }
+            Kind::TimerStart => &["common_pid", "softexpires", "mode", "function"],
+            Kind::InterruptEntry
+            | Kind::InterruptExit
+            | Kind::Fault
+            | Kind::Yield
+            | Kind::Returned => &["common_pid"],
         }
     }
 
@@ -191,8 +262,8 @@ impl Layout {
     }
 
     /// The event a raw record tells, or None when it is too short for a
-    /// field.
-    fn what(&self, raw: &[u8]) -> Option<What> {
+    /// field (or is the counted tracepoint's, which is never sampled).
+    fn what(&self, raw: &[u8], timers: &Timers, task_clock_ns: Option<u64>) -> Option<What> {
         let int = |i: usize| integer(raw, &self.fields[i]);
         let text = |i: usize| string(raw, &self.fields[i]);
         let pid = || int(0).map(|v| v as i32);
@@ -209,25 +280,24 @@ impl Layout {
                     pid: int(5)? as i32,
                     prio: int(6)? as i32,
                 },
+                task_clock_ns,
             },
             Kind::Waking => What::Waking { pid: pid()? },
             Kind::Migrate => What::Migrate {
                 pid: pid()?,
                 dest_cpu: int(1)? as u32,
             },
-            Kind::Runtime => What::Runtime {
-                pid: pid()?,
-                ns: int(1)? as u64,
-            },
+            Kind::Runtime => return None,
             Kind::TimerStart => What::TimerStart {
                 pid: pid()?,
                 soft_expires_ns: int(1)? as u64,
-                mode: int(2)? as u32,
+                timer: timers.of(int(3)? as u64, int(2)? as u32),
             },
             Kind::InterruptEntry => What::InterruptEntry { pid: pid()? },
             Kind::InterruptExit => What::InterruptExit { pid: pid()? },
             Kind::Fault => What::Fault { pid: pid()? },
             Kind::Yield => What::Yield { pid: pid()? },
+            Kind::Returned => What::Returned { pid: pid()? },
         })
     }
 }
@@ -266,27 +336,108 @@ fn string(raw: &[u8], f: &Field) -> Option<String> {
     Some(String::from_utf8_lossy(&bytes[..end]).into_owned())
 }
 
+/// `hrtimer_mode` bits: pinned to its CPU, expiring in hard interrupt
+/// context. On a kernel without PREEMPT_RT only the kernel's own timers
+/// (the scheduler's hrtick and reservation timers) carry them.
+const TIMER_PINNED: u32 = 2;
+const TIMER_HARD: u32 = 8;
+
+/// The kernel functions a timer may call, by address, and what each is
+/// for; without them (no readable `/proc/kallsyms`), a timer is told by its
+/// mode.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Timers {
+    by_function: HashMap<u64, Timer>,
+}
+
+/// The functions that wake a thread that armed a timer for itself, and the
+/// one that replenishes a reservation.
+const WAKEUP_FUNCTIONS: &[&str] = &[
+    "hrtimer_wakeup",
+    "timerfd_tmrproc",
+    "posix_timer_fn",
+    "it_real_fn",
+    "alarmtimer_fired",
+];
+const REPLENISHMENT_FUNCTION: &str = "dl_task_timer";
+
+impl Timers {
+    /// The timer functions named in `/proc/kallsyms`' text (`ADDRESS TYPE
+    /// NAME [MODULE]` lines); none when the addresses are hidden (zero).
+    pub fn from_kallsyms(text: &str) -> Timers {
+        let by_function = text
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+                let name = fields.nth(1)?;
+                let timer = match name {
+                    n if WAKEUP_FUNCTIONS.contains(&n) => Timer::Wakeup,
+                    REPLENISHMENT_FUNCTION => Timer::Replenishment,
+                    _ => return None,
+                };
+                Some((address, timer)).filter(|_| address != 0)
+            })
+            .collect();
+        Timers { by_function }
+    }
+
+    /// What a timer calling `function` in `mode` is for.
+    pub fn of(&self, function: u64, mode: u32) -> Timer {
+        match self.by_function.get(&function) {
+            Some(&timer) => timer,
+            None if !self.by_function.is_empty() => Timer::Kernel,
+            None if mode & (TIMER_PINNED | TIMER_HARD) == 0 => Timer::Wakeup,
+            None => Timer::Kernel,
+        }
+    }
+}
+
 /// Decodes samples of the tracepoints it was built with.
 #[derive(Debug, Clone, Default)]
 pub struct Decoder {
     by_id: HashMap<u16, Layout>,
+    timers: Timers,
 }
 
 impl Decoder {
+    pub fn new(timers: Timers) -> Decoder {
+        Decoder {
+            by_id: HashMap::new(),
+            timers,
+        }
+    }
+
     pub fn add(&mut self, id: u64, layout: Layout) {
         self.by_id.insert(id as u16, layout);
     }
 
-    /// A `PERF_RECORD_SAMPLE` body with TIME, CPU, PERIOD and RAW: `u64
-    /// time; u32 cpu, res; u64 period; u32 size; u8 raw[size]`, the raw
-    /// record starting with its tracepoint id (`common_type`).
+    /// A `PERF_RECORD_SAMPLE` body with TIME, CPU, PERIOD, READ (as a
+    /// group) and RAW: `u64 time; u32 cpu, res; u64 period; u64 nr; u64
+    /// value[nr]; u32 size; u8 raw[size]`, the raw record starting with
+    /// its tracepoint id (`common_type`). A second value is the task
+    /// clock counted in `sched_switch`'s group.
     pub fn sample(&self, body: &[u8]) -> Option<Event> {
-        let time_ns = u64::from_ne_bytes(body.get(0..8)?.try_into().ok()?);
+        let u64_at = |at: usize| -> Option<u64> {
+            Some(u64::from_ne_bytes(
+                body.get(at..at.checked_add(8)?)?.try_into().ok()?,
+            ))
+        };
+        let time_ns = u64_at(0)?;
         let cpu = u32::from_ne_bytes(body.get(8..12)?.try_into().ok()?);
-        let size = u32::from_ne_bytes(body.get(24..28)?.try_into().ok()?) as usize;
-        let raw = body.get(28..28usize.checked_add(size)?)?;
+        let counts = usize::try_from(u64_at(24)?).ok()?;
+        let task_clock_ns = match counts {
+            0 | 1 => None,
+            _ => Some(u64_at(40)?),
+        };
+        let at = counts.checked_mul(8)?.checked_add(32)?;
+        let size = u32::from_ne_bytes(body.get(at..at.checked_add(4)?)?.try_into().ok()?) as usize;
+        let raw = body.get(at + 4..(at + 4).checked_add(size)?)?;
         let id = u16::from_ne_bytes(raw.get(0..2)?.try_into().ok()?);
-        let what = self.by_id.get(&id)?.what(raw)?;
+        let what = self
+            .by_id
+            .get(&id)?
+            .what(raw, &self.timers, task_clock_ns)?;
         Some(Event { time_ns, cpu, what })
     }
 }
@@ -325,6 +476,13 @@ mod tests {
             f("orig_cpu", 20, 4, true, false),
             f("dest_cpu", 24, 4, true, false),
         ];
+        let timer = [
+            f("hrtimer", 8, 8, false, false),
+            f("function", 16, 8, false, false),
+            f("expires", 24, 8, true, false),
+            f("softexpires", 32, 8, true, false),
+            f("mode", 40, 4, false, false),
+        ];
         let format = |event: &str, id, rest: &[Field]| Format {
             event: event.into(),
             id,
@@ -336,10 +494,12 @@ mod tests {
                 Kind::Migrate,
                 format("sched/sched_migrate_task", 331, &migrate),
             ),
+            (Kind::TimerStart, format("timer/hrtimer_start", 460, &timer)),
         ]
     }
 
-    /// Writes `what` as the kernel would into a perf sample of `layout`.
+    /// Writes `what` as the kernel would into a perf sample of `layout`;
+    /// a switch's task clock as the second count of its group.
     fn encode(id: u16, layout: &Layout, event: &Event) -> Vec<u8> {
         let mut raw = vec![0u8; 64];
         raw[0..2].copy_from_slice(&id.to_ne_bytes());
@@ -348,11 +508,13 @@ mod tests {
             raw[f.offset..f.offset + f.size].copy_from_slice(&v.to_ne_bytes()[..f.size]);
         };
         let mut comms = vec![];
+        let mut counts = vec![1u64];
         match &event.what {
             What::Switch {
                 prev,
                 prev_state,
                 next,
+                task_clock_ns,
             } => {
                 put(1, prev.pid as i64);
                 put(2, prev.prio as i64);
@@ -360,6 +522,7 @@ mod tests {
                 put(5, next.pid as i64);
                 put(6, next.prio as i64);
                 comms = vec![(0, prev.comm.clone()), (4, next.comm.clone())];
+                counts.extend(task_clock_ns);
             }
             What::Migrate { pid, dest_cpu } => {
                 put(0, *pid as i64);
@@ -376,13 +539,19 @@ mod tests {
         body.extend(event.cpu.to_ne_bytes());
         body.extend(0u32.to_ne_bytes());
         body.extend(1u64.to_ne_bytes());
+        body.extend((counts.len() as u64).to_ne_bytes());
+        counts.iter().for_each(|c| body.extend(c.to_ne_bytes()));
         body.extend((raw.len() as u32).to_ne_bytes());
         body.extend(raw);
         body
     }
 
     fn decoder() -> (Decoder, Vec<(u16, Layout)>) {
-        let mut d = Decoder::default();
+        decoder_with(Timers::default())
+    }
+
+    fn decoder_with(timers: Timers) -> (Decoder, Vec<(u16, Layout)>) {
+        let mut d = Decoder::new(timers);
         let mut layouts = vec![];
         for (kind, format) in fixed_formats() {
             let layout = Layout::new(kind, &format).unwrap();
@@ -412,8 +581,70 @@ mod tests {
             },
         };
         let mut body = encode(layouts[1].0, &layouts[1].1, &event);
-        body[28] = 0xee; // another common_type
+        body[44] = 0xee; // another common_type, after one count
         assert_eq!(d.sample(&body), None);
+    }
+
+    /// A `hrtimer_start` sample of `function` in `mode`.
+    fn timer_sample(function: u64, mode: u32) -> Vec<u8> {
+        let mut raw = vec![0u8; 48];
+        raw[0..2].copy_from_slice(&460u16.to_ne_bytes());
+        raw[4..8].copy_from_slice(&7i32.to_ne_bytes());
+        raw[16..24].copy_from_slice(&function.to_ne_bytes());
+        raw[32..40].copy_from_slice(&5_000i64.to_ne_bytes());
+        raw[40..44].copy_from_slice(&mode.to_ne_bytes());
+        let mut body = vec![0u8; 24];
+        body.extend(1u64.to_ne_bytes());
+        body.extend(1u64.to_ne_bytes());
+        body.extend((raw.len() as u32).to_ne_bytes());
+        body.extend(raw);
+        body
+    }
+
+    fn timer_of(d: &Decoder, function: u64, mode: u32) -> Timer {
+        match d.sample(&timer_sample(function, mode)).map(|e| e.what) {
+            Some(What::TimerStart {
+                pid: 7,
+                soft_expires_ns: 5_000,
+                timer,
+            }) => timer,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    const KALLSYMS: &str = "ffffffff813c2a90 t inactive_task_timer
+ffffffff813c5a00 t dl_task_timer
+ffffffff8141e4b0 t hrtimer_wakeup
+ffffffff81733b90 t timerfd_tmrproc
+ffffffffc0001000 t hrtimer_wakeup_like\t[some_module]
+";
+
+    #[test]
+    fn a_timer_is_told_by_the_function_it_calls() {
+        let (d, _) = decoder_with(Timers::from_kallsyms(KALLSYMS));
+        // A sleep (REL), a timerfd (ABS), a reservation's replenishment and
+        // its inactive timer (REL|HARD: the one armed as a reservation
+        // blocks, which had been read as the thread's own wake-up).
+        assert_eq!(timer_of(&d, 0xffffffff8141e4b0, 1), Timer::Wakeup);
+        assert_eq!(timer_of(&d, 0xffffffff81733b90, 0), Timer::Wakeup);
+        assert_eq!(timer_of(&d, 0xffffffff813c5a00, 8), Timer::Replenishment);
+        assert_eq!(timer_of(&d, 0xffffffff813c2a90, 9), Timer::Kernel);
+        assert_eq!(timer_of(&d, 0xffffffffc0001000, 0), Timer::Kernel);
+    }
+
+    #[test]
+    fn without_the_functions_a_timer_is_told_by_its_mode() {
+        let hidden: String = KALLSYMS
+            .lines()
+            .map(|l| format!("0000000000000000{}\n", &l[16..]))
+            .collect();
+        assert_eq!(Timers::from_kallsyms(&hidden), Timers::default());
+        let (d, _) = decoder();
+        assert_eq!(timer_of(&d, 0x1234, 0), Timer::Wakeup);
+        assert_eq!(timer_of(&d, 0x1234, 1), Timer::Wakeup);
+        for kernel_mode in [8, 9, 10] {
+            assert_eq!(timer_of(&d, 0x1234, kernel_mode), Timer::Kernel);
+        }
     }
 
     #[test]
@@ -428,9 +659,10 @@ mod tests {
     proptest! {
         #[test]
         fn a_switch_reads_back(time in any::<u64>(), cpu in 0u32..1024, prev in task(),
-                               state in 0u64..512, next in task()) {
+                               state in 0u64..512, next in task(),
+                               task_clock_ns in proptest::option::of(any::<u64>())) {
             let (d, layouts) = decoder();
-            let event = Event { time_ns: time, cpu, what: What::Switch { prev, prev_state: state, next } };
+            let event = Event { time_ns: time, cpu, what: What::Switch { prev, prev_state: state, next, task_clock_ns } };
             let body = encode(layouts[0].0, &layouts[0].1, &event);
             prop_assert_eq!(d.sample(&body), Some(event));
         }
@@ -450,11 +682,11 @@ mod tests {
         }
 
         #[test]
-        fn a_cut_sample_decodes_to_nothing(cut in 0usize..92) {
+        fn a_cut_sample_decodes_to_nothing(cut in 0usize..116) {
             let (d, layouts) = decoder();
             let event = Event { time_ns: 1, cpu: 0, what: What::Switch {
                 prev: Task { pid: 1, comm: "a".into(), prio: 120 }, prev_state: 1,
-                next: Task { pid: 2, comm: "b".into(), prio: -1 } } };
+                next: Task { pid: 2, comm: "b".into(), prio: -1 }, task_clock_ns: Some(3) } };
             let body = encode(layouts[0].0, &layouts[0].1, &event);
             prop_assert_eq!(d.sample(&body[..cut]), None);
         }

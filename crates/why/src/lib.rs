@@ -5,12 +5,15 @@
 //! # Where the events come from, and why
 //!
 //! The kernel's tracepoints (`sched_switch`, `sched_waking`,
-//! `sched_stat_runtime`, `sched_migrate_task`, the irq, softirq and
-//! interrupt-vector entries and exits, `page_fault_*`, `hrtimer_start`,
-//! `sys_enter_sched_yield`) read through **`perf_event_open`**, one event
-//! per tracepoint and CPU, each CPU's events writing into one mmap ring;
-//! the syscall, the ioctls and the ring live in `tessera_sys::perf` (the
-//! only crate with unsafe code). Chosen over the alternatives because:
+//! `sched_migrate_task`, the irq, softirq and hrtimer-callback entries and
+//! exits, `page_fault_*`, `hrtimer_start`, `sys_enter_sched_yield` and the
+//! exits of the calls a thread waits in) read through
+//! **`perf_event_open`**, one event per tracepoint and CPU, each CPU's
+//! events writing into one mmap ring; `sched_stat_runtime` (the task
+//! clock) is counted in the kernel, in each CPU's `sched_switch` group, and
+//! read with every switch rather than sampled. The syscall, the ioctls and
+//! the ring live in `tessera_sys::perf` (the only crate with unsafe code).
+//! Chosen over the alternatives because:
 //!
 //! - it needs nothing at build time: eBPF through libbpf-rs would need
 //!   clang, libbpf and libelf on every machine that builds tessera (CI,
@@ -29,7 +32,13 @@
 //!   (tracefs is mounted only for that read, and unmounted again if tessera
 //!   mounted it);
 //! - times are CLOCK_MONOTONIC (`use_clockid`), the clock tessera's own
-//!   cycles and deadlines are measured on.
+//!   cycles and deadlines are measured on, and the same on every CPU, so
+//!   that the rings merge in order.
+//!
+//! Some kernels deliver no event while a CPU idles (this project's KVM
+//! guests: neither the timer interrupt's wake-up nor the switch from the
+//! idle task reach perf): [`timeline`] infers those switch-ins from the
+//! thread's own next events and its task clock.
 //!
 //! Without privileges (perf on tracepoints needs root or CAP_PERFMON) or
 //! without the tracepoints, [`Tracer::start`] says why, and callers report

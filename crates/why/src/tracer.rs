@@ -1,18 +1,20 @@
 //! The live side of attribution: opens the tracepoints of
 //! [`crate::decode::TRACEPOINTS`] on every CPU, filtered in the kernel to
-//! the watched threads, drains the rings, orders the events, folds them
+//! the watched threads (and counts their task clock in each CPU's
+//! `sched_switch` group), drains the rings, orders the events, folds them
 //! into each thread's [`Timeline`] and judges every cycle. A [`Recorder`]
 //! does the same from a thread of its own, for a run that only wants the
 //! result at its end.
 //!
 //! It owns tracefs (mounted only to read the tracepoints' ids and formats,
-//! and unmounted again if it was not mounted before) and the perf events
+//! and unmounted again if it was not mounted before), the reading of the
+//! timer functions' addresses in `/proc/kallsyms`, and the perf events
 //! (disabled and closed when the tracer is dropped). It must never change
 //! any thread's scheduling.
 
 use crate::attribute::{Judge, TaskClock, Watch};
 use crate::causes::{Causes, Miss};
-use crate::decode::{Decoder, Event, Kind, Layout, TRACEPOINTS};
+use crate::decode::{Decoder, Event, Kind, Layout, Timers, What, TASK_CLOCK, TRACEPOINTS};
 use crate::error::WhyError;
 use crate::format;
 use crate::timeline::Timeline;
@@ -106,10 +108,13 @@ pub fn watch(
     })
 }
 
-/// One CPU's events and their ring.
+/// One CPU's events and their ring; the time of the last record read
+/// from it (where records lost after it are marked).
 struct CpuEvents {
+    cpu: u32,
     ring: Ring,
     events: Vec<Tracepoint>,
+    last_ns: u64,
 }
 
 /// Reads the watched threads' events and judges their cycles as they end.
@@ -171,18 +176,29 @@ impl Tracer {
     }
 
     fn drain(&mut self, horizon: u64) -> Vec<Miss> {
-        let mut lost = 0;
         for cpu in &mut self.cpus {
-            let (decoder, pending) = (&self.decoder, &mut self.pending);
+            let (decoder, pending, lost) =
+                (&self.decoder, &mut self.pending, &mut self.result.lost);
+            let (id, last_ns) = (cpu.cpu, &mut cpu.last_ns);
             cpu.ring.drain(|kind, body| match kind {
-                RECORD_SAMPLE => pending.extend(decoder.sample(body)),
-                RECORD_LOST => lost += lost_count(body),
+                RECORD_SAMPLE => {
+                    if let Some(e) = decoder.sample(body) {
+                        *last_ns = e.time_ns;
+                        pending.push(e);
+                    }
+                }
+                // The records lost came after the last one read: the
+                // timelines restart there, in time order.
+                RECORD_LOST => {
+                    *lost += lost_count(body);
+                    pending.push(Event {
+                        time_ns: *last_ns,
+                        cpu: id,
+                        what: What::Lost,
+                    });
+                }
                 _ => {}
             });
-        }
-        if lost > 0 {
-            self.result.lost += lost;
-            self.threads.values_mut().for_each(|(t, _)| t.restart());
         }
         self.pending.sort_by_key(|e| e.time_ns);
         let ready = self.pending.partition_point(|e| e.time_ns <= horizon);
@@ -218,9 +234,16 @@ struct Known {
     required: bool,
 }
 
+/// The tracepoints this kernel has: sampled ones, and the task clock
+/// counted, if it has it.
+struct Kinds {
+    sampled: Vec<Known>,
+    task_clock: Option<Known>,
+}
+
 /// The decoder of every tracepoint this kernel has, and their ids and
 /// kinds; tracefs is mounted for the reading if it was not, then unmounted.
-fn read_tracepoints() -> Result<(Decoder, Vec<Known>), WhyError> {
+fn read_tracepoints() -> Result<(Decoder, Kinds), WhyError> {
     let (dir, mounted_here) = match perf::tracefs_mount() {
         Some(dir) => (dir, false),
         None => {
@@ -228,27 +251,40 @@ fn read_tracepoints() -> Result<(Decoder, Vec<Known>), WhyError> {
             (perf::TRACEFS.into(), true)
         }
     };
-    let read = read_formats(&dir.join("events"));
+    let events = dir.join("events");
+    let read = read_formats(&events, TRACEPOINTS).and_then(|sampled| {
+        let (name, kind) = TASK_CLOCK;
+        let counted = read_formats(&events, &[(name, kind, false)])?;
+        Ok((sampled, counted))
+    });
     if mounted_here {
         let _ = perf::unmount_tracefs();
     }
-    let formats = read?;
-    let mut decoder = Decoder::default();
-    let mut kinds = vec![];
-    for (kind, required, format) in formats {
-        decoder.add(format.id, Layout::new(kind, &format)?);
-        kinds.push(Known {
-            id: format.id,
-            kind,
-            required,
-        });
+    let (sampled, counted) = read?;
+    // Hidden addresses (kptr_restrict) or no kallsyms: timers told by mode.
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    let mut decoder = Decoder::new(Timers::from_kallsyms(&kallsyms));
+    let known = |(kind, required, format): (Kind, bool, format::Format)| Known {
+        id: format.id,
+        kind,
+        required,
+    };
+    for (kind, _, format) in &sampled {
+        decoder.add(format.id, Layout::new(*kind, format)?);
     }
+    let kinds = Kinds {
+        sampled: sampled.into_iter().map(known).collect(),
+        task_clock: counted.into_iter().map(known).next(),
+    };
     Ok((decoder, kinds))
 }
 
-fn read_formats(events: &Path) -> Result<Vec<(Kind, bool, format::Format)>, WhyError> {
+fn read_formats(
+    events: &Path,
+    tracepoints: &[(&str, Kind, bool)],
+) -> Result<Vec<(Kind, bool, format::Format)>, WhyError> {
     let mut formats = vec![];
-    for &(name, kind, required) in TRACEPOINTS {
+    for &(name, kind, required) in tracepoints {
         match std::fs::read_to_string(events.join(name).join("format")) {
             Ok(text) => formats.push((kind, required, format::parse(name, &text)?)),
             Err(_) if !required => {}
@@ -265,18 +301,18 @@ fn read_formats(events: &Path) -> Result<Vec<(Kind, bool, format::Format)>, WhyE
 }
 
 /// One CPU's tracepoints, filtered to `tids`, all writing into the ring
-/// of the first (a required one). An optional tracepoint the kernel will
-/// not sample is left out.
-fn open_cpu(cpu: usize, kinds: &[Known], tids: &[i32]) -> Result<CpuEvents, WhyError> {
+/// of the first (`sched_switch`), whose records also read the task clock
+/// counted in its group. An optional tracepoint the kernel will not
+/// sample (or count) is left out.
+fn open_cpu(cpu: usize, kinds: &Kinds, tids: &[i32]) -> Result<CpuEvents, WhyError> {
     let bytes = Ring::bytes(RING_PAGES);
-    let open = |id: u64, kind: Kind| -> tessera_sys::Result<Tracepoint> {
-        let e = Tracepoint::open(id, cpu, bytes)?;
+    let filtered = |e: Tracepoint, kind: Kind| -> tessera_sys::Result<Tracepoint> {
         e.set_filter(&kind.filter(tids))?;
         Ok(e)
     };
     let mut events = vec![];
-    for k in kinds {
-        match open(k.id, k.kind) {
+    for k in &kinds.sampled {
+        match Tracepoint::open(k.id, cpu, bytes).and_then(|e| filtered(e, k.kind)) {
             Ok(e) => events.push(e),
             Err(e) if k.required => return Err(WhyError::unavailable(e)),
             Err(_) => {}
@@ -286,7 +322,16 @@ fn open_cpu(cpu: usize, kinds: &[Known], tids: &[i32]) -> Result<CpuEvents, WhyE
     for e in &events[1..] {
         e.redirect_to(&events[0]).map_err(WhyError::unavailable)?;
     }
-    Ok(CpuEvents { ring, events })
+    if let Some(k) = &kinds.task_clock {
+        let counted = Tracepoint::open_counter(k.id, &events[0]).and_then(|e| filtered(e, k.kind));
+        events.extend(counted.ok());
+    }
+    Ok(CpuEvents {
+        cpu: cpu as u32,
+        ring,
+        events,
+        last_ns: 0,
+    })
 }
 
 /// Whether this kernel's task clock counts interrupt time: it does unless

@@ -97,7 +97,6 @@ fn share(a: &Attribution, cause: Cause) -> f64 {
 }
 
 #[test]
-#[ignore = "flaky since 2026-11-26: the tracer misses a thread's switch-in after a migration or a throttle (see docs/why.md, Known defects); run with --ignored"]
 fn a_budget_set_too_small_is_throttled() {
     let Some(_machine) = tessera_testkit::privileged("why_throttled") else {
         return;
@@ -122,7 +121,6 @@ fn a_budget_set_too_small_is_throttled() {
 }
 
 #[test]
-#[ignore = "flaky since 2026-11-26: the tracer misses a thread's switch-in after a migration or a throttle (see docs/why.md, Known defects); run with --ignored"]
 fn a_fifo_hog_on_the_core_is_waited_for_and_named() {
     let Some(_machine) = tessera_testkit::privileged("why_hog") else {
         return;
@@ -179,7 +177,6 @@ fn a_fifo_hog_on_the_core_is_waited_for_and_named() {
 }
 
 #[test]
-#[ignore = "flaky since 2026-11-26: the tracer misses a thread's switch-in after a migration or a throttle (see docs/why.md, Known defects); run with --ignored"]
 fn a_timer_armed_late_is_woken_late() {
     let Some(_machine) = tessera_testkit::privileged("why_late_timer") else {
         return;

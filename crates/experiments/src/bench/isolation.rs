@@ -246,8 +246,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Outcome, Br
                         100.0 * stats.misses() as f64 / stats.released().max(1) as f64,
                         stats.skipped
                     )],
-                    metrics: vec![metric],
-                }
+                    metrics: vec![metric], why: None, }
             }
             Err(e) => ConfigurationResult {
                 labels: Default::default(),
@@ -255,6 +254,7 @@ pub fn run(opts: &Options, mut progress: impl FnMut(&str)) -> Result<Outcome, Br
                 counters: Vec::new(),
                 notes: vec![format!("not run: {e}")],
                 metrics: Vec::new(),
+                why: None,
             },
         };
         results.configurations.push(result);

@@ -210,6 +210,7 @@ fn results(options: &Options, figures: &[Figures]) -> RunResults {
             counters,
             notes,
             metrics,
+            why: None,
         });
     }
     results

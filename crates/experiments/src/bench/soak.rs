@@ -396,6 +396,7 @@ fn collect(
         counters,
         notes,
         metrics,
+        why: None,
     };
     (result, windows)
 }

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 use tessera_measure::{Counter, Metric, RunResults};
 use tessera_scenario::{Configuration, Scenario};
 
@@ -52,6 +53,7 @@ impl Measured {
             metrics: self.metrics,
             counters: self.counters,
             labels: self.labels,
+            why: None,
         }
     }
 }
@@ -87,6 +89,14 @@ pub(crate) trait Running {
         Ok(None)
     }
 
+    /// Its real-time threads, each with the metric its misses count in,
+    /// for `tessera run --why` to trace from the release on; a subject
+    /// that does not know its threads names none (its misses are then
+    /// "unknown").
+    fn watched(&self) -> Vec<Watched> {
+        Vec::new()
+    }
+
     /// Ends what would otherwise wait for the run's natural end, before
     /// [`Running::stop`] (the run was interrupted).
     fn cut_short(&mut self) {}
@@ -94,6 +104,19 @@ pub(crate) trait Running {
     /// Stops and joins everything it started, whatever state it is in;
     /// what went wrong on the way goes to `notes`.
     fn stop(self: Box<Self>, notes: &mut Vec<String>) -> Box<dyn Stopped>;
+}
+
+/// A thread of a running subject and what its cycles are judged by
+/// (`None`: its reservation's, when it has one).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Watched {
+    pub tid: i32,
+    /// The metric its misses count in.
+    pub metric: String,
+    pub deadline: Option<Duration>,
+    /// Its releases lie on a grid of this period (absolute timers).
+    pub period: Option<Duration>,
+    pub budget: Option<Duration>,
 }
 
 /// What a subject left when it stopped: its typed result.

@@ -310,6 +310,7 @@ mod tests {
                 .chain(notes.iter().cloned())
                 .collect(),
             metrics: Vec::new(),
+            why: None,
         }
     }
 

@@ -470,6 +470,7 @@ mod tests {
                 counters: Vec::new(),
                 notes: Vec::new(),
                 metrics,
+                why: None,
             }
         };
         let results = RunResults {

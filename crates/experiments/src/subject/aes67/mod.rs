@@ -1158,6 +1158,7 @@ mod tests {
                 [1_000_000].into_iter(),
             )],
             counters: [vec![Counter::count(STREAMS, 2)], figures.counters()].concat(),
+            why: None,
         };
         assert_eq!(result.count("aes67 xruns a"), Some(4));
         assert_eq!(Figures::from_result(&result), Some(figures));

@@ -409,6 +409,7 @@ mod tests {
                 counters: headline.counters(),
                 notes: vec!["subject x".into(), headline.note()],
                 metrics: vec![],
+                why: None,
             };
             assert_eq!(Headline::from_result(&result).as_ref(), Some(headline));
             results.configurations.push(result);

@@ -356,6 +356,7 @@ mod tests {
             counters,
             notes: Vec::new(),
             metrics: Vec::new(),
+            why: None,
         }
     }
 

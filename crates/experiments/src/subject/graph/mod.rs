@@ -6,13 +6,13 @@
 //! It owns the engine of one configuration and the edits due while it
 //! runs; it must never judge a result.
 
-use crate::cells::setup_for;
+use crate::cells::{setup_for, SetUp};
 use crate::figures::latency_histogram;
-use crate::subject::contract::{Measured, Running, Stopped, Subject};
+use crate::subject::contract::{Measured, Running, Stopped, Subject, Watched};
 use std::sync::Arc;
 use tessera_graph::{
     nodes, Budget, BudgetProbe, CycleRecord, Engine, EngineConfig, Graph, Profile, StreamConfig,
-    TimerDriver,
+    ThreadRole, TimerDriver,
 };
 use tessera_measure::{Counter, Metric, Series, Summary};
 use tessera_scenario::{Configuration, GraphNode, Scenario};
@@ -40,7 +40,14 @@ struct GraphRun {
     /// Nodes not yet added or removed, with the times they are due.
     pending: Vec<(u64, NodeEdit)>,
     previous: Option<String>,
+    /// The driver's and the workers' threads, judged by the cycle's
+    /// deadline (the driver on the period's grid, the workers from their
+    /// wake-up).
+    watched: Vec<Watched>,
 }
+
+/// The metric a graph cycle's misses count in.
+const DRIVER_END: &str = "driver end";
 
 enum NodeEdit {
     Add(GraphNode),
@@ -75,7 +82,11 @@ fn start_graph(scenario: &Scenario, config: &Configuration) -> Result<GraphRun, 
     };
     let stream = StreamConfig::new(*frames, *rate).map_err(|e| e.to_string())?;
     let period_ns = *frames as u64 * 1_000_000_000 / *rate as u64;
-    let setup = setup_for(&config.subject, scenario.core);
+    let (driver, worker_threads) = (SetUp::default(), SetUp::default());
+    let setups = [
+        driver.recording(setup_for(&config.subject, scenario.core)),
+        worker_threads.recording(setup_for(&config.subject, scenario.core)),
+    ];
     let budget_probe = config
         .subject
         .cell
@@ -92,7 +103,13 @@ fn start_graph(scenario: &Scenario, config: &Configuration) -> Result<GraphRun, 
         max_nodes: nodes.len() + 2,
         profile_cycles: cycles + cycles / 10 + 1000,
         deadline: *deadline,
-        thread_setup: Some(Arc::new(move |_role| setup.clone()().map_err(Into::into))),
+        thread_setup: Some(Arc::new(move |role| {
+            let setup = match role {
+                ThreadRole::Driver => &setups[0],
+                _ => &setups[1],
+            };
+            setup.clone()().map_err(Into::into)
+        })),
         budget_probe,
         ..EngineConfig::default()
     };
@@ -110,10 +127,26 @@ fn start_graph(scenario: &Scenario, config: &Configuration) -> Result<GraphRun, 
         }
     }
     pending.sort_by_key(|(at, _)| *at);
+    let period = std::time::Duration::from_nanos(period_ns);
+    let judged = |tid, grid| Watched {
+        tid,
+        metric: DRIVER_END.into(),
+        deadline: Some(deadline.unwrap_or(period)),
+        period: grid,
+        budget: None,
+    };
+    // The engine's start returns once its threads are set up.
+    let mut watched: Vec<Watched> = driver
+        .tids()
+        .into_iter()
+        .map(|t| judged(t, Some(period)))
+        .collect();
+    watched.extend(worker_threads.tids().into_iter().map(|t| judged(t, None)));
     Ok(GraphRun {
         engine,
         pending,
         previous: Some("system".into()),
+        watched,
     })
 }
 
@@ -176,6 +209,10 @@ impl Running for GraphRun {
         Ok(self.pending.first().map(|(at, _)| *at))
     }
 
+    fn watched(&self) -> Vec<Watched> {
+        self.watched.clone()
+    }
+
     fn stop(self: Box<Self>, notes: &mut Vec<String>) -> Box<dyn Stopped> {
         Box::new(match self.engine.stop() {
             Ok(report) => GraphData {
@@ -234,7 +271,7 @@ fn graph_metrics(
     let t = |c: &CycleRecord| (c.start_ns - t0) as f64 / 1e9;
     let us = |ns: u64| ns as f64 / 1000.0;
     let deadline_us = cycles.first().map(|c| us(c.deadline_ns));
-    let mut driver_end = Series::with_capacity("driver end", "us", cycles.len());
+    let mut driver_end = Series::with_capacity(DRIVER_END, "us", cycles.len());
     let mut period = Series::with_capacity("period", "us", cycles.len());
     let mut set = Series::with_capacity("budget set", "us", cycles.len());
     let mut used = Series::with_capacity("budget used", "us", cycles.len());
@@ -285,7 +322,7 @@ fn graph_metrics(
         Metric {
             series: vec![driver_end],
             ..Metric::latency(
-                "driver end",
+                DRIVER_END,
                 deadline_us,
                 latency_histogram(cycles.iter().map(|c| c.driver_end_ns)),
             )

@@ -611,6 +611,7 @@ mod tests {
             notes: vec![format!("{PACKETS_NOTE}{}", packets.describe())],
             metrics: vec![tessera_measure::Metric::latency(METRIC, None, delays)],
             counters: packets.counters(),
+            why: None,
         };
         assert_eq!(result.count(LOST), Some(2));
         assert_eq!(Packets::from_result(&result), Some(packets));

@@ -5,9 +5,9 @@
 //!
 //! It owns the task's run and its result; it must never judge it.
 
-use crate::cells::setup_for;
+use crate::cells::{setup_for, SetUp};
 use crate::figures::task_metric;
-use crate::subject::contract::{Measured, Running, Stopped, Subject};
+use crate::subject::contract::{Measured, Running, Stopped, Subject, Watched};
 use std::time::Duration;
 use tessera_scenario::{Configuration, Scenario};
 use tessera_workloads::{PeriodicSpec, PeriodicStats, PeriodicTask};
@@ -50,6 +50,8 @@ const RESPONSE: &str = "response time";
 pub(crate) struct TaskRun {
     task: PeriodicTask,
     metric: &'static str,
+    /// Its thread, judged by the task's period and deadline.
+    watched: Vec<Watched>,
 }
 
 /// What the task measured.
@@ -70,9 +72,26 @@ impl TaskRun {
     ) -> Result<Box<dyn Running>, String> {
         let mut spec = PeriodicSpec::new(name, period, work, scenario.total());
         spec.deadline = deadline;
-        let setup = setup_for(&config.subject, scenario.core);
+        let set_up = SetUp::default();
+        let setup = set_up.recording(setup_for(&config.subject, scenario.core));
+        // It returns once the thread is set up: its tid is known.
         let task = PeriodicTask::spawn(spec, setup).map_err(|e| e.to_string())?;
-        Ok(Box::new(TaskRun { task, metric }))
+        let watched = set_up
+            .tids()
+            .into_iter()
+            .map(|tid| Watched {
+                tid,
+                metric: metric.to_string(),
+                deadline: Some(deadline),
+                period: Some(period),
+                budget: None,
+            })
+            .collect();
+        Ok(Box::new(TaskRun {
+            task,
+            metric,
+            watched,
+        }))
     }
 }
 
@@ -80,6 +99,10 @@ impl Running for TaskRun {
     fn release(&mut self, t0: u64) -> Result<(), String> {
         self.task.start(t0);
         Ok(())
+    }
+
+    fn watched(&self) -> Vec<Watched> {
+        self.watched.clone()
     }
 
     fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {

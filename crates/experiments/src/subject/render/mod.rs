@@ -1406,6 +1406,7 @@ mod tests {
                 )
             }],
             counters,
+            why: None,
         };
         assert_eq!(result.count("group 60fps: not sent"), Some(4));
         assert_eq!(

@@ -1,0 +1,270 @@
+//! The run side of attribution (`tessera run --why`): traces the threads a
+//! subject names ([`Watched`]) with a `tessera_why::Recorder` from before
+//! its release to the end of the run, and folds what it found into the
+//! configuration's `tessera_measure::Why` — per metric, the causes of the
+//! misses in the measured part, the misses the subject counted beyond them
+//! as "unknown", and the worst misses.
+//!
+//! A leaf. It must never change a thread's scheduling, nor fail a run:
+//! without privileges or tracefs the result says why and every miss is
+//! "unknown".
+
+use crate::cells::cell_of_threads;
+use crate::subject::Watched;
+use std::time::Duration;
+use tessera_measure::{Metric, MetricCauses, WatchedThread, Why};
+use tessera_why::{Attribution, Causes, Recorder};
+
+/// A configuration's threads being traced.
+pub(crate) struct Tracing {
+    recorder: Option<Recorder>,
+    unavailable: Option<String>,
+    watched: Vec<WatchedThread>,
+}
+
+/// What the tracing found, before the subject measured itself.
+pub(crate) struct Traced {
+    attribution: Attribution,
+    watched: Vec<WatchedThread>,
+}
+
+impl Tracing {
+    /// Starts tracing `threads`; a thread that cannot be watched (gone,
+    /// or without a deadline) is left out, and when none is left or the
+    /// kernel's events cannot be read, the result says why.
+    pub(crate) fn start(threads: Vec<Watched>) -> Tracing {
+        let ns = |d: Option<Duration>| d.map(|d| d.as_nanos() as u64);
+        let mut watched = Vec::new();
+        let mut refused = Vec::new();
+        for t in threads {
+            match tessera_why::watch(t.tid, ns(t.deadline), ns(t.period), ns(t.budget)) {
+                Ok(watch) => watched.push(WatchedThread {
+                    metric: t.metric,
+                    watch,
+                }),
+                Err(e) => refused.push(format!("thread {}: {e}", t.tid)),
+            }
+        }
+        if watched.is_empty() {
+            let why = match refused.as_slice() {
+                [] => "the subject names no thread to trace".to_string(),
+                _ => format!("no thread could be watched ({})", refused.join("; ")),
+            };
+            return Tracing::unavailable(why, watched);
+        }
+        let watches: Vec<_> = watched.iter().map(|w| w.watch).collect();
+        let cells = tessera_broker::Session::connect()
+            .map(|mut s| cell_of_threads(&mut s))
+            .unwrap_or_default();
+        match Recorder::start(&watches, cells) {
+            Ok(recorder) => Tracing {
+                recorder: Some(recorder),
+                unavailable: None,
+                watched,
+            },
+            Err(e) => Tracing::unavailable(
+                Attribution::unavailable(&e).unavailable.unwrap_or_default(),
+                watched,
+            ),
+        }
+    }
+
+    fn unavailable(why: String, watched: Vec<WatchedThread>) -> Tracing {
+        Tracing {
+            recorder: None,
+            unavailable: Some(why),
+            watched,
+        }
+    }
+
+    /// Stops tracing (before the subject stops: its teardown is no cycle).
+    pub(crate) fn stop(self) -> Traced {
+        let attribution = match self.recorder {
+            Some(recorder) => recorder.stop(),
+            None => Attribution {
+                unavailable: self.unavailable,
+                ..Attribution::default()
+            },
+        };
+        Traced {
+            attribution,
+            watched: self.watched,
+        }
+    }
+}
+
+impl Traced {
+    /// The causes of `metrics`' misses released from `from_ns` on (the
+    /// end of the warm-up, CLOCK_MONOTONIC): per metric with misses, the
+    /// traced misses of its threads by cause — each also for the releases
+    /// of its period its cycle ran past (a cell's runtime counts each a
+    /// miss, dropped), as far as the subject counted them — and what the
+    /// subject counted beyond them as "unknown".
+    pub(crate) fn why(self, metrics: &[Metric], from_ns: u64) -> Why {
+        let a = self.attribution;
+        let measured: Vec<_> = a
+            .misses
+            .iter()
+            .filter(|m| m.release_ns >= from_ns)
+            .collect();
+        let watched = |tid: i32| self.watched.iter().find(|w| w.watch.tid == tid);
+        let traced = |name: &str, counted: u64| {
+            let mine: Vec<_> = measured
+                .iter()
+                .filter(|m| watched(m.tid).is_some_and(|w| w.metric == name))
+                .collect();
+            let mut causes = Causes::default();
+            mine.iter().for_each(|m| causes.add(m));
+            let mut left = counted.saturating_sub(causes.total());
+            for m in mine {
+                let period = watched(m.tid).and_then(|w| w.watch.period_ns);
+                let overrun = period.map_or(0, |p| m.releases_overrun(p)).min(left);
+                causes.add_overrun(m, overrun);
+                left -= overrun;
+            }
+            causes
+        };
+        let mut names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
+        names.extend(self.watched.iter().map(|w| w.metric.as_str()));
+        let mut by_metric = Vec::new();
+        for name in names {
+            if by_metric.iter().any(|m: &MetricCauses| m.metric == name) {
+                continue;
+            }
+            let counted = metrics
+                .iter()
+                .find(|m| m.name == name)
+                .and_then(|m| m.summary.misses)
+                .unwrap_or(0);
+            let seen = traced(name, counted);
+            if counted > 0 || seen.total() > 0 {
+                by_metric.push(MetricCauses::new(name, counted, &seen));
+            }
+        }
+        let mut worst: Vec<_> = measured.into_iter().cloned().collect();
+        worst.sort_by(|x, y| y.response_us.total_cmp(&x.response_us));
+        worst.truncate(tessera_measure::why::WORST);
+        Why {
+            unavailable: a.unavailable,
+            watched: self.watched,
+            cycles: a.cycles,
+            lost: a.lost,
+            metrics: by_metric,
+            worst,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessera_why::{Cause, Miss, Watch};
+
+    fn miss(tid: i32, release_ns: u64, cause: Cause) -> Miss {
+        Miss {
+            release_ns,
+            tid,
+            comm: "subject".into(),
+            cpu: 0,
+            cause,
+            response_us: release_ns as f64,
+            deadline_us: 1.0,
+            parts_us: [(cause, 10.0)].into_iter().collect(),
+            holders: vec![],
+            throttled: false,
+            faults: 0,
+        }
+    }
+
+    fn watched(tid: i32, metric: &str) -> WatchedThread {
+        WatchedThread {
+            metric: metric.into(),
+            watch: Watch {
+                tid,
+                deadline_ns: 1000,
+                period_ns: None,
+                budget_ns: None,
+            },
+        }
+    }
+
+    #[test]
+    fn misses_count_in_their_threads_metric_after_the_warm_up_and_the_rest_are_unknown() {
+        let traced = Traced {
+            attribution: Attribution {
+                misses: vec![
+                    miss(1, 5, Cause::Throttled),
+                    miss(1, 20, Cause::Throttled),
+                    miss(2, 30, Cause::WokenLate),
+                ],
+                ..Attribution::default()
+            },
+            watched: vec![watched(1, "response time"), watched(2, "other")],
+        };
+        let mut response = Metric::latency(
+            "response time",
+            Some(1.0),
+            tessera_measure::LatencyHistogram::new(1000),
+        );
+        response.summary.misses = Some(3);
+        let why = traced.why(&[response], 10);
+        assert_eq!(why.metrics.len(), 2);
+        let r = &why.metrics[0];
+        assert_eq!((r.metric.as_str(), r.misses), ("response time", 3));
+        assert_eq!(
+            r.causes[&Cause::Throttled],
+            1,
+            "the warm-up's miss is left out"
+        );
+        assert_eq!(r.causes[&Cause::Unknown], 2);
+        assert_eq!(why.metrics[1].causes[&Cause::WokenLate], 1);
+        assert_eq!(why.worst.len(), 2);
+        assert_eq!(why.worst[0].release_ns, 30, "longest first");
+    }
+
+    #[test]
+    fn a_cycle_that_ran_past_its_next_releases_explains_their_misses() {
+        // A 10 µs period; a throttled cycle of 31 µs ran past 3 releases,
+        // which the runtime counted as misses too.
+        let traced = || {
+            let mut long = miss(1, 20, Cause::Throttled);
+            long.response_us = 31.0;
+            let mut short = miss(1, 100, Cause::Throttled);
+            short.response_us = 5.0;
+            let mut watch = watched(1, "response time");
+            watch.watch.period_ns = Some(10_000);
+            Traced {
+                attribution: Attribution {
+                    misses: vec![long, short],
+                    ..Attribution::default()
+                },
+                watched: vec![watch],
+            }
+        };
+        let counted = |misses| {
+            let mut response = Metric::latency(
+                "response time",
+                Some(1.0),
+                tessera_measure::LatencyHistogram::new(1000),
+            );
+            response.summary.misses = Some(misses);
+            vec![response]
+        };
+        let causes = |misses| {
+            let r = &traced().why(&counted(misses), 0).metrics[0];
+            (r.causes[&Cause::Throttled], r.causes[&Cause::Unknown])
+        };
+        assert_eq!(causes(5), (5, 0));
+        assert_eq!(causes(6), (5, 1));
+        assert_eq!(causes(3), (3, 0), "never more than the subject counted");
+    }
+
+    #[test]
+    fn no_thread_to_trace_says_so() {
+        let why = Tracing::start(vec![]).stop().why(&[], 0);
+        assert_eq!(
+            why.unavailable.as_deref(),
+            Some("the subject names no thread to trace")
+        );
+    }
+}

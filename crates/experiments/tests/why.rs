@@ -1,0 +1,91 @@
+//! `tessera run --why` end to end: a periodic task whose cell's budget is
+//! far too small for its work misses its deadlines, and results.json says
+//! why — "throttled" — per metric, with the worst misses; the report shows
+//! the causes. Asserts the classification, never how fast anything was.
+
+use std::time::Duration;
+use tessera_experiments::runner::{self, Options};
+use tessera_measure::RunResults;
+use tessera_scenario::Scenario;
+use tessera_why::Cause;
+
+/// 2 ms of work every 10 ms in a cell given 0.5 ms of it.
+const TOO_SMALL_A_BUDGET: &str = r#"
+name = "why: a budget too small"
+duration = "2s"
+warmup = "500ms"
+
+[subject]
+kind = "periodic"
+period = "10ms"
+work = "2ms"
+
+[[cell]]
+name = "tight"
+policy = "event-triggered"
+runtime = "500us"
+period = "10ms"
+
+[[configuration]]
+name = "too small a budget"
+subject = "cell:tight"
+"#;
+
+#[test]
+fn a_budget_too_small_is_named_throttled() {
+    let Some(machine) = tessera_testkit::privileged("run --why: a budget too small") else {
+        return;
+    };
+    std::env::set_var("TESSERA_RUN_DIR", machine.dir());
+    let scenario = Scenario::parse(TOO_SMALL_A_BUDGET, "why.toml").unwrap();
+    assert_eq!(scenario.total(), Duration::from_millis(2500));
+    let dir = machine.dir().join("report");
+    runner::run_with(&scenario, &dir, Options { why: true }, |_| {}).unwrap();
+    let results = RunResults::load(&dir.join("results.json")).unwrap();
+    let config = &results.configurations[0];
+    let notes = config.notes.join("; ");
+    assert!(!notes.contains("not run"), "{notes}");
+    let why = config.why.as_ref().expect("causes with --why");
+    assert_eq!(why.unavailable, None, "{notes}");
+    assert_eq!(why.watched.len(), 1, "the task's thread is traced");
+    let response = why
+        .metrics
+        .iter()
+        .find(|m| m.metric == "response time")
+        .unwrap_or_else(|| panic!("causes of the response time's misses: {why:?}"));
+    assert!(response.misses > 0, "the budget is too small: {response:?}");
+    // Each release the long cycles ran past is a miss of the runtime's
+    // too, explained by the cycle's cause.
+    assert!(
+        response.causes[&Cause::Throttled] * 10 >= response.misses * 9,
+        "misses named throttled: {response:?}"
+    );
+    assert!(!why.worst.is_empty());
+    let json = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    assert!(
+        json.contains("\"causes\":{\"woken late\":"),
+        "by the names users read"
+    );
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    assert!(
+        readme.contains("## Why the deadlines were missed"),
+        "{readme}"
+    );
+    assert!(dir.join("why-causes.png").exists() && dir.join("why-causes.svg").exists());
+}
+
+#[test]
+fn without_why_results_have_no_causes() {
+    let Some(machine) = tessera_testkit::privileged("run without --why") else {
+        return;
+    };
+    std::env::set_var("TESSERA_RUN_DIR", machine.dir());
+    let mut scenario = Scenario::parse(TOO_SMALL_A_BUDGET, "why.toml").unwrap();
+    scenario.duration = Duration::from_millis(300);
+    scenario.warmup = Duration::from_millis(100);
+    let dir = machine.dir().join("report");
+    let outcome = runner::run(&scenario, &dir, |_| {}).unwrap();
+    assert_eq!(outcome.results.configurations[0].why, None);
+    let json = std::fs::read_to_string(dir.join("results.json")).unwrap();
+    assert!(!json.contains("\"why\""));
+}
