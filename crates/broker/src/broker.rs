@@ -537,7 +537,9 @@ impl Broker {
     }
 
     /// Gives every live member of `name` the reservation its grant says.
-    fn retune_members(&self, name: &str) -> Outcome<()> {
+    /// Liveness is read from the files the reaper keeps open: a guard
+    /// resizes dozens of cells ten times a second.
+    fn retune_members(&mut self, name: &str) -> Outcome<()> {
         let grant = self
             .state
             .ledger
@@ -548,7 +550,12 @@ impl Broker {
             .cells
             .get(name)
             .ok_or_else(|| unknown_cell(name))?;
-        for m in cell.members.iter().filter(|m| m.is_alive()) {
+        let live = &mut self.liveness;
+        for m in cell
+            .members
+            .iter()
+            .filter(|m| live.is_alive(m.tid, m.start_time))
+        {
             let t = placement::target(grant, m.slot, &self.state.ledger, &self.enf)?;
             placement::retune(m, &t, &self.enf)?;
         }

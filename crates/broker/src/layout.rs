@@ -61,10 +61,13 @@ impl Layout {
         self.group(&format!("cell-{cell}"))
     }
 
-    /// Where threads of the shared cores live while the layout is active.
+    /// Where threads of the shared cores live while the layout is active
+    /// (on v1, its system group exists exactly then). Asked for every
+    /// member a resize retunes: one stat, not a listing of the groups.
     pub fn system_group(&self) -> Group {
-        if self.v1() && self.is_active() {
-            self.group("system")
+        let system = self.group("system");
+        if self.v1() && system.exists() {
+            system
         } else {
             self.hierarchy.root()
         }

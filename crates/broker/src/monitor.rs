@@ -262,7 +262,13 @@ fn sample_cell(
                 pid: m.pid,
                 tid: m.tid,
                 start_time: m.start_time,
-                name: tessera_sys::proc::thread_name(m.pid, m.tid),
+                // Read once: a member is named by then (it joined a cell
+                // after its program started it), and a guarded session's
+                // hundred members are sampled every second.
+                name: last.map_or_else(
+                    || tessera_sys::proc::thread_name(m.pid, m.tid),
+                    |t| t.name.clone(),
+                ),
                 cpu_ns,
                 used_ns: spent
                     .zip(period_ns)

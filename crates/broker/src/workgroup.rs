@@ -25,6 +25,13 @@ use serde::{Deserialize, Serialize};
 use tessera_policy::{Budget, CellPolicy, CellRequest, CoreRequest, Placement};
 use tessera_sys::ipc::PeerCredentials;
 
+/// The name of libtessera's control thread in a workgroup's process. It
+/// wakes once a cycle, for the members' samples, but runs no part of the
+/// graph: a guard that finds threads in step with the graph must not take
+/// it for one of them (reserved at the audio period, and bumped at every
+/// xrun, it grew to 90 % of a CPU and starved the members it serves).
+pub const CONTROL_THREAD: &str = "tessera-wg";
+
 /// What a workgroup created on its first open looks like.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkgroupShape {

@@ -273,6 +273,8 @@ pub struct Guard {
     /// Threads that could not be reserved: tried again after
     /// [`RETRY_LEFT_OUT`], not every interval.
     left_out: BTreeMap<Tid, LeftOut>,
+    /// Threads left to a workgroup's controller, while they live.
+    in_workgroups: BTreeSet<Tid>,
     clients: BTreeSet<Pid>,
     /// Finds the graph's threads at a normal policy (on PipeWire, and with
     /// application shares wherever the guard hears the cycles).
@@ -382,6 +384,7 @@ impl Guard {
             fixed_total_pct,
             reserved: BTreeMap::new(),
             left_out: BTreeMap::new(),
+            in_workgroups: BTreeSet::new(),
             clients: BTreeSet::new(),
             lockstep,
             busy: Busy::default(),
@@ -499,6 +502,7 @@ impl Guard {
             }
             ThreadEvent::NotRealtime { tid, .. } | ThreadEvent::Exited { tid, .. } => {
                 self.left_out.remove(&tid);
+                self.in_workgroups.remove(&tid);
                 if let Some(r) = self.reserved.remove(&tid) {
                     self.release(r, log);
                 }
@@ -568,8 +572,10 @@ impl Guard {
             Err(e) => {
                 self.reshare(self.reserved.len(), log);
                 if let Some(cell) = self.cell_holding(tid) {
+                    self.in_workgroups.insert(tid);
                     log.push(format!(
-                        "thread {tid} ({name}) of process {pid} is a member of {cell:?}                          (a workgroup): left to its controller"
+                        "thread {tid} ({name}) of process {pid} is a member of {cell:?} \
+                         (a workgroup): left to its controller"
                     ));
                     return;
                 }
@@ -806,6 +812,7 @@ impl Guard {
             })
             .collect();
         for (tid, cell) in moved {
+            self.in_workgroups.insert(tid);
             if let Some(r) = self.reserved.remove(&tid) {
                 let why = format!("it joined {cell:?} (a workgroup), left to its controller");
                 self.release_because(r, &why, log);
@@ -816,12 +823,15 @@ impl Guard {
     /// Adopts the threads that run the graph at a normal policy: those
     /// found in step with the cycles the guard's client hears.
     fn adopt_graph_threads(&mut self, log: &mut Vec<String>) {
-        let Some(mut lockstep) = self.lockstep.take() else {
+        let Some(mut lockstep) = self.lockstep.take_if(|l| l.is_due(self.heard.cycles)) else {
             return;
         };
         let found = lockstep.judge(self.heard.cycles, &self.unreserved_normal_threads());
         self.lockstep = Some(lockstep);
-        for (pid, tid) in found {
+        let runs_no_graph = |&(pid, tid): &(Pid, Tid)| {
+            proc::thread_name(pid, tid) == tessera_broker::workgroup::CONTROL_THREAD
+        };
+        for (pid, tid) in found.into_iter().filter(|t| !runs_no_graph(t)) {
             log.push(format!(
                 "thread {tid} ({}) of {} runs the graph without real-time scheduling (woken once a cycle): adopting it",
                 proc::thread_name(pid, tid),
@@ -835,7 +845,7 @@ impl Guard {
     /// policy that were busy over the last window; what the others used is
     /// kept for the layout (the cores left shared must hold it).
     fn adopt_busy_threads(&mut self, log: &mut Vec<String>) {
-        if self.settings.app_share.is_none() {
+        if self.settings.app_share.is_none() || !self.busy.is_due() {
             return;
         }
         let candidates = self.unreserved_normal_threads();
@@ -995,15 +1005,20 @@ impl Guard {
     /// reserves what it does not use and re-sizes every reservation at
     /// every xrun (AQuoSA bumps every client: with 60 of them, a batch of
     /// 60 `sched_setattr` in the daemon per xrun). When none may have
-    /// been, every controller is bumped, as the seed does.
+    /// been, every controller is bumped, as the seed does — unless some of
+    /// the graph's threads are workgroup members: the late one may be
+    /// among them, and their controller sees each of their cycles. (Bumping
+    /// every other thread then took their budgets to 1.8 CPUs in 2 s of
+    /// xruns and squeezed the members out of global EDF.)
     fn bump_for_overruns(&mut self) {
         if std::mem::take(&mut self.overruns_heard) == 0 {
             return;
         }
         let held_short = |r: &Reserved| r.kind.is_graph() && r.count_wakes;
-        match self.reserved.values().any(held_short) {
-            true => self.bump(held_short, Adaptive::on_xrun),
-            false => self.bump(|_| true, Adaptive::on_xrun),
+        if self.reserved.values().any(held_short) {
+            self.bump(held_short, Adaptive::on_xrun);
+        } else if self.in_workgroups.is_empty() {
+            self.bump(|_| true, Adaptive::on_xrun);
         }
     }
 

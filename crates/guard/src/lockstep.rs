@@ -80,19 +80,23 @@ impl Lockstep {
         Lockstep::default()
     }
 
+    /// Whether the window closes at `cycles`: only then does [`Self::judge`]
+    /// read anything, so the caller lists the candidates only then.
+    pub fn is_due(&self, cycles: u64) -> bool {
+        self.window.as_ref().is_none_or(|w| {
+            w.opened.elapsed() >= WINDOW && cycles.saturating_sub(w.cycles) >= WINDOW_CYCLES
+        })
+    }
+
     /// Given the graph's cycle count now and the threads that may run it,
     /// returns those found in step over the window that just closed (none
     /// while it is open) and opens the next one. A candidate first seen
     /// during a window is judged over the next.
     pub fn judge(&mut self, cycles: u64, candidates: &[(Pid, Tid)]) -> Vec<(Pid, Tid)> {
-        let now = Instant::now();
-        if let Some(w) = &self.window {
-            if now.duration_since(w.opened) < WINDOW
-                || cycles.saturating_sub(w.cycles) < WINDOW_CYCLES
-            {
-                return Vec::new();
-            }
+        if !self.is_due(cycles) {
+            return Vec::new();
         }
+        let now = Instant::now();
         let window = self.window.take();
         let mut found = Vec::new();
         let mut threads = BTreeMap::new();

@@ -109,17 +109,20 @@ pub struct Busy {
 }
 
 impl Busy {
+    /// Whether the window closes now: only then does [`Self::sample`] read
+    /// anything, so the caller lists the candidates only then.
+    pub fn is_due(&self) -> bool {
+        self.opened.is_none_or(|at| at.elapsed() >= WINDOW)
+    }
+
     /// Given the candidates now, returns what each used over the window
     /// that just closed (None while it is open) and opens the next. A
     /// candidate first seen during a window is measured over the next.
     pub fn sample(&mut self, candidates: &[(Pid, Tid)]) -> Option<Vec<Sampled>> {
-        let now = Instant::now();
-        if self
-            .opened
-            .is_some_and(|at| now.duration_since(at) < WINDOW)
-        {
+        if !self.is_due() {
             return None;
         }
+        let now = Instant::now();
         let mut before = std::mem::take(&mut self.readings);
         let mut sampled = Vec::new();
         for &(pid, tid) in candidates {

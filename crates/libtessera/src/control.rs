@@ -7,6 +7,12 @@
 //! both atomics).
 //!
 //! It must never block a member: members only push into their rings.
+//! A budget that grows is asked for at once (a member overran, or is about
+//! to); one that shrinks at most every [`SHRINK_EVERY`]: fed every cycle,
+//! the prediction moves a little with each, and asking for each move had
+//! the broker save its state 20 times a second and retune every member as
+//! often — its CPU, not the members', was the workgroup's cost.
+//!
 //! When several processes share a workgroup, each controls from its own
 //! members' samples; one that did not create the workgroup only ever grows
 //! its budget (the creator's controller also shrinks it), so neither takes
@@ -16,12 +22,14 @@ use rtrb::Consumer;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tessera_broker::Session;
 use tessera_policy::{AdaptiveConfig, Budget, CycleSample, MemberReport, WorkgroupControl};
 
 /// How often the control thread looks at the rings: a few cycles.
 const TICK: Duration = Duration::from_millis(2);
+/// The least time between two shrinking budget changes.
+pub(crate) const SHRINK_EVERY: Duration = Duration::from_millis(250);
 /// Ticks to wait after the broker failed a change before asking again.
 const BACKOFF_TICKS: u32 = 50;
 
@@ -100,9 +108,10 @@ pub fn spawn(
         rings: Vec::new(),
         grows_only,
         backoff: 0,
+        last_shrink: None,
     };
     std::thread::Builder::new()
-        .name("tessera-wg".into())
+        .name(tessera_broker::workgroup::CONTROL_THREAD.into())
         .spawn(move || run.serve())
 }
 
@@ -113,6 +122,8 @@ struct Control {
     rings: Vec<(i32, Consumer<CycleSample>)>,
     grows_only: bool,
     backoff: u32,
+    /// When a budget was last made smaller.
+    last_shrink: Option<Instant>,
 }
 
 impl Control {
@@ -158,6 +169,15 @@ impl Control {
             return;
         };
         let held = self.shared.roster().budget;
+        let shrinks = held
+            .is_some_and(|h| h.period_ns == wanted.period_ns && wanted.runtime_ns < h.runtime_ns);
+        if shrinks
+            && self
+                .last_shrink
+                .is_some_and(|at| at.elapsed() < SHRINK_EVERY)
+        {
+            return;
+        }
         if self.grows_only {
             if let Some(held) = held.filter(|h| h.period_ns == wanted.period_ns) {
                 if wanted.runtime_ns <= held.runtime_ns {
@@ -169,6 +189,9 @@ impl Control {
         }
         match session.resize_cell(&self.shared.name, wanted, true) {
             Ok(reply) => {
+                if shrinks {
+                    self.last_shrink = Some(Instant::now());
+                }
                 self.control.granted(reply.budget, reply.degraded);
                 self.shared.roster().budget = Some(reply.budget);
             }

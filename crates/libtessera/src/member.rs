@@ -4,9 +4,21 @@
 //! A member's state lives in its own thread (a thread-local), so the
 //! interval calls take no lock and share nothing with other threads but
 //! the wait-free ring (rtrb) that carries each cycle's sample to the
-//! workgroup's control thread. `interval_start` and `interval_finish` each
-//! read the thread's CPU clock (CLOCK_THREAD_CPUTIME_ID: one system call);
-//! `finish` also reads CLOCK_MONOTONIC, which the vDSO answers without one.
+//! workgroup's control thread.
+//!
+//! A cycle's sample is the thread's CPU time since its previous cycle
+//! finished, not only inside the interval: the reservation is charged for
+//! all of it — the audio server waking the thread, its port buffers, the
+//! hand-off to the next client — and a budget learnt from the interval
+//! alone was short by that much (the JACK bridge's members at 1.3 ms:
+//! throttled in most cycles, `tessera why` finding ~140 µs of work per
+//! cycle where the callbacks measured ~100). A cycle that starts more than
+//! [`FRESH_AFTER_PERIODS`] periods after the last finish (the thread did
+//! something else meanwhile, or nothing marked cycles) is measured from its
+//! start. So `interval_finish` reads the thread's CPU clock
+//! (CLOCK_THREAD_CPUTIME_ID: one system call) and CLOCK_MONOTONIC (the vDSO
+//! answers without one), and `interval_start` reads the CPU clock only for
+//! such a fresh cycle.
 //! They must never allocate, block, or touch the broker: joining (where the
 //! thread-local is first used, and its destructor registered) and leaving
 //! do that, off the real-time path.
@@ -22,6 +34,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tessera_policy::CycleSample;
 use tessera_sys::clock;
+
+/// A cycle starting this many periods after the last one finished is
+/// measured from its own start.
+pub(crate) const FRESH_AFTER_PERIODS: u64 = 2;
 
 /// A cycle in progress on this thread.
 #[derive(Debug, Clone, Copy)]
@@ -39,6 +55,9 @@ pub struct Membership {
     pub tid: i32,
     ring: Producer<CycleSample>,
     interval: Option<Interval>,
+    /// When the last cycle finished (CLOCK_MONOTONIC) and the thread's
+    /// CPU clock then.
+    finished: Option<(u64, u64)>,
     /// ADPF's target work duration, ns (0: none yet).
     target_ns: u64,
 }
@@ -65,6 +84,7 @@ pub fn enter(shared: Arc<Shared>, handle: usize, tid: i32, ring: Producer<CycleS
             tid,
             ring,
             interval: None,
+            finished: None,
             target_ns: 0,
         });
         JOINED.with(|j| j.set(true));
@@ -118,10 +138,19 @@ pub fn interval_start(handle: usize, start_ns: u64, deadline_ns: u64) -> i32 {
         return TESSERA_ERR_INVALID;
     }
     with_member(handle, |m| {
+        let period_ns = deadline_ns - start_ns;
+        let cpu_start_ns = match m.finished {
+            Some((at_ns, cpu_ns))
+                if start_ns.saturating_sub(at_ns) <= FRESH_AFTER_PERIODS * period_ns =>
+            {
+                cpu_ns
+            }
+            _ => clock::thread_cpu_ns(),
+        };
         m.interval = Some(Interval {
             start_ns,
             deadline_ns,
-            cpu_start_ns: clock::thread_cpu_ns(),
+            cpu_start_ns,
         });
         TESSERA_OK
     })
@@ -146,11 +175,12 @@ pub fn interval_finish(handle: usize) -> i32 {
         let Some(i) = m.interval.take() else {
             return TESSERA_ERR_NO_INTERVAL;
         };
-        let cpu_ns = clock::thread_cpu_ns().saturating_sub(i.cpu_start_ns);
+        let (cpu_now_ns, now_ns) = (clock::thread_cpu_ns(), clock::monotonic_ns());
+        m.finished = Some((now_ns, cpu_now_ns));
         let sample = CycleSample {
-            cpu_ns,
+            cpu_ns: cpu_now_ns.saturating_sub(i.cpu_start_ns),
             period_ns: i.deadline_ns - i.start_ns,
-            late: clock::monotonic_ns() > i.deadline_ns,
+            late: now_ns > i.deadline_ns,
         };
         send(m, sample);
         TESSERA_OK

@@ -3,8 +3,9 @@
 //! load clients in a chain — listed one by one (`[[subject.client]]`) or
 //! started as a staircase (`[subject.staircase]`) — and how a
 //! configuration schedules it: `fifo:P` / `fifo` (as the server sets
-//! itself), or `guard[:no-reclaim|fixed=PCT|increment=PCT|rt-only|app-share=PCT]`
-//! (the same, plus `tessera guard`). With `[subject.network_app]`
+//! itself), or `guard[:no-reclaim|fixed=PCT|increment=PCT|rt-only|app-share=PCT|workgroup]`
+//! (the same, plus `tessera guard`; with `workgroup` the load clients mark
+//! their cycles in a workgroup). With `[subject.network_app]`
 //! ([`network_app`]) the subject is two hosts instead, each a jackd with a
 //! network-audio client.
 //!
@@ -118,6 +119,10 @@ pub struct GuardSettings {
     pub rt_only: bool,
     /// The floor of each application's share, % (`--app-share`).
     pub app_share: Option<u32>,
+    /// The load clients join a workgroup (`tessera-jack-peer --workgroup`)
+    /// and mark every cycle: their budgets follow each cycle's work, not
+    /// the guard's sampling, which leaves them to the workgroup.
+    pub workgroup: bool,
 }
 
 impl GuardSettings {
@@ -144,8 +149,8 @@ impl GuardSettings {
 }
 
 const SCHED_FORMS: &str = "fifo:P (jackd -P P), fifo (the server's own priority), guard, \
-                           guard:no-reclaim, guard:fixed=PCT, guard:increment=PCT, guard:rt-only, guard:app-share=PCT \
-                           (options joined by commas)";
+                           guard:no-reclaim, guard:fixed=PCT, guard:increment=PCT, guard:rt-only, guard:app-share=PCT, \
+                           guard:workgroup (options joined by commas)";
 /// Lowest jackd -P: JACK2 runs its clients 5 below the server.
 const MIN_JACK_PRIORITY: u32 = 6;
 const MAX_JACK_PRIORITY: u32 = 94;
@@ -196,6 +201,9 @@ impl ServerSched {
                     options.push("rt-only".to_string());
                 }
                 options.extend(g.app_share.map(|p| format!("app-share={p}")));
+                if g.workgroup {
+                    options.push("workgroup".to_string());
+                }
                 match options.is_empty() {
                     true => "guard".into(),
                     false => format!("guard:{}", options.join(",")),
@@ -241,13 +249,14 @@ fn guard_settings(options: &str) -> Result<GuardSettings, String> {
         match option.split_once('=') {
             None if option == "no-reclaim" => settings.no_reclaim = true,
             None if option == "rt-only" => settings.rt_only = true,
+            None if option == "workgroup" => settings.workgroup = true,
             Some(("app-share", v)) => settings.app_share = Some(percent("app-share", v, 1..101)?),
             Some(("fixed", v)) => settings.fixed = Some(percent("fixed", v, 1..101)?),
             Some(("increment", v)) => settings.increment = Some(percent("increment", v, 0..1001)?),
             _ => {
                 return Err(format!(
                     "unknown guard option {option:?} (no-reclaim, fixed=PCT, increment=PCT, \
-                     rt-only, app-share=PCT)"
+                     rt-only, app-share=PCT, workgroup)"
                 ))
             }
         }

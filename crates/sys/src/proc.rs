@@ -203,6 +203,10 @@ fn open_task_file(pid: Pid, tid: Tid, name: &str) -> Result<std::fs::File> {
 }
 
 /// The whole of an open /proc file, read again from its start into `buf`.
+/// A /proc file of one record (schedstat, stat, status) hands all of it to
+/// a read with room for it, so a read that leaves room is the whole file:
+/// one system call, not a second to see the end — the guard and the daemon
+/// make thousands of these a second.
 fn reread<'a>(file: &std::fs::File, buf: &'a mut Vec<u8>, name: &str) -> Result<&'a str> {
     use std::os::unix::fs::FileExt;
     buf.resize(buf.capacity().max(4096), 0);
@@ -211,13 +215,11 @@ fn reread<'a>(file: &std::fs::File, buf: &'a mut Vec<u8>, name: &str) -> Result<
         let n = file
             .read_at(&mut buf[len..], len as u64)
             .map_err(|e| counter_error(name, &e.to_string()))?;
-        if n == 0 {
+        len += n;
+        if n == 0 || len < buf.len() {
             break;
         }
-        len += n;
-        if len == buf.len() {
-            buf.resize(len * 2, 0);
-        }
+        buf.resize(len * 2, 0);
     }
     if len == 0 {
         return Err(counter_error(name, "the thread exited"));
@@ -779,6 +781,20 @@ mod tests {
         assert!(!is_kernel_thread(me));
         assert!(is_running(me));
         assert!(!is_running(i32::MAX));
+    }
+
+    #[test]
+    fn reread_takes_a_file_longer_than_its_buffer_whole_and_a_short_one_in_one_read() {
+        let path = std::env::temp_dir().join(format!("tessera-reread-{}", current_pid()));
+        let long: String = (0..3000).map(|i| format!("{i} ")).collect();
+        std::fs::write(&path, &long).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let mut buf = Vec::new();
+        assert_eq!(reread(&file, &mut buf, "test").unwrap(), long);
+        std::fs::remove_file(&path).unwrap();
+        let status = std::fs::File::open("/proc/self/status").unwrap();
+        let text = reread(&status, &mut buf, "status").unwrap();
+        assert!(text.starts_with("Name:") && text.contains("nonvoluntary_ctxt_switches"));
     }
 
     #[test]

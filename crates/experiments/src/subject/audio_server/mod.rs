@@ -36,6 +36,9 @@ use tessera_scenario::{
     AudioServerSubject, Configuration, Scenario, ServerKind, ServerSched, Subject,
 };
 
+/// The workgroup of the load clients under `guard:workgroup`.
+const WORKGROUP: &str = "audio-clients";
+
 /// Where `tessera guard` puts its reservations and which broker it asks.
 pub(crate) struct GuardPlace {
     /// Its `--core` (a CPU number, or `global`); None: the guard's default.
@@ -97,7 +100,7 @@ impl AudioServerRun {
         let scratch = Scratch::create("tessera-audio")?;
         let pinned = pinned_core(&sched, core);
         let server = start_server(subject, &sched, pinned, &scratch)?;
-        let peer = start_peer(&server, &program, subject, pinned, total, &scratch)?;
+        let peer = start_peer(&server, &program, subject, &sched, pinned, total, &scratch)?;
         let guard = match &sched {
             ServerSched::Guard(settings) => {
                 let mut args = settings.args();
@@ -293,17 +296,23 @@ fn start_server(
 }
 
 /// `tessera-jack-peer` (`program`) with the subject's clients, pinned like
-/// the server, waiting for t0 on its stdin.
+/// the server, waiting for t0 on its stdin; its loads in [`WORKGROUP`]
+/// when the configuration says so (the broker the guard asks, found the
+/// same way).
 fn start_peer(
     server: &AudioServer,
     program: &Path,
     subject: &AudioServerSubject,
+    sched: &ServerSched,
     core: Option<usize>,
     total: Duration,
     scratch: &Scratch,
 ) -> Result<PeerClients, String> {
     let mut command = server.client_command(program);
     command.args(peer_args(subject, total));
+    if matches!(sched, ServerSched::Guard(g) if g.workgroup) {
+        command.args(["--workgroup", WORKGROUP]);
+    }
     command.arg("--out").arg(scratch.file("peer.tsv"));
     PeerClients::start(&mut command, core, &scratch.file("peer.log"))
 }
