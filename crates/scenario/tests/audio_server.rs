@@ -54,7 +54,8 @@ fn an_audio_server_parses_with_its_clients_and_schedulings() {
     }
     let text = format!(
         "{JACK}\n[[configuration]]\nname = \"g\"\nsubject = \"guard:no-reclaim,fixed=95\"\n\n\
-         [[configuration]]\nname = \"plain default\"\n"
+         [[configuration]]\nname = \"plain default\"\n\n\
+         [[configuration]]\nname = \"w\"\nsubject = \"guard:workgroup\"\n"
     );
     let s = Scenario::parse(&text, "audio.toml").unwrap();
     let Subject::AudioServer(a) = &s.subject else {
@@ -72,11 +73,24 @@ fn an_audio_server_parses_with_its_clients_and_schedulings() {
         .iter()
         .map(|c| c.server.as_ref().unwrap().describe())
         .collect();
-    assert_eq!(scheds, ["fifo:15", "guard:no-reclaim,fixed=95", "fifo:15"]);
+    assert_eq!(
+        scheds,
+        [
+            "fifo:15",
+            "guard:no-reclaim,fixed=95",
+            "fifo:15",
+            "guard:workgroup"
+        ]
+    );
     let Some(ServerSched::Guard(g)) = &s.configurations[1].server else {
         panic!()
     };
     assert_eq!(g.args(), ["--no-reclaim", "--fixed", "95"]);
+    let Some(ServerSched::Guard(w)) = &s.configurations[3].server else {
+        panic!()
+    };
+    // The clients' option: the guard's command line is its default.
+    assert!(w.workgroup && w.args().is_empty());
     assert!(s.configurations.iter().all(|c| c.needs_privilege()));
     let Subject::AudioServer(short) = s.scaled(0.5).subject else {
         panic!()
