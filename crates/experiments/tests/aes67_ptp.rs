@@ -5,9 +5,10 @@
 //! never timing figures: b's offsets were measured and reported (ptp4l's
 //! and its media clock's, typed), b reports the loss (a count of one, a
 //! label, a note), and its streams played on through it — packets kept
-//! coming both ways, and every marker came back exactly the two
-//! receivers' latencies late, so nothing moved the audio (a clock that
-//! stepped or re-anchored on the loss would have). The ptp4l processes and
+//! coming both ways, nothing resynced but with a stall (an xrun), and every
+//! marker came back exactly the two receivers' latencies late, so nothing
+//! moved the audio (a clock that stepped or re-anchored on the loss would
+//! have). The ptp4l processes and
 //! their files are gone afterwards.
 //!
 //! Root only (network namespaces, cells): skipped otherwise, a failure
@@ -111,6 +112,16 @@ fn a_host_that_loses_ptp_says_so_and_plays_on() {
             .unwrap_or_else(|| panic!("{direction}: {notes}"));
         assert!(received > 2000, "{direction}: {received}; {notes}");
     }
+    // Nothing resynced for the loss, nor for the corrections before it
+    // (each moves b's clock by microseconds): a resync comes only with a
+    // stall, which makes its host's cycle late — one per stream node.
+    let count = |name: &str| c.count(name).unwrap_or_else(|| panic!("{name}: {notes}"));
+    let stalls = count("aes67 xruns a") + count("aes67 xruns b");
+    let resyncs = count("aes67 resyncs");
+    assert!(
+        resyncs <= 2 * stalls,
+        "{resyncs} resyncs, {stalls} xruns; {notes}"
+    );
     let round_trip = c.metric(METRIC).expect("the marker's round trip");
     assert!(round_trip.summary.count >= 100, "{notes}");
     assert_eq!(

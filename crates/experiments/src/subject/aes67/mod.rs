@@ -1140,7 +1140,8 @@ fn ptp_figures(names: &[&'static str], w: &Window) -> PtpFigures {
             format!("p50 {:.1} / p99 {:.1} / max {:.1} µs", s.p50, s.p99, s.max)
         };
         figures.notes.push(format!(
-            "aes67 PTP host {name}: {} measurements; |offset| ptp4l {}, media clock {}; {lost}              loss(es) of PTP; {state}; rate {:+.1} ppb",
+            "aes67 PTP host {name}: {} measurements; |offset| ptp4l {}, media clock {}; \
+             {lost} loss(es) of PTP; {state}; rate {:+.1} ppb",
             records.len(),
             summary(&ptp4l),
             summary(&media),
