@@ -10,7 +10,7 @@ packages=(
   procps                       # sysctl: a bridge's switch without netfilter
   jackd2 libjack-jackd2-dev    # the JACK2 peer benchmark, audio-server scenarios
   pipewire pipewire-bin pipewire-jack  # audio-server scenarios on PipeWire (pw-metadata, pw-jack), its RTP modules
-  linuxptp                     # ptp4l, pmc: the AES67 media clock and its test
+  linuxptp                     # ptp4l, pmc: the AES67 media clock, PTP between hosts, their tests
   rt-tests                     # cyclictest, to compare wake-up latency with
   stress-ng rt-app             # third-party interference, to cross-check ours
   strace                       # counts libtessera's system calls per interval call (its test)

@@ -40,7 +40,8 @@ pub const EXAMPLES: &str = "Examples:\n  \
     Streams are 48 kHz L24 stereo with 1 ms packets and payload type 96 unless told otherwise;\n\
     a received stream's SDP (--sdp, --receive-sap, or a SAP announcement of its address) gives\n\
     its format and payload type instead. The media clock is PTP when ptp4l runs (its management\n\
-    socket at --ptp-uds), else this machine's clock: every report says which.";
+    socket at --ptp-uds), else this machine's clock: every report says which. With a ptp4l that\n\
+    adjusts no clock (free_running 1), --ptp-free-running adds its measured offset instead.";
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -103,6 +104,9 @@ pub struct RunArgs {
     /// ptp4l's management socket, for the media clock.
     #[arg(long, default_value = "/var/run/ptp4l")]
     pub ptp_uds: PathBuf,
+    /// ptp4l adjusts no clock (free_running 1): the media clock adds its measured offset from the grandmaster.
+    #[arg(long)]
+    pub ptp_free_running: bool,
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
     #[arg(long)]
@@ -398,7 +402,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let send = sent(&args, format, payload_type);
     let latency_ns = time_ns(&args.latency, "--latency 2ms")?;
     let latency_frames = (latency_ns * u64::from(args.rate) / 1_000_000_000) as u32;
-    let clock = MediaClock::detect(&args.ptp_uds, 0);
+    let clock = match args.ptp_free_running {
+        true => MediaClock::follow_free_running(&args.ptp_uds, 0),
+        false => MediaClock::detect(&args.ptp_uds, 0),
+    };
     let frames = format.frames_per_packet.max(tessera_graph::MIN_FRAMES);
     let period_ns = u64::from(frames) * 1_000_000_000 / u64::from(args.rate);
     let (run_cell, cell_note) = cell(&args, period_ns)?;

@@ -8,9 +8,12 @@
 //! of its own, payload type `payload_type`), which b plays by arrival,
 //! slipping at most `max_slip_ppm`; `[subject.paths]`: a and b joined by
 //! two paths (ST 2022-7), each losing `loss_percent` of the packets and
-//! delaying them `delay` plus up to `jitter` — and how a configuration runs
-//! it: `streams`, `cut` (when the second path goes down, into the measured
-//! window), and `subject`: one scheduling for every thread, or the roles `graph`
+//! delaying them `delay` plus up to `jitter`; `ptp = true`: the hosts run
+//! linuxptp on the bridge (a the grandmaster, the others' media clocks
+//! following it) — and how a configuration runs it: `streams`, `cut` (when
+//! the second path goes down, into the measured window), `ptp_lost` (when
+//! the slaves' ptp4l stop, into the measured window), and `subject`: one
+//! scheduling for every thread, or the roles `graph`
 //! (each host's engine thread) and `service` (each host's network service
 //! real-time thread) each as `cell:NAME`, `fifo:P` or `plain`. `{host}` in
 //! a cell's name stands for the host's letter, so `cell:graph-{host}` puts
@@ -117,6 +120,8 @@ pub struct Aes67Subject {
     pub foreign: Option<ForeignSender>,
     /// a and b are joined by two impaired paths instead of a bridge.
     pub paths: Option<RedundantPaths>,
+    /// The hosts run linuxptp: a is the grandmaster, the others follow.
+    pub ptp: bool,
 }
 
 impl Aes67Subject {
@@ -148,6 +153,8 @@ pub struct Aes67Settings {
     pub streams: usize,
     /// When the second path goes down, into the measured window.
     pub cut: Option<Duration>,
+    /// When the slaves' ptp4l stop, into the measured window.
+    pub ptp_lost: Option<Duration>,
 }
 
 /// The configuration's role of `role` on host `host`, e.g. "graph b".
@@ -182,7 +189,22 @@ pub(super) fn subject(s: &RawSubject, table: &Range<usize>) -> Result<Aes67Subje
         deadline: opt_duration(&s.deadline)?.unwrap_or(DEFAULT_DEADLINE),
         foreign: s.foreign.as_ref().map(foreign).transpose()?,
         paths: s.paths.as_ref().map(paths).transpose()?,
+        ptp: s.ptp.as_ref().is_some_and(|p| *p.get_ref()),
     };
+    if let (Some(p), true) = (&s.ptp, subject.ptp) {
+        let why = match (hosts, &subject.foreign, &subject.paths) {
+            (1, _, _) => Some("a lone host has no grandmaster but itself: give hosts ≥ 2"),
+            (_, Some(_), _) => Some("a foreign sender plays by arrival, on no PTP: leave out ptp"),
+            (_, _, Some(_)) => Some(
+                "PTP runs on the hosts' bridge, and two paths have none: leave out ptp or \
+                 [subject.paths]",
+            ),
+            _ => None,
+        };
+        if let Some(why) = why {
+            return refuse(p.span(), why);
+        }
+    }
     for (span, what) in [
         (s.foreign.as_ref().map(Spanned::span), "[subject.foreign]"),
         (s.paths.as_ref().map(Spanned::span), "[subject.paths]"),
@@ -393,9 +415,21 @@ pub(super) struct Aes67Configuration {
     pub roles: Vec<(String, String, Range<usize>)>,
 }
 
-/// A configuration's `streams`, `cut` and `subject` for an aes67 subject.
+/// A configuration's own keys for an aes67 subject, as written.
+pub(super) struct ConfigurationKeys<'a> {
+    pub streams: Option<&'a Spanned<usize>>,
+    pub cut: Option<&'a Spanned<String>>,
+    pub ptp_lost: Option<&'a Spanned<String>>,
+}
+
+/// A configuration's `streams`, `cut`, `ptp_lost` and `subject` for an
+/// aes67 subject.
 pub(super) fn configuration(
-    (streams, cut): (Option<&Spanned<usize>>, Option<&Spanned<String>>),
+    ConfigurationKeys {
+        streams,
+        cut,
+        ptp_lost,
+    }: ConfigurationKeys,
     value: Option<&Spanned<RawSubjectSched>>,
     subject: &Aes67Subject,
     table: &Range<usize>,
@@ -416,6 +450,16 @@ pub(super) fn configuration(
             )
         }
         Some(c) => Some(duration(c)?),
+        None => None,
+    };
+    let ptp_lost = match ptp_lost {
+        Some(l) if !subject.ptp => {
+            return refuse(
+                l.span(),
+                "ptp_lost stops the slaves' ptp4l: give the subject ptp = true",
+            )
+        }
+        Some(l) => Some(duration(l)?),
         None => None,
     };
     let written: Vec<(String, String, Range<usize>)> = match value.map(|v| (v.get_ref(), v.span()))
@@ -455,6 +499,7 @@ pub(super) fn configuration(
         settings: Aes67Settings {
             streams: count,
             cut,
+            ptp_lost,
         },
         roles,
     })
@@ -604,7 +649,8 @@ subject = { graph = "cell:graph-{host}", service = "fifo:60" }
             plain.aes67,
             Some(Aes67Settings {
                 streams: 2,
-                cut: None
+                cut: None,
+                ptp_lost: None
             })
         );
         assert_eq!(plain.roles.len(), 6);
@@ -615,7 +661,8 @@ subject = { graph = "cell:graph-{host}", service = "fifo:60" }
             cells.aes67,
             Some(Aes67Settings {
                 streams: 4,
-                cut: None
+                cut: None,
+                ptp_lost: None
             })
         );
         let role = |name: &str| &cells.roles.iter().find(|(r, _)| r == name).unwrap().1;
@@ -798,6 +845,32 @@ subject = { graph = "cell:graph-{host}", service = "fifo:60" }
     }
 
     #[test]
+    fn hosts_may_run_ptp_and_a_configuration_lose_it() {
+        let text =
+            two_hosts("ptp = true\n").replacen("streams = 4", "streams = 4\nptp_lost = \"1s\"", 1);
+        let s = parse(&text).unwrap();
+        let Subject::Aes67(subject) = &s.subject else {
+            panic!("{:?}", s.subject)
+        };
+        assert!(subject.ptp);
+        let lost = |s: &Scenario, k: usize| s.configurations[k].aes67.unwrap().ptp_lost;
+        assert_eq!(lost(&s, 1), Some(Duration::from_secs(1)));
+        assert_eq!(lost(&s, 0), None);
+        assert_eq!(lost(&s.scaled(0.5), 1), Some(Duration::from_millis(500)));
+        let (_, reason) = parse(&GOOD.replacen("streams = 4", "streams = 4\nptp_lost = \"1s\"", 1))
+            .expect_err("no PTP to lose");
+        assert!(reason.contains("ptp = true"), "{reason}");
+        let lone = two_hosts("ptp = true\n").replacen("hosts = 2", "hosts = 1", 1);
+        let (_, reason) = parse(&lone).expect_err("a lone host");
+        assert!(reason.contains("hosts ≥ 2"), "{reason}");
+        let paths = two_hosts("ptp = true\n\n[subject.paths]\nloss_percent = 1.0\n");
+        let (_, reason) = parse(&paths).expect_err("two paths");
+        assert!(reason.contains("bridge"), "{reason}");
+        let off = parse(&two_hosts("ptp = false\n")).unwrap();
+        assert!(matches!(&off.subject, Subject::Aes67(a) if !a.ptp));
+    }
+
+    #[test]
     fn the_shipped_scenarios_parse() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
         for (name, hosts, configurations) in [
@@ -808,6 +881,7 @@ subject = { graph = "cell:graph-{host}", service = "fifo:60" }
             ("aes67-foreign.toml", 2, 2),
             ("aes67-redundant.toml", 2, 2),
             ("aes67-redundant-cut.toml", 2, 2),
+            ("aes67-ptp.toml", 2, 3),
         ] {
             let s = Scenario::from_file(&dir.join(name)).unwrap_or_else(|e| panic!("{e}"));
             let Subject::Aes67(subject) = &s.subject else {

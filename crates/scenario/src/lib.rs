@@ -428,6 +428,7 @@ impl Scenario {
         for c in &mut s.configurations {
             if let Some(aes67) = &mut c.aes67 {
                 aes67.cut = aes67.cut.map(f);
+                aes67.ptp_lost = aes67.ptp_lost.map(f);
             }
         }
         s
@@ -652,6 +653,7 @@ struct RawSubject {
     latency: Option<Spanned<String>>,
     foreign: Option<Spanned<aes67::RawForeign>>,
     paths: Option<Spanned<aes67::RawPaths>>,
+    ptp: Option<Spanned<bool>>,
 }
 
 #[derive(Deserialize)]
@@ -702,6 +704,8 @@ struct RawConfiguration {
     streams: Option<Spanned<usize>>,
     /// When an aes67 subject's second path is cut, into the measured window.
     cut: Option<Spanned<String>>,
+    /// When an aes67 subject's slaves lose PTP, into the measured window.
+    ptp_lost: Option<Spanned<String>>,
 }
 
 /// A configuration's subject: one scheduling for every thread, or (music)
@@ -1427,9 +1431,19 @@ impl Validator {
             }
             _ => None,
         };
+        if let (false, Some(lost)) = (matches!(scenario.subject, Subject::Aes67(_)), &c.ptp_lost) {
+            return refuse(
+                lost.span(),
+                "only an aes67 subject with ptp = true takes `ptp_lost`",
+            );
+        }
         let aes = match (&scenario.subject, &c.streams, &c.cut) {
             (Subject::Aes67(a), streams, cut) => Some(aes67::configuration(
-                (streams.as_ref(), cut.as_ref()),
+                aes67::ConfigurationKeys {
+                    streams: streams.as_ref(),
+                    cut: cut.as_ref(),
+                    ptp_lost: c.ptp_lost.as_ref(),
+                },
                 c.subject.as_ref(),
                 a,
                 &table,

@@ -30,7 +30,7 @@ fn each_step_of_the_system_clock_is_followed() {
     };
     let clock = MediaClock::system("a test of steps");
     let node = clock.clone();
-    let follower = clock.follow_steps().unwrap();
+    let follower = clock.follow().unwrap();
     assert_eq!(node.steps(), 0);
     let forward = step_realtime(1_000);
     let seen = within_two_seconds(|| node.steps() == 1);

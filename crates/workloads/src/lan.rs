@@ -216,7 +216,7 @@ impl Lan {
         self.run(switch, "ip link add switch type bridge mcast_snooping 0")?;
         self.run(switch, "ip link set switch up")?;
         self.switch_without_netfilter(switch)?;
-        let device = format!("br{}", id.0);
+        let device = self.bridge_device(id);
         let mut members = Vec::new();
         for (k, &host) in hosts.iter().enumerate() {
             let port = format!("port{k}");
@@ -251,6 +251,11 @@ impl Lan {
             "sysctl -qw net.bridge.bridge-nf-call-iptables=0 \
              net.bridge.bridge-nf-call-ip6tables=0 net.bridge.bridge-nf-call-arptables=0",
         )
+    }
+
+    /// The name of every host's end of `bridge`'s veths, in the host.
+    pub fn bridge_device(&self, bridge: BridgeId) -> String {
+        format!("br{}", bridge.0)
     }
 
     /// `host`'s address on `bridge`.

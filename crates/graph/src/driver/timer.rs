@@ -15,7 +15,11 @@
 //! it finds each sender's packet whole in one cycle, with the whole offset
 //! to arrive — out of phase, half a packet's frames would be due a packet
 //! time sooner. The grid's clock is read every cycle (one load): when it
-//! was stepped, the next cycle moves to its new grid. This module owns the
+//! moved (stepped, or corrected by a few µs as a clock following PTP is),
+//! the next cycle moves to the new grid's line nearest to where it was
+//! planned, so a clock moved ahead by δ brings the cycle δ sooner rather
+//! than a period less δ later — the cycle keeps its media time and skips
+//! nothing. This module owns the
 //! wake-up schedule; it must never allocate or block on anything but the
 //! clock.
 
@@ -86,8 +90,9 @@ impl TimerDriver {
     }
 
     /// The wake-up planned at `planned_ns` (now, before the first cycle),
-    /// put on the grid's next line if the grid's clock moved since the
-    /// last time; unchanged without a grid.
+    /// put on the grid's next line before the first cycle, and on its line
+    /// nearest to `planned_ns` if the grid's clock moved since the last
+    /// time (module doc); unchanged without a grid.
     fn on_the_grid(&mut self, planned_ns: u64, period_ns: u64) -> u64 {
         let first = self.next_ns == 0;
         let Some((clock, seen)) = &mut self.grid else {
@@ -98,7 +103,11 @@ impl TimerDriver {
             return planned_ns;
         }
         *seen = offset;
-        line_at_or_after(planned_ns, offset, period_ns)
+        let after = line_at_or_after(planned_ns, offset, period_ns);
+        match first || after - planned_ns <= period_ns / 2 {
+            true => after,
+            false => after - period_ns,
+        }
     }
 
     /// Skips the boundaries that passed while the last cycle ran late,
@@ -215,6 +224,27 @@ mod tests {
             assert!(due > last, "cycles move forward");
             last = due;
         }
+    }
+
+    #[test]
+    fn a_clock_moved_a_little_moves_the_next_cycle_by_as_much() {
+        let period = 1_000_000;
+        let grid = Arc::new(Ahead(AtomicU64::new(5 * period)));
+        let mut timer = TimerDriver::new().on_grid(grid.clone());
+        timer.next_ns = 7 * period;
+        assert_eq!(timer.on_the_grid(7 * period, period), 7 * period);
+        // Ahead by 3 µs: due 3 µs sooner (its media time kept), not a
+        // period less 3 µs later, which would skip a cycle.
+        grid.0.fetch_add(3_000, Ordering::Relaxed);
+        assert_eq!(timer.on_the_grid(8 * period, period), 8 * period - 3_000);
+        // Back by 2 µs: 2 µs later.
+        grid.0.fetch_sub(2_000, Ordering::Relaxed);
+        let planned = 9 * period - 3_000;
+        assert_eq!(timer.on_the_grid(planned, period), planned + 2_000);
+        // A step beyond half a period: the nearest line, forward.
+        grid.0.fetch_add(700_000, Ordering::Relaxed);
+        let planned = 10 * period - 1_000;
+        assert_eq!(timer.on_the_grid(planned, period), planned + 300_000);
     }
 
     #[test]

@@ -7,6 +7,25 @@
 //! or with hardware timestamping and phc2sys copying the NIC's clock), and
 //! the kernel's TAI−UTC offset otherwise — the system clock, labelled so.
 //!
+//! A host whose ptp4l adjusts no clock (`free_running 1`, software
+//! timestamping: [`MediaClock::follow_free_running`]) follows the
+//! grandmaster itself: its media clock is `CLOCK_REALTIME` minus this
+//! host's offset from the grandmaster as ptp4l measures it, a line fitted
+//! to ptp4l's last measurements ([`super::follow`]: the offset and its
+//! rate), read from ptp4l (`GET TIME_STATUS_NP`, `GET PORT_PROPERTIES_NP`
+//! through pmc) every [`PTP_POLL`] by the clock's follower thread, which
+//! moves the offset by what the line says at that instant (never counted
+//! as a step: the nodes keep their positions). When ptp4l stops answering,
+//! its port is not SLAVE, the grandmaster is gone or its last sync is
+//! stale, PTP is lost: the line is kept, so the media clock keeps its last
+//! offset and goes on at its last rate, the loss is counted with its time
+//! and reason, the label says "PTP lost at …, playing on its last rate",
+//! and the streams play on. Each measurement is recorded — ptp4l's offset
+//! and the media clock's (what it adds, plus ptp4l's) — for reports. Two
+//! machines whose ptp4l runs free follow one grandmaster this way exactly
+//! as this machine's namespaces do, which share one `CLOCK_REALTIME` that
+//! no slave may adjust.
+//!
 //! It owns the detection (one `pmc` run against ptp4l's management socket,
 //! and a look in /proc for phc2sys), the pure reading of pmc's answers, and
 //! the conversions between `CLOCK_MONOTONIC` instants, media time and RTP
@@ -15,27 +34,29 @@
 //! moves only when the system clock is stepped (slewing, ptp4l's and
 //! phc2sys's usual way, changes the rate of `CLOCK_MONOTONIC` and
 //! `CLOCK_REALTIME` alike — but ptp4l steps the clock once when it first
-//! locks, and an NTP daemon steps it at boot). A clock's clones share the
-//! offset and a count of its refreshes, so a [`StepFollower`] thread can
-//! take it again at every step while the real-time readers see the change
-//! with one atomic load, and nodes re-anchor their positions on it.
+//! locks, and an NTP daemon steps it at boot) or when a free-running
+//! ptp4l's measurements move it. A clock's clones share the offset and a
+//! count of its refreshes, so a [`ClockFollower`] thread can take it again
+//! at every step while the real-time readers see the change with one
+//! atomic load, and nodes re-anchor their positions on it.
 //!
 //! It must never allocate, lock or make a system call in the real-time
 //! conversions ([`MediaClock::media_ns_at`], [`MediaClock::rtp_timestamp_at`],
-//! [`MediaClock::monotonic_ns_of`], [`MediaClock::steps`]); detection and
-//! refresh make system calls and run `pmc`, so they never run on a real-time
-//! thread. It never starts, stops or configures linuxptp, and never adjusts a
-//! clock.
+//! [`MediaClock::monotonic_ns_of`], [`MediaClock::steps`]); detection,
+//! refresh and following make system calls, lock and run `pmc`, so they
+//! never run on a real-time thread. It never starts, stops or configures
+//! linuxptp, and never adjusts a clock.
 
 use std::io::Read;
 use std::os::fd::AsFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::follow::{Answer, Follow, Loss, Measurement};
 use tessera_aes67::rtp::samples_at;
 use tessera_sys::clock;
 use tessera_sys::event::{ClockSteps, Epoll, EventFd, Readiness, Trigger};
@@ -52,6 +73,19 @@ const PMC_QUERIES: [&str; 4] = [
     "GET TIME_PROPERTIES_DATA_SET",
     "GET DEFAULT_DATA_SET",
 ];
+/// What following a free-running ptp4l asks it: the offset and the port.
+const FOLLOW_QUERIES: [&str; 2] = ["GET TIME_STATUS_NP", "GET PORT_PROPERTIES_NP"];
+/// How often a clock following a free-running ptp4l asks it (a pmc run
+/// takes 100 ms of it, waiting for answers): twice ptp4l's sync interval
+/// at AES67's 8 syncs a second. The offset moves by the line's rate over
+/// this much at a time (2.5 µs at 10 ppm).
+pub const PTP_POLL: Duration = Duration::from_millis(250);
+/// Most measurements kept for [`MediaClock::take_offsets`] between two
+/// takes (about three hours of polls): older ones are dropped.
+const MAX_RECORDS: usize = 1 << 15;
+/// How a following clock's system clock relates to the grandmaster.
+const FOLLOWS_FREE_RUNNING: &str =
+    "ptp4l runs free (free_running 1): tessera adds its measured offset";
 
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case", tag = "kind")]
@@ -86,6 +120,52 @@ pub enum ClockSource {
 pub struct MediaClock {
     source: ClockSource,
     offset: Arc<Offset>,
+    /// A free-running ptp4l this clock follows.
+    ptp: Option<Arc<Following>>,
+}
+
+/// A free-running ptp4l followed: where it answers, and what was made of
+/// its answers (locked by the follower thread and reports only).
+#[derive(Debug)]
+struct Following {
+    uds: PathBuf,
+    domain: u8,
+    state: Mutex<FollowState>,
+}
+
+#[derive(Debug, Default)]
+struct FollowState {
+    follow: Follow,
+    /// What the media clock adds to `CLOCK_REALTIME` now: minus the
+    /// offset from the grandmaster.
+    correction_ns: i64,
+    records: Vec<OffsetRecord>,
+}
+
+/// One measurement of ptp4l as a following clock took it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct OffsetRecord {
+    /// The sync's ingress, `CLOCK_REALTIME` ns.
+    pub at_ns: u64,
+    /// This host's system clock − the grandmaster's, as ptp4l measured it.
+    pub ptp4l_ns: i64,
+    /// The media clock − the grandmaster's, then: ptp4l's offset plus what
+    /// the media clock added when the sync came.
+    pub media_ns: i64,
+}
+
+/// A following clock's state, for reports.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PtpFollowing {
+    /// Whether ptp4l's measurements come (false: playing on the last rate).
+    pub locked: bool,
+    /// Losses of PTP so far.
+    pub losses: u64,
+    pub last_loss: Option<Loss>,
+    /// What the media clock adds to `CLOCK_REALTIME` now, ns.
+    pub correction_ns: i64,
+    /// The offset's rate, fitted to ptp4l's measurements, ns per second.
+    pub rate_ppb: f64,
 }
 
 /// Media time − `CLOCK_MONOTONIC` (about 1.8 × 10^18 ns: an i64 holds it
@@ -105,7 +185,7 @@ impl MediaClock {
     /// process runs; else the system clock with the reason. Not real-time
     /// safe: it runs a process for up to [`PMC_TIMEOUT`].
     pub fn detect(uds: &Path, domain: u8) -> MediaClock {
-        let source = match run_pmc(uds, domain) {
+        let source = match pmc(uds, domain, &PMC_QUERIES) {
             Ok(output) => classify(&parse_pmc(&output), uds, domain, phc2sys_pid()),
             Err(why) => ClockSource::System { why },
         };
@@ -117,23 +197,69 @@ impl MediaClock {
         MediaClock::new(ClockSource::System { why: why.into() })
     }
 
+    /// Follows the grandmaster of the ptp4l at `uds` in `domain`, which
+    /// adjusts no clock (`free_running 1`, software timestamping), by
+    /// adding its measured offset (module docs) once the clock's
+    /// [`MediaClock::follow`] thread runs. Its port must be SLAVE (a
+    /// free-running port stays UNCALIBRATED until told `SET
+    /// SYNCHRONIZATION_UNCERTAIN_NP 0`); on the grandmaster itself the
+    /// clock is the system clock, labelled PTP as [`MediaClock::detect`]
+    /// does; otherwise the system clock with the reason. Not real-time
+    /// safe: it runs pmc.
+    pub fn follow_free_running(uds: &Path, domain: u8) -> MediaClock {
+        let answers = match pmc(uds, domain, &PMC_QUERIES) {
+            Ok(output) => parse_pmc(&output),
+            Err(why) => return MediaClock::system(&why),
+        };
+        // No phc2sys counts here: a slave it classifies as PTP stamps
+        // with the system clock.
+        let mut source = classify(&answers, uds, domain, None);
+        match &mut source {
+            ClockSource::Ptp {
+                port_state,
+                system_clock_follows,
+                ..
+            } if port_state == "SLAVE" => *system_clock_follows = FOLLOWS_FREE_RUNNING.into(),
+            _ => return MediaClock::new(source),
+        }
+        let mut state = FollowState::default();
+        if let Some(m) = state.follow.take(answer_of(&answers), clock::realtime_ns()) {
+            state.correction_ns = -m.offset_ns;
+        }
+        let ptp = Following {
+            uds: uds.to_path_buf(),
+            domain,
+            state: Mutex::new(state),
+        };
+        MediaClock::made(source, Some(Arc::new(ptp)))
+    }
+
     fn new(source: ClockSource) -> MediaClock {
+        MediaClock::made(source, None)
+    }
+
+    fn made(source: ClockSource, ptp: Option<Arc<Following>>) -> MediaClock {
         let clock = MediaClock {
             source,
             offset: Arc::default(),
+            ptp,
         };
-        clock.store_offset(clock.measure_offset());
+        let correction = clock.ptp.as_ref().map_or(0, |p| p.lock().correction_ns);
+        clock.store_offset(clock.measure_offset(correction));
         clock
     }
 
     /// Media time − `CLOCK_MONOTONIC` now (with the kernel's TAI offset on
-    /// the system clock). A few clock reads and one system call.
-    fn measure_offset(&self) -> i64 {
+    /// the system clock), plus a following clock's `correction_ns`. A few
+    /// clock reads and one system call.
+    fn measure_offset(&self, correction_ns: i64) -> i64 {
         let utc_offset_s = match &self.source {
             ClockSource::Ptp { utc_offset_s, .. } => *utc_offset_s,
             ClockSource::System { .. } => clock::tai_offset_s(),
         };
-        (clock::realtime_offset_ns() + i128::from(utc_offset_s) * NS as i128) as i64
+        (clock::realtime_offset_ns()
+            + i128::from(utc_offset_s) * NS as i128
+            + i128::from(correction_ns)) as i64
     }
 
     fn store_offset(&self, ns: i64) {
@@ -154,7 +280,12 @@ impl MediaClock {
     /// real-time safe (a few clock reads, one system call); it does not
     /// detect the source again.
     pub fn refresh(&self) {
-        self.store_offset(self.measure_offset());
+        // Under a following clock's lock: a poll's move between measuring
+        // and storing would be lost.
+        let state = self.ptp.as_ref().map(|p| p.lock());
+        let correction = state.as_ref().map_or(0, |s| s.correction_ns);
+        self.store_offset(self.measure_offset(correction));
+        drop(state);
         // Release: a reader that sees the new count sees the new offset.
         self.offset.refreshes.fetch_add(1, Ordering::Release);
     }
@@ -166,32 +297,84 @@ impl MediaClock {
     }
 
     /// Refreshes this clock (and its clones) at every step of the system
-    /// clock, on a thread of its own, until the follower is dropped. Not
+    /// clock, and asks a free-running ptp4l it follows every [`PTP_POLL`],
+    /// on a thread of its own, until the follower is dropped. Not
     /// real-time safe.
-    pub fn follow_steps(&self) -> tessera_sys::Result<StepFollower> {
+    pub fn follow(&self) -> tessera_sys::Result<ClockFollower> {
         let steps = ClockSteps::new()?;
         let stop = EventFd::new()?;
         let epoll = Epoll::new()?;
         epoll.add(steps.as_fd(), 0, Trigger::Level)?;
         epoll.add(stop.as_fd(), 1, Trigger::Level)?;
         let (clock, stopped) = (self.clone(), stop.try_clone()?);
+        let wake = match self.ptp {
+            Some(_) => PTP_POLL,
+            None => Duration::from_secs(60),
+        };
         let thread = std::thread::Builder::new()
             .name("tessera-clock".into())
             .spawn(move || {
                 let mut ready = [Readiness::EMPTY; 2];
+                let mut next_poll = Instant::now();
                 while stopped.drain() == 0 {
                     if steps.stepped() {
                         clock.refresh();
                     }
+                    if clock.ptp.is_some() && Instant::now() >= next_poll {
+                        next_poll = Instant::now() + PTP_POLL;
+                        clock.poll_ptp();
+                    }
+                    let wait = next_poll.saturating_duration_since(Instant::now());
                     // An error (EINTR) only means looking again.
-                    let _ = epoll.wait(&mut ready, Duration::from_secs(60));
+                    let _ = epoll.wait(&mut ready, wait.min(wake).max(Duration::from_millis(1)));
                 }
             })
-            .map_err(|e| tessera_sys::Error::from_io("spawning the clock's step follower", &e))?;
-        Ok(StepFollower {
+            .map_err(|e| tessera_sys::Error::from_io("spawning the clock's follower", &e))?;
+        Ok(ClockFollower {
             stop,
             thread: Some(thread),
         })
+    }
+
+    /// Asks the followed ptp4l once and moves the offset to the fitted
+    /// line's value now (by the change only: a step taken meanwhile stays).
+    fn poll_ptp(&self) {
+        let Some(ptp) = &self.ptp else { return };
+        let answer = match pmc(&ptp.uds, ptp.domain, &FOLLOW_QUERIES) {
+            Ok(output) => answer_of(&parse_pmc(&output)),
+            Err(why) => Answer::Unusable(why),
+        };
+        let mut state = ptp.lock();
+        let now = clock::realtime_ns();
+        let before = state.correction_ns;
+        if let Some(m) = state.follow.take(answer, now) {
+            state.record(m, before);
+        }
+        let correction = state.follow.offset_at(now).map_or(before, |o| -o);
+        state.correction_ns = correction;
+        self.offset
+            .media_minus_monotonic_ns
+            .fetch_add(correction - before, Ordering::Relaxed);
+    }
+
+    /// A following clock's state now; `None` for other clocks.
+    pub fn ptp_following(&self) -> Option<PtpFollowing> {
+        let state = self.ptp.as_ref()?.lock();
+        Some(PtpFollowing {
+            locked: state.follow.locked(),
+            losses: state.follow.losses(),
+            last_loss: state.follow.last_loss().cloned(),
+            correction_ns: state.correction_ns,
+            rate_ppb: state.follow.line().map_or(0.0, |l| l.rate_ppb),
+        })
+    }
+
+    /// The measurements a following clock took since the last call, oldest
+    /// first (empty for other clocks).
+    pub fn take_offsets(&self) -> Vec<OffsetRecord> {
+        self.ptp
+            .as_ref()
+            .map_or_else(Vec::new, |p| std::mem::take(&mut p.lock().records))
     }
 
     pub fn source(&self) -> &ClockSource {
@@ -212,7 +395,8 @@ impl MediaClock {
                 system_clock_follows,
             } => format!(
                 "PTP: grandmaster {grandmaster} domain {domain}, port {port_state}, \
-                 offset {offset_ns} ns, UTC offset {utc_offset_s} s; {system_clock_follows}"
+                 offset {offset_ns} ns, UTC offset {utc_offset_s} s; {system_clock_follows}{}",
+                self.ptp_following().map_or(String::new(), |f| f.describe())
             ),
             ClockSource::System { why } => format!("system clock, not PTP: {why}"),
         }
@@ -270,14 +454,91 @@ impl tessera_graph::GridClock for MediaClock {
     }
 }
 
-/// The thread [`MediaClock::follow_steps`] started; dropping it stops it.
+impl Following {
+    fn lock(&self) -> MutexGuard<'_, FollowState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl FollowState {
+    /// Records measurement `m`, taken while the media clock added
+    /// `correction_ns`.
+    fn record(&mut self, m: Measurement, correction_ns: i64) {
+        if self.records.len() == MAX_RECORDS {
+            self.records.remove(0);
+        }
+        self.records.push(OffsetRecord {
+            at_ns: m.at_ns,
+            ptp4l_ns: m.offset_ns,
+            media_ns: m.offset_ns + correction_ns,
+        });
+    }
+}
+
+impl PtpFollowing {
+    /// What a label adds: "; PTP lost at 13:52:07.250 UTC (why), playing
+    /// on its last rate (+12.0 ppb)" while lost, the losses since while
+    /// locked, nothing before any.
+    fn describe(&self) -> String {
+        let Some(loss) = &self.last_loss else {
+            return String::new();
+        };
+        let at = time_of_day(loss.at_ns);
+        match self.locked {
+            false => format!(
+                "; PTP lost at {at} ({}), playing on its last rate ({:+.1} ppb)",
+                loss.why, self.rate_ppb
+            ),
+            true => format!(
+                "; PTP lost {} time(s), last at {at} ({}), following again",
+                self.losses, loss.why
+            ),
+        }
+    }
+}
+
+/// `CLOCK_REALTIME` ns as "13:52:07.250 UTC".
+fn time_of_day(realtime_ns: u64) -> String {
+    let ms = realtime_ns / 1_000_000 % 86_400_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03} UTC",
+        ms / 3_600_000,
+        ms / 60_000 % 60,
+        ms / 1000 % 60,
+        ms % 1000
+    )
+}
+
+/// What ptp4l's answers say of following it: a measurement from a SLAVE
+/// port with a grandmaster present, or why not.
+fn answer_of(answers: &PmcAnswers) -> Answer {
+    let state = answers.ports.first().map_or("", |p| p.state.as_str());
+    if state != "SLAVE" {
+        return Answer::Unusable(match state {
+            "" => "ptp4l answered without its port".into(),
+            state => format!("ptp4l's port is {state}"),
+        });
+    }
+    if !answers.gm_present {
+        return Answer::Unusable("ptp4l hears no grandmaster".into());
+    }
+    if answers.ingress_time == 0 {
+        return Answer::Unusable("ptp4l has measured no offset yet".into());
+    }
+    Answer::Measured(Measurement {
+        at_ns: answers.ingress_time,
+        offset_ns: answers.master_offset,
+    })
+}
+
+/// The thread [`MediaClock::follow`] started; dropping it stops it.
 #[derive(Debug)]
-pub struct StepFollower {
+pub struct ClockFollower {
     stop: EventFd,
     thread: Option<JoinHandle<()>>,
 }
 
-impl Drop for StepFollower {
+impl Drop for ClockFollower {
     fn drop(&mut self) {
         self.stop.signal();
         if let Some(thread) = self.thread.take() {
@@ -286,14 +547,17 @@ impl Drop for StepFollower {
     }
 }
 
-/// Runs pmc against `uds`: its standard output, or why there is none.
-fn run_pmc(uds: &Path, domain: u8) -> Result<String, String> {
+/// Runs pmc against the ptp4l whose management socket is `uds`, in
+/// `domain`, with `queries` ("GET TIME_STATUS_NP", "SET …"): its standard
+/// output, or why there is none. The one place tessera runs pmc; not
+/// real-time safe (a process, for up to [`PMC_TIMEOUT`]).
+pub fn pmc(uds: &Path, domain: u8, queries: &[&str]) -> Result<String, String> {
     let spawn = |program: &str| {
         Command::new(program)
             .args(["-u", "-b", "0", "-s"])
             .arg(uds)
             .args(["-d", &domain.to_string()])
-            .args(PMC_QUERIES)
+            .args(queries)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -368,6 +632,8 @@ struct PmcAnswers {
     gm_present: bool,
     gm_identity: Option<String>,
     master_offset: i64,
+    /// The last sync's ingress, CLOCK_REALTIME ns (0: none yet).
+    ingress_time: u64,
     ports: Vec<Port>,
     utc_offset_s: i32,
     ptp_timescale: bool,
@@ -402,6 +668,7 @@ fn parse_pmc(output: &str) -> PmcAnswers {
             ("TIME_STATUS_NP", "master_offset") => {
                 answers.master_offset = value.parse().unwrap_or(0)
             }
+            ("TIME_STATUS_NP", "ingress_time") => answers.ingress_time = value.parse().unwrap_or(0),
             ("PORT_PROPERTIES_NP", "portIdentity") => answers.ports.push(Port::default()),
             ("PORT_PROPERTIES_NP", field) => {
                 let Some(port) = answers.ports.last_mut() else {
@@ -610,6 +877,7 @@ sending: GET DEFAULT_DATA_SET
                 gm_present: true,
                 gm_identity: Some("b640bf.fffe.bc2997".into()),
                 master_offset: 891,
+                ingress_time: 1_795_447_839_562_916_005,
                 ports: vec![port],
                 utc_offset_s: 37,
                 ptp_timescale: false,
@@ -696,6 +964,64 @@ sending: GET DEFAULT_DATA_SET
     }
 
     #[test]
+    fn a_followed_slave_gives_measurements_and_anything_else_says_why() {
+        assert_eq!(
+            answer_of(&parse_pmc(SLAVE)),
+            Answer::Measured(Measurement {
+                at_ns: 1_795_447_839_562_916_005,
+                offset_ns: 891
+            })
+        );
+        let why = |text: &str| match answer_of(&parse_pmc(text)) {
+            Answer::Unusable(why) => why,
+            measured => panic!("{measured:?}"),
+        };
+        let uncalibrated = SLAVE.replace("SLAVE", "UNCALIBRATED");
+        assert_eq!(why(&uncalibrated), "ptp4l's port is UNCALIBRATED");
+        let alone = SLAVE.replace("gmPresent                  true", "gmPresent false");
+        assert_eq!(why(&alone), "ptp4l hears no grandmaster");
+        let unmeasured = SLAVE.replace("1795447839562916005", "0");
+        assert_eq!(why(&unmeasured), "ptp4l has measured no offset yet");
+        assert_eq!(why(""), "ptp4l answered without its port");
+    }
+
+    #[test]
+    fn a_loss_is_said_with_its_time_and_the_rate_played_on() {
+        let day = 86_400 * NS;
+        let at_ns = 20_000 * day + (13 * 3600 + 52 * 60 + 7) * NS + 250_000_000;
+        let lost = PtpFollowing {
+            locked: false,
+            losses: 1,
+            last_loss: Some(Loss {
+                at_ns,
+                why: "ptp4l's port is LISTENING".into(),
+            }),
+            correction_ns: -5,
+            rate_ppb: 12.0,
+        };
+        assert_eq!(
+            lost.describe(),
+            "; PTP lost at 13:52:07.250 UTC (ptp4l's port is LISTENING), playing on its last \
+             rate (+12.0 ppb)"
+        );
+        let again = PtpFollowing {
+            locked: true,
+            ..lost.clone()
+        };
+        assert_eq!(
+            again.describe(),
+            "; PTP lost 1 time(s), last at 13:52:07.250 UTC (ptp4l's port is LISTENING), \
+             following again"
+        );
+        let never = PtpFollowing {
+            last_loss: None,
+            losses: 0,
+            ..lost
+        };
+        assert_eq!(never.describe(), "");
+    }
+
+    #[test]
     fn identities_are_written_as_sdp_writes_them() {
         assert_eq!(
             sdp_identity("39a794.fffe.07cbd0"),
@@ -710,6 +1036,7 @@ sending: GET DEFAULT_DATA_SET
                 why: "a test".into(),
             },
             offset: Arc::default(),
+            ptp: None,
         };
         clock.store_offset(media_minus_monotonic_ns);
         clock

@@ -20,7 +20,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use super::StepFollower;
+use super::{ClockFollower, PtpFollowing};
 use super::{MediaClock, Playout, StreamCounters, StreamCounts, AGE_BUCKET_NS};
 use super::{Path, SourceSettings, StreamSink, StreamSource, StreamSpec};
 use crate::net::{client, Flow, FlowRequest, NetError};
@@ -141,8 +141,10 @@ pub struct HostReport {
     pub xruns: u64,
     /// Xruns each node was named late in.
     pub late_nodes: BTreeMap<String, u64>,
-    /// The media clock, in words.
+    /// The media clock, in words (a loss of PTP said).
     pub clock: String,
+    /// A media clock following a free-running ptp4l: its state.
+    pub ptp: Option<PtpFollowing>,
 }
 
 /// A marker path's latencies as they come, and its counts.
@@ -155,9 +157,10 @@ pub struct Host {
     markers: Vec<Marker>,
     latencies_ns: Vec<u64>,
     late_nodes: Arc<Mutex<BTreeMap<String, u64>>>,
-    clock: String,
-    /// Keeps the media clock's offset through steps while the host runs.
-    _steps: StepFollower,
+    clock: MediaClock,
+    /// Keeps the media clock's offset through steps (and a free-running
+    /// ptp4l's measurements) while the host runs.
+    _follower: ClockFollower,
 }
 
 /// Counts the nodes each xrun names (on the notification thread).
@@ -206,10 +209,10 @@ impl Host {
     /// Opens a flow per stream, builds the graph and starts it.
     pub fn start(config: HostConfig) -> Result<Host, HostError> {
         check(&config)?;
-        let steps = config
+        let follower = config
             .clock
-            .follow_steps()
-            .map_err(|e| HostError::Config(format!("following the clock's steps: {e}")))?;
+            .follow()
+            .map_err(|e| HostError::Config(format!("following the media clock: {e}")))?;
         let mut graph = Graph::new();
         let mut streams = Vec::new();
         let mut sources = Vec::new();
@@ -268,8 +271,8 @@ impl Host {
             markers,
             latencies_ns: Vec::new(),
             late_nodes,
-            clock: config.clock.label(),
-            _steps: steps,
+            clock: config.clock.clone(),
+            _follower: follower,
         })
     }
 
@@ -313,7 +316,8 @@ impl Host {
             cycles: self.engine.cycles(),
             xruns: self.engine.xruns(),
             late_nodes: tally(&self.late_nodes),
-            clock: self.clock.clone(),
+            clock: self.clock.label(),
+            ptp: self.clock.ptp_following(),
         }
     }
 

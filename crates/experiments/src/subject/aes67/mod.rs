@@ -22,10 +22,17 @@
 //! With `[subject.paths]`, a and b are joined by two impaired paths
 //! ([`network`]) and every stream goes on both (ST 2022-7); a
 //! configuration's `cut` takes the second down during the window.
+//! With `ptp = true`, every host runs ptp4l on the bridge
+//! ([`crate::harness::ptp`]: a the grandmaster) and each other host's media
+//! clock follows a's through its ptp4l's measured offset; each slave's
+//! offset from the grandmaster — ptp4l's and its media clock's — is
+//! reported per host as |offset| metrics beside the packet ages, with its
+//! losses of PTP; a configuration's `ptp_lost` stops the slaves' ptp4l
+//! during the window.
 //!
 //! It owns the LAN ([`network`]: removed with its namespaces), the service
-//! processes (stopped by their PIDs however the run ends, their logs
-//! removed), the hosts' graphs (stopped before their services) and the
+//! and ptp4l processes (stopped by their PIDs however the run ends, their
+//! logs removed), the hosts' graphs (stopped before their services) and the
 //! thread that samples them. Nothing it adds runs on a real-time thread
 //! beyond what [`Host`] runs there. It must never judge a result, nor leave
 //! a process, a namespace or a cell's member behind its configuration.
@@ -44,6 +51,7 @@ mod network;
 use crate::cells::{role, setup_for};
 use crate::figures::{latency_metric, within_cell};
 use crate::harness::net_service::{await_listening, spawn_service};
+use crate::harness::ptp::{Ptp, PtpHost};
 use crate::harness::servers::{program_beside_us, unique, OwnedChild};
 use network::{Cut, Network, PathGroup};
 use tessera_graph::ThreadSetup;
@@ -52,6 +60,7 @@ use tessera_scenario::{
     aes67_role, Aes67Subject, Configuration, Scenario, Sched, ServicePlan, Subject,
 };
 use tessera_services::aes67::host::{Host, HostConfig, HostReport, Route};
+use tessera_services::aes67::OffsetRecord;
 use tessera_services::aes67::{MediaClock, Playout, StreamCounts, StreamSpec, PAYLOAD_TYPE};
 use tessera_services::aes67::{AGE_BUCKETS, AGE_BUCKET_NS};
 use tessera_services::net::{Class, Discipline};
@@ -97,6 +106,12 @@ pub(crate) struct Aes67Run {
     /// When the second path is cut, into the window, and the cut once armed.
     cut_after: Option<Duration>,
     cut: Option<Cut>,
+    /// When the slaves lose PTP (ns after the release), until done.
+    ptp_lost_at: Option<u64>,
+    /// The hosts' ptp4l, with ptp = true; dropped before the directory.
+    ptp: Option<Ptp>,
+    /// What stopping the slaves' ptp4l said.
+    ptp_notes: Vec<String>,
     warmup: Duration,
     dir: RunDir,
     about: About,
@@ -108,7 +123,10 @@ pub(crate) struct Aes67Run {
 /// metrics.
 struct About {
     describe: String,
-    clock: String,
+    /// Each host's media clock when it started, in words.
+    clocks: Vec<String>,
+    /// Whether the hosts ran PTP (host a the grandmaster).
+    ptp: bool,
     names: Vec<&'static str>,
     streams: usize,
     deadline: Duration,
@@ -195,6 +213,9 @@ struct Kept {
     window: Option<Window>,
 }
 
+/// The hosts' media clocks: the keeper takes their offsets.
+type Clocks = Vec<MediaClock>;
+
 /// The measured window: each host's reports and CPU at its two ends, and
 /// the marker latencies between them.
 struct Window {
@@ -202,6 +223,9 @@ struct Window {
     end: Vec<(HostReport, (u64, u64))>,
     latencies_ns: Vec<u64>,
     length_ns: u64,
+    /// Each host's media clock's measurements of its offset from the
+    /// grandmaster in the window (empty but for followers of PTP).
+    offsets: Vec<Vec<OffsetRecord>>,
 }
 
 /// Each host's report and CPU now (host a's latencies taken: the caller
@@ -220,7 +244,7 @@ fn sample(hosts: &mut [Host], probes: &[CpuProbe]) -> Vec<(HostReport, (u64, u64
 /// back.
 fn keep(
     mut hosts: Vec<Host>,
-    probes: Vec<CpuProbe>,
+    (probes, clocks): (Vec<CpuProbe>, Clocks),
     release: mpsc::Receiver<u64>,
     warmup: Duration,
     total: Duration,
@@ -240,6 +264,8 @@ fn keep(
         hosts[0].report();
     }
     let start = sample(&mut hosts, &probes);
+    // The warm-up's measurements are left out.
+    clocks.iter().for_each(|c| drop(c.take_offsets()));
     let mut latencies_ns = Vec::new();
     while collected < end {
         collected = (monotonic_ns() + COLLECT_EVERY.as_nanos() as u64).min(end);
@@ -255,6 +281,7 @@ fn keep(
             end: end_sample,
             latencies_ns,
             length_ns: end - from,
+            offsets: clocks.iter().map(MediaClock::take_offsets).collect(),
         }),
     }
 }
@@ -515,8 +542,7 @@ impl Aes67Run {
             let host = (network.host(first + k), name);
             services.push(start_service(network.lan(), host, sched, &dir.0)?);
         }
-        let clock =
-            MediaClock::system("every host is a namespace of this machine: they share its clock");
+        let (ptp, clocks) = media_clocks(subject, &network, &names, &dir.0)?;
         let mut hosts = Vec::new();
         let mut probes = Vec::new();
         // From the last to the first: each stream's receiver is there
@@ -529,7 +555,7 @@ impl Aes67Run {
                 (first + k, streams),
                 (&services[k].socket, network.interfaces(first + k)),
                 graph_setup(sched, scenario.core, tid.clone()),
-                &clock,
+                &clocks[k],
             );
             hosts.insert(
                 0,
@@ -545,9 +571,10 @@ impl Aes67Run {
         }
         let (release, wait) = mpsc::channel();
         let (warmup, total) = (scenario.warmup, scenario.total());
+        let labels = clocks.iter().map(MediaClock::label).collect();
         let keeper = std::thread::Builder::new()
             .name("aes67-keeper".into())
-            .spawn(move || keep(hosts, probes, wait, warmup, total))
+            .spawn(move || keep(hosts, (probes, clocks), wait, warmup, total))
             .map_err(|e| format!("the hosts' keeper thread: {e}"))?;
         Ok(Aes67Run {
             keeper: Some(keeper),
@@ -555,11 +582,15 @@ impl Aes67Run {
             services,
             cut_after: settings.cut,
             cut: None,
+            ptp_lost_at: settings.ptp_lost.map(|l| (warmup + l).as_nanos() as u64),
+            ptp,
+            ptp_notes: Vec::new(),
             warmup,
             dir,
             about: About {
                 describe: describe(subject, streams),
-                clock: clock.label(),
+                clocks: labels,
+                ptp: subject.ptp,
                 names,
                 streams,
                 deadline: subject.deadline,
@@ -583,14 +614,35 @@ impl Aes67Run {
         Ok(())
     }
 
-    /// Stops the graphs, the devices, the services and the paths, then
-    /// removes the LAN.
+    /// Stops the slaves' ptp4l once `elapsed_ns` (after the release) has
+    /// reached the configuration's `ptp_lost`; when that is due, if not yet.
+    fn advance(&mut self, elapsed_ns: u64) -> Option<u64> {
+        let at = self.ptp_lost_at?;
+        if elapsed_ns < at {
+            return Some(at);
+        }
+        self.ptp_lost_at = None;
+        if let Some(ptp) = &mut self.ptp {
+            let stopped = ptp.stop_slaves();
+            self.ptp_notes.extend(
+                stopped
+                    .into_iter()
+                    .map(|s| format!("aes67 PTP lost on purpose: {s}")),
+            );
+        }
+        None
+    }
+
+    /// Stops the graphs, the devices, the services, the ptp4l and the
+    /// paths, then removes the LAN.
     pub(crate) fn finish(self) -> Aes67Data {
         let Aes67Run {
             keeper,
             release,
             services,
             cut,
+            ptp,
+            ptp_notes,
             dir,
             about,
             mut network,
@@ -611,6 +663,8 @@ impl Aes67Run {
         let mut notes = network.stop_outside();
         notes.extend(cut.map(Cut::finish));
         notes.extend(services.into_iter().map(Service::stop));
+        notes.extend(ptp_notes);
+        notes.extend(ptp.into_iter().flat_map(Ptp::stop));
         drop((dir, network));
         Aes67Data {
             window,
@@ -619,6 +673,37 @@ impl Aes67Run {
             about,
         }
     }
+}
+
+/// Each host's media clock, and with `ptp = true` the hosts' ptp4l (host a
+/// the grandmaster) whose clocks they are; else one clock for all: this
+/// machine's.
+fn media_clocks(
+    subject: &Aes67Subject,
+    network: &Network,
+    names: &[&'static str],
+    dir: &Path,
+) -> Result<(Option<Ptp>, Vec<MediaClock>), String> {
+    if !subject.ptp {
+        let clock =
+            MediaClock::system("every host is a namespace of this machine: they share its clock");
+        return Ok((None, vec![clock; names.len()]));
+    }
+    let interface = network
+        .bridge_device()
+        .ok_or("PTP runs on the hosts' bridge, and they are on none")?;
+    let hosts: Vec<PtpHost> = names
+        .iter()
+        .enumerate()
+        .map(|(k, name)| PtpHost {
+            id: network.host(k),
+            name: name.to_string(),
+            interface: interface.to_string(),
+        })
+        .collect();
+    let mut ptp = Ptp::start(network.lan(), &hosts, &dir.join("ptp"))?;
+    let clocks = ptp.clocks()?;
+    Ok((Some(ptp), clocks))
 }
 
 /// The configuration in a line: the chain, the streams, the timing (the
@@ -901,11 +986,16 @@ impl Figures {
 
 /// The subject's metrics, counters and notes, over the measured window.
 pub(crate) fn metrics(data: Aes67Data) -> Measured {
-    let mut notes = vec![
-        format!("aes67: {}", data.about.describe),
-        format!("aes67 media clock: {}", data.about.clock),
-        format!("{STREAMS_NOTE}{}", data.about.streams),
-    ];
+    let mut notes = vec![format!("aes67: {}", data.about.describe)];
+    notes.extend(
+        data.about
+            .names
+            .iter()
+            .zip(&data.about.clocks)
+            .map(|(name, clock)| format!("aes67 media clock of host {name}: {clock}")),
+    );
+    notes.push(format!("{STREAMS_NOTE}{}", data.about.streams));
+    let mut labels = Vec::new();
     let deadline_us = data.about.deadline.as_nanos() as f64 / 1000.0;
     let mut metrics = Vec::new();
     let mut counters = vec![Counter::count(STREAMS, data.about.streams as u64)];
@@ -962,6 +1052,13 @@ pub(crate) fn metrics(data: Aes67Data) -> Measured {
             Some(latency_us),
             packet_ages_ns(w),
         ));
+        if data.about.ptp {
+            let ptp = ptp_figures(&data.about.names, w);
+            metrics.extend(ptp.metrics);
+            counters.extend(ptp.counters);
+            notes.extend(ptp.notes);
+            labels = ptp.labels;
+        }
     } else {
         notes.push("aes67: nothing measured (the run ended before its release)".into());
     }
@@ -976,7 +1073,91 @@ pub(crate) fn metrics(data: Aes67Data) -> Measured {
         }
     }
     notes.extend(data.services);
-    Measured::new(metrics, counters, notes)
+    labels.into_iter().fold(
+        Measured::new(metrics, counters, notes),
+        |measured, (name, value)| measured.label(&name, value),
+    )
+}
+
+/// The metric of a host's |offset| from the grandmaster as ptp4l measured
+/// it (its system clock's): "… (ptp4l) b".
+pub const PTP4L_OFFSET_METRIC: &str = "PTP |offset| from the grandmaster (ptp4l)";
+/// … and its media clock's (ptp4l's plus what the media clock adds).
+pub const MEDIA_OFFSET_METRIC: &str = "PTP |offset| from the grandmaster (media clock)";
+/// A host's losses of PTP in the window: "aes67 PTP losses b".
+pub const PTP_LOSSES: &str = "aes67 PTP losses";
+/// The label of a host's PTP at the window's end: "aes67 PTP b".
+pub const PTP_LABEL: &str = "aes67 PTP";
+/// Issue 26's goal for |offset| p99 on every host, µs: the metrics'
+/// deadline, so their misses count the measurements beyond it.
+const PTP_GOAL_US: f64 = 50.0;
+
+/// What the window says of PTP per host.
+struct PtpFigures {
+    metrics: Vec<Metric>,
+    counters: Vec<Counter>,
+    labels: Vec<(String, String)>,
+    notes: Vec<String>,
+}
+
+/// Per slave host (all but a, the grandmaster: its offset is 0), its
+/// |offset| metrics, its losses in the window, a label of where it stands
+/// at the window's end ("following", or the loss in words) and a note.
+fn ptp_figures(names: &[&'static str], w: &Window) -> PtpFigures {
+    let mut figures = PtpFigures {
+        metrics: Vec::new(),
+        counters: Vec::new(),
+        labels: Vec::new(),
+        notes: vec![format!(
+            "aes67 PTP: host {} is the grandmaster (its offset is 0)",
+            names[0]
+        )],
+    };
+    for (k, &name) in names.iter().enumerate().skip(1) {
+        let (start, end) = (&w.start[k].0, &w.end[k].0);
+        let losses = |r: &HostReport| r.ptp.as_ref().map_or(0, |p| p.losses);
+        let lost = losses(end).saturating_sub(losses(start));
+        let records = &w.offsets[k];
+        let metric = |what: &str, value: fn(&OffsetRecord) -> i64| {
+            let values = records.iter().map(|r| value(r).unsigned_abs());
+            latency_metric(&host_counter(what, name), Some(PTP_GOAL_US), values)
+        };
+        let ptp4l = metric(PTP4L_OFFSET_METRIC, |r| r.ptp4l_ns);
+        let media = metric(MEDIA_OFFSET_METRIC, |r| r.media_ns);
+        let state = match &end.ptp {
+            Some(p) if p.locked && lost == 0 => "following".to_string(),
+            Some(p) => format!(
+                "{}{}",
+                if p.locked { "following again" } else { "lost" },
+                p.last_loss
+                    .as_ref()
+                    .map_or(String::new(), |l| format!(": {}", l.why))
+            ),
+            None => "not following (its clock did not lock)".to_string(),
+        };
+        let summary = |m: &Metric| {
+            let s = &m.summary;
+            format!("p50 {:.1} / p99 {:.1} / max {:.1} µs", s.p50, s.p99, s.max)
+        };
+        figures.notes.push(format!(
+            "aes67 PTP host {name}: {} measurements; |offset| ptp4l {}, media clock {}; \
+             {lost} loss(es) of PTP; {state}; rate {:+.1} ppb",
+            records.len(),
+            summary(&ptp4l),
+            summary(&media),
+            end.ptp.as_ref().map_or(0.0, |p| p.rate_ppb)
+        ));
+        figures.notes.push(format!(
+            "aes67 media clock of host {name} at the end: {}",
+            end.clock
+        ));
+        figures.metrics.extend([ptp4l, media]);
+        figures
+            .counters
+            .push(Counter::count(host_counter(PTP_LOSSES, name), lost));
+        figures.labels.push((host_counter(PTP_LABEL, name), state));
+    }
+    figures
 }
 
 /// The report's AES67 section: a row per configuration. Empty for other
@@ -1022,6 +1203,7 @@ pub fn report_section(results: &RunResults) -> String {
     if rows.is_empty() {
         return String::new();
     }
+    let ptp = ptp_section(results);
     let deadline_ms = deadline.map_or("–".into(), |d| format!("{:.1} ms", d / 1000.0));
     let step = AGE_BUCKET_NS / 1000;
     format!(
@@ -1038,7 +1220,53 @@ pub fn report_section(results: &RunResults) -> String {
          | configuration | streams each way | round trip p50 / p99.9 / max (ms) | ≤ {deadline_ms} | \
          packet age p50 / p99.9 / max (ms) | markers lost | packets lost / late | resyncs / \
          slips | xruns | service CPU % | graph CPU % |\n\
-         |---|--:|---|---|---|---|---|---|---|---|---|\n{rows}"
+         |---|--:|---|---|---|---|---|---|---|---|---|\n{rows}{ptp}"
+    )
+}
+
+/// The report's PTP table: a row per configuration and slave host. Empty
+/// for runs without PTP.
+fn ptp_section(results: &RunResults) -> String {
+    let mut rows = String::new();
+    for c in &results.configurations {
+        for &name in tessera_scenario::aes67::HOST_NAMES.iter() {
+            let metric = |what| c.metric(&host_counter(what, name));
+            let (Some(ptp4l), Some(media)) =
+                (metric(PTP4L_OFFSET_METRIC), metric(MEDIA_OFFSET_METRIC))
+            else {
+                continue;
+            };
+            let summary = |m: &Metric| {
+                let s = &m.summary;
+                format!("{:.1} / {:.1} / {:.1}", s.p50, s.p99, s.max)
+            };
+            let _ = writeln!(
+                rows,
+                "| {} | {name} | {} | {} | {} | {} | {} |",
+                c.name,
+                ptp4l.summary.count,
+                summary(ptp4l),
+                summary(media),
+                c.count(&host_counter(PTP_LOSSES, name))
+                    .map_or("–".into(), |n| n.to_string()),
+                c.labels
+                    .get(&host_counter(PTP_LABEL, name))
+                    .map_or("–", String::as_str),
+            );
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n### PTP: each host's offset from the grandmaster\n\n\
+         Host a is the grandmaster. Each other host's ptp4l runs free and measures its system \
+         clock's offset from a's at every sync it is asked about (every 250 ms); its media clock \
+         adds the negated line fitted to those measurements, so its own offset is ptp4l's plus \
+         what it added when the sync came. |offset| in µs over the measured window (goal: p99 \
+         ≤ {PTP_GOAL_US:.0} µs); losses of PTP in the window, and where PTP stood at its end.\n\n\
+         | configuration | host | measurements | ptp4l p50 / p99 / max (µs) | media clock p50 / \
+         p99 / max (µs) | losses | PTP at the end |\n|---|---|--:|---|---|--:|---|\n{rows}"
     )
 }
 
@@ -1068,6 +1296,10 @@ impl Running for Aes67Run {
         Aes67Run::release(self, t0)
     }
 
+    fn advance(&mut self, elapsed_ns: u64) -> Result<Option<u64>, String> {
+        Ok(Aes67Run::advance(self, elapsed_ns))
+    }
+
     fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
         Box::new(self.finish())
     }
@@ -1093,6 +1325,7 @@ mod tests {
             deadline: Duration::from_millis(8),
             foreign: None,
             paths: None,
+            ptp: false,
         }
     }
 
@@ -1223,6 +1456,85 @@ mod tests {
         assert_eq!(*ab.secondary.unwrap().ip(), Ipv4Addr::new(239, 70, 10, 1));
         assert_eq!(second[2].sender, 1);
         assert!(describe(&s, 1).contains("two paths"));
+    }
+
+    #[test]
+    fn each_slaves_offsets_and_losses_are_typed_and_tabled() {
+        use tessera_services::aes67::follow::Loss;
+        use tessera_services::aes67::PtpFollowing;
+        let following = |locked, losses| PtpFollowing {
+            locked,
+            losses,
+            last_loss: (losses > 0).then(|| Loss {
+                at_ns: 0,
+                why: "no ptp4l answers".into(),
+            }),
+            correction_ns: 300,
+            rate_ppb: 1.5,
+        };
+        let report = |ptp| HostReport {
+            ptp,
+            ..HostReport::default()
+        };
+        let record = |ptp4l_ns, media_ns| OffsetRecord {
+            at_ns: 0,
+            ptp4l_ns,
+            media_ns,
+        };
+        let window = Window {
+            start: vec![
+                (report(None), (0, 0)),
+                (report(Some(following(true, 0))), (0, 0)),
+            ],
+            end: vec![
+                (report(None), (0, 0)),
+                (report(Some(following(false, 1))), (0, 0)),
+            ],
+            latencies_ns: Vec::new(),
+            length_ns: 1,
+            offsets: vec![
+                Vec::new(),
+                vec![record(-2_000, 1_000), record(4_000, -3_000)],
+            ],
+        };
+        let ptp = ptp_figures(&["a", "b"], &window);
+        assert_eq!(ptp.counters, vec![Counter::count("aes67 PTP losses b", 1)]);
+        assert_eq!(
+            ptp.labels,
+            vec![(
+                "aes67 PTP b".to_string(),
+                "lost: no ptp4l answers".to_string()
+            )]
+        );
+        let names: Vec<&str> = ptp.metrics.iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "PTP |offset| from the grandmaster (ptp4l) b",
+                "PTP |offset| from the grandmaster (media clock) b"
+            ]
+        );
+        assert_eq!(
+            (ptp.metrics[0].summary.count, ptp.metrics[0].summary.max),
+            (2, 4.0)
+        );
+        assert_eq!(ptp.metrics[1].summary.max, 3.0);
+        assert!(ptp.notes[0].contains("host a is the grandmaster"));
+        let result = Measured::new(ptp.metrics, ptp.counters, Vec::new());
+        let result = ptp
+            .labels
+            .into_iter()
+            .fold(result, |m, (n, v)| m.label(&n, v))
+            .into_result("lost");
+        let section = ptp_section(&RunResults {
+            configurations: vec![result],
+            ..RunResults::start("aes67")
+        });
+        assert!(section.contains("| lost | b | 2 | "), "{section}");
+        assert!(
+            section.contains("| 1 | lost: no ptp4l answers |"),
+            "{section}"
+        );
     }
 
     #[test]

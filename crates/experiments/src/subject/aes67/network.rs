@@ -34,6 +34,8 @@ pub(super) struct Network {
     ids: Vec<HostId>,
     /// Each host's address on the primary network, and on the secondary.
     interfaces: Vec<(Ipv4Addr, Option<Ipv4Addr>)>,
+    /// The hosts' device on their bridge (none on two paths).
+    bridge_device: Option<String>,
     /// The paths' relays, first path first (none on a bridge).
     relays: Vec<Relay>,
     /// A foreign device's senders.
@@ -59,6 +61,7 @@ impl Network {
             .map(|&id| (lan.bridge_address(bridge, id), None))
             .collect();
         Ok(Network {
+            bridge_device: Some(lan.bridge_device(bridge)),
             lan,
             ids,
             interfaces,
@@ -126,6 +129,7 @@ impl Network {
             lan,
             ids,
             interfaces,
+            bridge_device: None,
             relays,
             devices: Vec::new(),
         })
@@ -134,6 +138,11 @@ impl Network {
     /// Host `i`'s address on the primary network and on the secondary.
     pub(super) fn interfaces(&self, i: usize) -> (Ipv4Addr, Option<Ipv4Addr>) {
         self.interfaces[i]
+    }
+
+    /// The hosts' device on their bridge, if they are on one.
+    pub(super) fn bridge_device(&self) -> Option<&str> {
+        self.bridge_device.as_deref()
     }
 
     pub(super) fn lan(&self) -> &Lan {
