@@ -19,7 +19,9 @@
 //! Pure: events in, cycles out; it keeps no clock of its own. It must never
 //! judge a cycle (that is [`crate::attribute`]). A cycle begins only after
 //! the thread was seen to sleep, so a trace started mid-cycle loses nothing
-//! but that first cycle; lost events restart it the same way.
+//! but that first cycle; lost events restart it the same way, and a cycle
+//! that began before the records after the loss resumed says so
+//! ([`Cycle::records_lost`]: its parts may miss a switch or a wake-up).
 
 use crate::decode::{Event, Task, Timer, What};
 use std::collections::BTreeMap;
@@ -66,6 +68,9 @@ pub struct Cycle {
     pub faults: u32,
     /// It ran under SCHED_DEADLINE.
     pub deadline: bool,
+    /// It began before records lost on its way had resumed: its parts
+    /// cannot be trusted.
+    pub records_lost: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +131,8 @@ pub struct Timeline {
     /// switches out ran (no other watched thread ran there in between, or
     /// its switch-out would have been read first).
     task_clocks: BTreeMap<u32, u64>,
+    /// Until when the last loss of its records lasted.
+    lost_until: Option<u64>,
 }
 
 impl Timeline {
@@ -140,12 +147,17 @@ impl Timeline {
             interrupt_since: 0,
             unseen: None,
             task_clocks: BTreeMap::new(),
+            lost_until: None,
         }
     }
 
-    /// Forgets the cycle under way (events were lost).
-    fn restart(&mut self) {
-        *self = Timeline::new(self.tid);
+    /// Forgets the cycle under way: its records until `until` were lost.
+    fn restart(&mut self, until: u64) {
+        let lost_until = self.lost_until.max(Some(until));
+        *self = Timeline {
+            lost_until,
+            ..Timeline::new(self.tid)
+        };
     }
 
     /// Takes the next event (those of other threads only for the task
@@ -156,7 +168,9 @@ impl Timeline {
             self.on_cpu(t);
         }
         match &e.what {
-            What::Lost => self.restart(),
+            What::Lost { tid, until_ns } if tid.is_none_or(|t| t == self.tid) => {
+                self.restart(*until_ns)
+            }
             What::Switch {
                 prev,
                 prev_state,
@@ -338,6 +352,7 @@ impl Timeline {
             self.yielded = false;
             self.state = State::Sleeping;
             self.cycle.end_ns = t;
+            self.cycle.records_lost = self.lost_until.is_some_and(|u| self.cycle.woken_ns <= u);
             return Some(std::mem::take(&mut self.cycle));
         } else if self.cycle.deadline && !next.is_deadline() && !next.is_stopper() {
             // Only a reservation with an earlier deadline, or the stopper,
@@ -636,7 +651,13 @@ mod tests {
         let events = [
             switch(0, me.clone(), 1, idle()),
             at(1_000, What::Waking { pid: ME }),
-            at(1_500, What::Lost),
+            at(
+                1_500,
+                What::Lost {
+                    tid: None,
+                    until_ns: 1_900,
+                },
+            ),
             switch(2_000, idle(), 0, me.clone()),
             switch(3_000, me.clone(), 1, idle()),
             at(4_000, What::Waking { pid: ME }),
@@ -646,6 +667,36 @@ mod tests {
         let cycles = cycles(&events);
         assert_eq!(cycles.len(), 1);
         assert_eq!(cycles[0].woken_ns, 4_000);
+        assert!(!cycles[0].records_lost);
+    }
+
+    #[test]
+    fn a_cycle_begun_before_lost_records_resumed_says_so() {
+        let me = task(ME, 120);
+        let lost = |tid| What::Lost {
+            tid,
+            until_ns: 2_500,
+        };
+        let events = [
+            switch(0, me.clone(), 1, idle()),
+            at(1_000, lost(None)),
+            // Its switch-out (asleep) on another CPU, whose ring lost
+            // nothing; its next wake-up came before the lost CPU's records
+            // resumed.
+            switch_on(2, 1_200, me.clone(), 1, idle(), None),
+            on(2, 2_000, What::Waking { pid: ME }),
+            switch_on(2, 2_100, idle(), 0, me.clone(), None),
+            switch_on(2, 3_000, me.clone(), 1, idle(), None),
+            // Another thread's ring lost records: not this one's.
+            at(3_500, lost(Some(ME + 1))),
+            at(4_000, What::Waking { pid: ME }),
+            switch(4_000, idle(), 0, me.clone()),
+            switch(5_000, me, 1, idle()),
+        ];
+        let cycles = cycles(&events);
+        assert_eq!(cycles.len(), 2);
+        assert!(cycles[0].records_lost);
+        assert!(!cycles[1].records_lost);
     }
 
     /// One run of a true schedule: how long, then the gap before the next
