@@ -45,7 +45,10 @@ struct Totals<'a> {
     unavailable: &'a Option<String>,
     watched: &'a [Watch],
     cycles: u64,
+    records: u64,
     lost: u64,
+    /// Misses judged "unknown" because their records were lost.
+    lost_misses: usize,
     causes: &'a tessera_why::Causes,
 }
 
@@ -179,7 +182,7 @@ fn render(miss: &Miss, started: u64) -> String {
         miss.tid,
         miss.comm,
         miss.cpu,
-        miss.cause.name(),
+        miss.cause_name(),
         miss.response_us,
         miss.deadline_us,
         parts.join(", ")
@@ -210,7 +213,9 @@ fn print_totals(a: &Attribution, json: bool) -> Result<(), Failure> {
             unavailable: &a.unavailable,
             watched: &a.watched,
             cycles: a.cycles,
+            records: a.records,
             lost: a.lost,
+            lost_misses: a.lost_misses(),
             causes: &a.causes,
         };
         let line = serde_json::to_string(&totals).map_err(|e| failed(e.to_string(), ""))?;
@@ -232,9 +237,10 @@ fn print_totals(a: &Attribution, json: bool) -> Result<(), Failure> {
             true => String::new(),
             false => format!(": {}", by_cause.join(", ")),
         },
-        match a.lost {
-            0 => String::new(),
-            n => format!("; {n} events lost"),
+        match (a.lost, a.lost_misses()) {
+            (0, _) => String::new(),
+            (n, 0) => format!("; {n} events lost"),
+            (n, m) => format!("; {n} events lost ({m} misses unknown for it)"),
         }
     );
     Ok(())

@@ -173,6 +173,7 @@ mod tests {
             holders: vec![],
             throttled: false,
             faults: 0,
+            records_lost: false,
         }
     }
 

@@ -234,7 +234,7 @@ fn describe(miss: &Miss) -> String {
         miss.comm,
         miss.cpu,
         miss.release_ns,
-        miss.cause.name(),
+        miss.cause_name(),
         miss.response_us,
         miss.deadline_us,
         parts.join(", ")
@@ -269,6 +269,7 @@ mod tests {
             holders: vec![],
             throttled: cause == Cause::Throttled,
             faults: 0,
+            records_lost: false,
         }
     }
 

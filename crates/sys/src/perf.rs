@@ -1,8 +1,10 @@
 //! Kernel tracepoints read through `perf_event_open`: one event per
-//! tracepoint and CPU, a filter the kernel applies before it writes a
-//! record, the events of a CPU redirected into one ring, and the ring's
-//! records handed out as bytes. Also mounting tracefs, where the
-//! tracepoints' ids and record formats are published.
+//! tracepoint and [`Scope`] — a CPU (every task there) or one thread
+//! (wherever it runs, only while it is current) — a filter the kernel
+//! applies before it writes a record, the events of a scope redirected
+//! into one ring, and the ring's records handed out as bytes. Also
+//! mounting tracefs, where the tracepoints' ids and record formats are
+//! published.
 //!
 //! A tracepoint can also be counted rather than sampled, in the group of a
 //! sampled one: each sample of the leader then carries the count (what the
@@ -95,22 +97,51 @@ impl PerfEventAttr {
     }
 }
 
-/// One tracepoint on one CPU for every task: sampled (each hit written
-/// with its `CLOCK_MONOTONIC` time, its CPU, its group's counts and its raw
+/// What a tracepoint event sees: every task's hits on one CPU, or one
+/// thread's on any CPU, only while it is current there (so a hit in
+/// another task's context never reaches it, and costs that task no more
+/// than a check of an empty list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Cpu(usize),
+    Thread(i32),
+}
+
+impl Scope {
+    /// `perf_event_open`'s `pid` and `cpu` arguments.
+    fn target(self) -> (libc::pid_t, libc::c_int) {
+        match self {
+            Scope::Cpu(cpu) => (-1, cpu as libc::c_int),
+            Scope::Thread(tid) => (tid, -1),
+        }
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scope::Cpu(cpu) => write!(f, "cpu {cpu}"),
+            Scope::Thread(tid) => write!(f, "thread {tid}"),
+        }
+    }
+}
+
+/// One tracepoint in one [`Scope`]: sampled (each hit written with its
+/// `CLOCK_MONOTONIC` time, its CPU, its group's counts and its raw
 /// record), or counted in a sampled one's group. Created disabled.
 #[derive(Debug)]
 pub struct Tracepoint {
     fd: OwnedFd,
-    cpu: usize,
+    scope: Scope,
     action: String,
 }
 
 impl Tracepoint {
-    /// Opens tracepoint `id` (tracefs `events/GROUP/NAME/id`) on `cpu`,
+    /// Opens tracepoint `id` (tracefs `events/GROUP/NAME/id`) in `scope`,
     /// sampled. `ring_bytes` is the size of the ring this event (or the one
     /// it is redirected to) writes into: wake-ups come when half of it is
     /// full.
-    pub fn open(id: u64, cpu: usize, ring_bytes: usize) -> Result<Tracepoint> {
+    pub fn open(id: u64, scope: Scope, ring_bytes: usize) -> Result<Tracepoint> {
         let attr = PerfEventAttr {
             sample_period: 1,
             sample_type: SAMPLE_TIME | SAMPLE_READ | SAMPLE_CPU | SAMPLE_PERIOD | SAMPLE_RAW,
@@ -119,10 +150,10 @@ impl Tracepoint {
             wakeup_watermark: (ring_bytes / 2) as u32,
             ..PerfEventAttr::tracepoint(id)
         };
-        Tracepoint::open_with(&attr, cpu, None)
+        Tracepoint::open_with(&attr, scope, None)
     }
 
-    /// Opens tracepoint `id` on `leader`'s CPU, counted (never sampled) in
+    /// Opens tracepoint `id` in `leader`'s scope, counted (never sampled) in
     /// `leader`'s group: each of the leader's samples carries, after its
     /// own count, what this one's hits have added up to (for a tracepoint
     /// that counts a quantity, such as `sched_stat_runtime`'s ns, that sum).
@@ -131,42 +162,53 @@ impl Tracepoint {
             flags: FLAG_DISABLED | FLAG_USE_CLOCKID,
             ..PerfEventAttr::tracepoint(id)
         };
-        Tracepoint::open_with(&attr, leader.cpu, Some(leader))
+        Tracepoint::open_with(&attr, leader.scope, Some(leader))
     }
 
     fn open_with(
         attr: &PerfEventAttr,
-        cpu: usize,
+        scope: Scope,
         leader: Option<&Tracepoint>,
     ) -> Result<Tracepoint> {
         let id = attr.config;
         let action = match leader {
-            None => format!("perf_event_open(tracepoint {id}, cpu {cpu})"),
-            Some(_) => format!("perf_event_open(tracepoint {id} counted, cpu {cpu})"),
+            None => format!("perf_event_open(tracepoint {id}, {scope})"),
+            Some(_) => format!("perf_event_open(tracepoint {id} counted, {scope})"),
         };
         let group = leader.map_or(-1, |l| l.fd.as_raw_fd());
+        let (pid, cpu) = scope.target();
         // SAFETY: `attr` is a valid perf_event_attr of the size it declares
-        // and outlives the call; pid -1 with a cpu means every task there;
-        // `group` is -1 or the descriptor of a live event on the same CPU.
+        // and outlives the call; pid -1 with a cpu means every task there,
+        // a pid with cpu -1 that thread on any CPU; `group` is -1 or the
+        // descriptor of a live event of the same scope.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_perf_event_open,
                 attr as *const PerfEventAttr,
-                -1 as libc::pid_t,
-                cpu as libc::c_int,
+                pid,
+                cpu,
                 group as libc::c_int,
                 PERF_FLAG_FD_CLOEXEC,
             )
         };
         if fd < 0 {
-            return Err(Error::last_os(&action).with_fix(
-                "run as root (or with CAP_PERFMON), or lower kernel.perf_event_paranoid \
-                 to -1 (`sysctl kernel.perf_event_paranoid=-1`)",
-            ));
+            let e = Error::last_os(&action);
+            let fix = match e.errno {
+                Some(libc::EMFILE) => {
+                    "raise the open-files limit (`ulimit -n`): each watched \
+                                       thread takes a descriptor per tracepoint"
+                }
+                Some(libc::ESRCH) => "the thread has exited: watch a running one",
+                _ => {
+                    "run as root (or with CAP_PERFMON), or lower kernel.perf_event_paranoid \
+                      to -1 (`sysctl kernel.perf_event_paranoid=-1`)"
+                }
+            };
+            return Err(e.with_fix(fix));
         }
         // SAFETY: the kernel just returned this descriptor; nothing else owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) };
-        Ok(Tracepoint { fd, cpu, action })
+        Ok(Tracepoint { fd, scope, action })
     }
 
     /// Keeps only records for which `filter` (tracefs filter syntax, e.g.
@@ -186,7 +228,7 @@ impl Tracepoint {
         self.check(rc, &format!("set the filter {filter:?}"))
     }
 
-    /// Writes this event's records into `ring`'s (both on the same CPU).
+    /// Writes this event's records into `ring`'s (both of the same scope).
     pub fn redirect_to(&self, ring: &Tracepoint) -> Result<()> {
         // SAFETY: SET_OUTPUT takes another perf descriptor by value.
         let rc = unsafe {
@@ -247,7 +289,7 @@ impl Ring {
         data_pages * page_size()
     }
 
-    /// Maps the ring of `event` (the first event of a CPU; the others are
+    /// Maps the ring of `event` (the first event of a scope; the others are
     /// redirected to it). `data_pages` must be a power of two.
     pub fn map(event: &Tracepoint, data_pages: usize) -> Result<Ring> {
         let page = page_size();

@@ -15,6 +15,8 @@
 //!   interrupts (while it was current), stolen (wall time its task clock
 //!   did not count, beyond interrupts the kernel accounts apart) and own
 //!   work (the rest); what no event accounts for is unknown.
+//! - A cycle whose records were partly lost has no parts: a miss of it is
+//!   "unknown (records lost)", not judged from a partial timeline.
 //! - The cause is the part that took longest, where own work counts only
 //!   its excess over the thread's budget (the reservation's runtime, the
 //!   budget given, or else the deadline), and own work in a cycle with page
@@ -165,8 +167,13 @@ impl Judge {
         if response <= self.watch.deadline_ns && cycle.throttles == 0 {
             return None;
         }
-        let parts = parts(cycle, release, self.clock);
+        let mut parts = parts(cycle, release, self.clock);
         let allowance = self.watch.budget_ns.unwrap_or(self.watch.deadline_ns);
+        if cycle.records_lost {
+            // Its timeline may miss a switch or a wake-up: no part is known.
+            parts = Parts::default();
+            parts.set(Cause::Unknown, response);
+        }
         Some(Miss {
             release_ns: release,
             tid: cycle.tid,
@@ -176,9 +183,13 @@ impl Judge {
             response_us: micros(response),
             deadline_us: micros(self.watch.deadline_ns),
             parts_us: parts.micros(),
-            holders: holders(cycle, cells),
+            holders: match cycle.records_lost {
+                true => vec![],
+                false => holders(cycle, cells),
+            },
             throttled: cycle.throttles > 0,
             faults: cycle.faults,
+            records_lost: cycle.records_lost,
         })
     }
 }
@@ -302,6 +313,18 @@ mod tests {
                 tid: 1, deadline_ns: u64::MAX / 2, period_ns: None, budget_ns: None,
             }, CLOCK);
             prop_assert!(judge.judge(&c, &HashMap::new()).unwrap().throttled);
+        }
+
+        #[test]
+        fn a_late_cycle_whose_records_were_lost_is_unknown(c in cycle()) {
+            let c = Cycle { records_lost: true, throttles: 1, ..c };
+            let mut judge = Judge::new(Watch {
+                tid: 1, deadline_ns: 0, period_ns: None, budget_ns: None,
+            }, CLOCK);
+            let miss = judge.judge(&c, &HashMap::new()).unwrap();
+            prop_assert_eq!(miss.cause, Cause::Unknown);
+            prop_assert!(miss.records_lost && miss.holders.is_empty());
+            prop_assert_eq!(miss.parts_us.keys().copied().collect::<Vec<_>>(), vec![Cause::Unknown]);
         }
 
         #[test]

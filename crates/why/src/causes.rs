@@ -130,9 +130,23 @@ pub struct Miss {
     pub throttled: bool,
     /// Page faults it took in the cycle.
     pub faults: u32,
+    /// Records of its cycle were lost (a ring overflowed): its cause is
+    /// "unknown" and its whole response unaccounted for, rather than
+    /// judged from a partial timeline.
+    #[serde(default)]
+    pub records_lost: bool,
 }
 
 impl Miss {
+    /// The cause as users read it: "unknown (records lost)" when its
+    /// records were lost.
+    pub fn cause_name(&self) -> &'static str {
+        match self.records_lost {
+            true => "unknown (records lost)",
+            false => self.cause.name(),
+        }
+    }
+
     /// The releases of a grid of `period_ns` after its own that its cycle
     /// ran past (each of them late because of it).
     pub fn releases_overrun(&self, period_ns: u64) -> u64 {
@@ -198,6 +212,7 @@ mod tests {
             holders: vec![],
             throttled: true,
             faults: 0,
+            records_lost: false,
         };
         assert_eq!(miss.releases_overrun(10_000_000), 3);
         assert_eq!(miss.releases_overrun(30_100_000), 0);

@@ -115,9 +115,14 @@ pub enum What {
     Returned {
         pid: i32,
     },
-    /// Records were lost here: a ring overflowed (every thread's cycle
-    /// under way is forgotten).
-    Lost,
+    /// Records were lost from here to `until_ns` (the first record after
+    /// them): a ring overflowed — a CPU's (every thread's events), or one
+    /// thread's (`tid`: only its own). The cycles under way are forgotten,
+    /// and one that began before `until_ns` is not judged by its parts.
+    Lost {
+        tid: Option<i32>,
+        until_ns: u64,
+    },
 }
 
 impl What {
@@ -131,7 +136,10 @@ impl What {
             | What::TimerStart { pid, .. }
             | What::Yield { pid }
             | What::Returned { pid } => Some(pid),
-            What::Switch { .. } | What::Waking { .. } | What::Migrate { .. } | What::Lost => None,
+            What::Switch { .. }
+            | What::Waking { .. }
+            | What::Migrate { .. }
+            | What::Lost { .. } => None,
         }
     }
 }
@@ -167,6 +175,8 @@ pub enum Kind {
 /// after a wake-up the kernel did not report (it delivers no event while a
 /// CPU idles: neither the timer interrupt's wake-up nor the switch from
 /// the idle task); `sched_switch` comes first: it leads each CPU's events.
+/// Those that happen in the watched thread's own context are read per
+/// thread ([`Kind::in_own_context`]).
 pub const TRACEPOINTS: &[(&str, Kind, bool)] = &[
     ("sched/sched_switch", Kind::Switch, true),
     ("sched/sched_waking", Kind::Waking, true),
@@ -220,6 +230,27 @@ impl Kind {
             | Kind::Fault
             | Kind::Yield
             | Kind::Returned => &["common_pid"],
+        }
+    }
+
+    /// Whether it happens only while the thread it concerns is current
+    /// (interrupts while it runs, its faults, the timers it arms, its
+    /// system calls): read per thread, so the kernel writes only the
+    /// watched thread's hits and every other task's cost it no more than a
+    /// check of an empty list (read per CPU, each hit on the machine would
+    /// be built into a record and tested against the filter — a syscall
+    /// tracepoint's on every task's every call). Switches, wake-ups,
+    /// migrations and the task clock happen in other tasks' contexts too
+    /// (a switch-in, a waker, the stopper): read per CPU, filtered.
+    pub fn in_own_context(self) -> bool {
+        match self {
+            Kind::Switch | Kind::Waking | Kind::Migrate | Kind::Runtime => false,
+            Kind::InterruptEntry
+            | Kind::InterruptExit
+            | Kind::Fault
+            | Kind::TimerStart
+            | Kind::Yield
+            | Kind::Returned => true,
         }
     }
 
@@ -654,6 +685,18 @@ ffffffffc0001000 t hrtimer_wakeup_like\t[some_module]
             "prev_pid == 4 || prev_pid == 9 || next_pid == 4 || next_pid == 9"
         );
         assert_eq!(Kind::Fault.filter(&[4]), "common_pid == 4");
+    }
+
+    #[test]
+    fn the_kinds_read_per_thread_are_those_of_the_current_thread() {
+        for &(name, kind, _) in TRACEPOINTS {
+            let by_current = kind.filter(&[4]) == "common_pid == 4";
+            assert_eq!(kind.in_own_context(), by_current, "{name}");
+        }
+        assert!(
+            !TRACEPOINTS[0].1.in_own_context(),
+            "sched_switch leads a CPU's ring"
+        );
     }
 
     proptest! {

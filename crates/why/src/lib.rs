@@ -8,7 +8,10 @@
 //! `sched_migrate_task`, the irq, softirq and hrtimer-callback entries and
 //! exits, `page_fault_*`, `hrtimer_start`, `sys_enter_sched_yield` and the
 //! exits of the calls a thread waits in) read through
-//! **`perf_event_open`**, one event per tracepoint and CPU, each CPU's
+//! **`perf_event_open`**: those in the watched thread's own context
+//! (interrupts while it runs, faults, timers, its system calls) one event
+//! per tracepoint and watched thread, the others (switches, wake-ups,
+//! migrations) one per tracepoint and CPU, each thread's and each CPU's
 //! events writing into one mmap ring; `sched_stat_runtime` (the task
 //! clock) is counted in the kernel, in each CPU's `sched_switch` group, and
 //! read with every switch rather than sampled. The syscall, the ioctls and
@@ -19,11 +22,12 @@
 //!   clang, libbpf and libelf on every machine that builds tessera (CI,
 //!   developers, `cargo deb`) and a C program beside the Rust, and aya's
 //!   eBPF side needs a nightly toolchain;
-//! - the kernel still filters: each event carries a tracepoint filter
-//!   (`prev_pid == T || next_pid == T`, `pid == T`, `common_pid == T`)
-//!   tested before the record is written, so only the watched threads'
-//!   events reach the rings — the cost is per watched thread's switch, not
-//!   per context switch of the machine, which is what lets it stay on in
+//! - the kernel still filters: a thread's own events are written only
+//!   while it is current (another task's hit of the same tracepoint finds
+//!   no event, and costs it no record nor filter), and each per-CPU event
+//!   carries a tracepoint filter (`prev_pid == T || next_pid == T`,
+//!   `pid == T`) tested before the record is written, so only the watched
+//!   threads' events reach the rings, which is what lets it stay on in
 //!   long runs;
 //! - each reader has its own rings, unlike tracefs's buffers, which are
 //!   one per instance and whose page format is harder to read;

@@ -16,10 +16,17 @@
 //! its own timer's expiry when it armed one; the time in between, waiting
 //! on an idle CPU.
 //!
+//! A SCHED_DEADLINE thread whose budget ran out arms its replenishment in
+//! its own context (as it ran, slept, or gave the CPU to another
+//! reservation): until that expiry, a wait of its is throttled, whoever
+//! held the CPU.
+//!
 //! Pure: events in, cycles out; it keeps no clock of its own. It must never
 //! judge a cycle (that is [`crate::attribute`]). A cycle begins only after
 //! the thread was seen to sleep, so a trace started mid-cycle loses nothing
-//! but that first cycle; lost events restart it the same way.
+//! but that first cycle; lost events restart it the same way, and a cycle
+//! that began before the records after the loss resumed says so
+//! ([`Cycle::records_lost`]: its parts may miss a switch or a wake-up).
 
 use crate::decode::{Event, Task, Timer, What};
 use std::collections::BTreeMap;
@@ -66,6 +73,9 @@ pub struct Cycle {
     pub faults: u32,
     /// It ran under SCHED_DEADLINE.
     pub deadline: bool,
+    /// It began before records lost on its way had resumed: its parts
+    /// cannot be trusted.
+    pub records_lost: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,6 +136,11 @@ pub struct Timeline {
     /// switches out ran (no other watched thread ran there in between, or
     /// its switch-out would have been read first).
     task_clocks: BTreeMap<u32, u64>,
+    /// Until when the last loss of its records lasted.
+    lost_until: Option<u64>,
+    /// When its reservation's budget comes back, armed as it ran out
+    /// (not as it yielded): a wake-up before that waits for it, throttled.
+    replenished_at: Option<u64>,
 }
 
 impl Timeline {
@@ -140,12 +155,18 @@ impl Timeline {
             interrupt_since: 0,
             unseen: None,
             task_clocks: BTreeMap::new(),
+            lost_until: None,
+            replenished_at: None,
         }
     }
 
-    /// Forgets the cycle under way (events were lost).
-    fn restart(&mut self) {
-        *self = Timeline::new(self.tid);
+    /// Forgets the cycle under way: its records until `until` were lost.
+    fn restart(&mut self, until: u64) {
+        let lost_until = self.lost_until.max(Some(until));
+        *self = Timeline {
+            lost_until,
+            ..Timeline::new(self.tid)
+        };
     }
 
     /// Takes the next event (those of other threads only for the task
@@ -156,7 +177,9 @@ impl Timeline {
             self.on_cpu(t);
         }
         match &e.what {
-            What::Lost => self.restart(),
+            What::Lost { tid, until_ns } if tid.is_none_or(|t| t == self.tid) => {
+                self.restart(*until_ns)
+            }
             What::Switch {
                 prev,
                 prev_state,
@@ -209,7 +232,8 @@ impl Timeline {
         match timer {
             Timer::Wakeup => self.armed = Some(expires),
             Timer::Replenishment if self.yielded => self.armed = Some(expires),
-            Timer::Replenishment | Timer::Kernel => {}
+            Timer::Replenishment => self.replenished_at = Some(expires),
+            Timer::Kernel => {}
         }
     }
 
@@ -270,15 +294,20 @@ impl Timeline {
     /// it was asleep (its wake-up went unseen, or it is a reservation's
     /// next job after a yield).
     fn run_from(&mut self, t: u64, cpu: u32, me: &Task, holder: &Task, armed: Option<u64>) {
+        let replenished_at = self.replenished_at.take();
         match std::mem::replace(&mut self.state, State::Running { since: t }) {
-            State::Runnable { since, by } => self.waited(t.saturating_sub(since), by, holder),
+            State::Runnable { since, by } => {
+                let throttled = self.throttled_since(since, t, replenished_at);
+                self.waited(t.saturating_sub(since) - throttled, by, holder);
+            }
             State::Throttled { since } => self.cycle.throttled_ns += t.saturating_sub(since),
             State::Blocked { since } => self.cycle.blocked_ns += t.saturating_sub(since),
             State::Sleeping => {
                 let woken = armed.filter(|&x| x <= t).unwrap_or(t);
                 self.begin(woken);
                 self.cycle.timer_ns = armed;
-                self.waited(t - woken, None, holder);
+                let throttled = self.throttled_since(woken, t, replenished_at);
+                self.waited(t - woken - throttled, None, holder);
             }
             State::Unknown | State::Running { .. } => {
                 self.state = State::Unknown;
@@ -288,6 +317,20 @@ impl Timeline {
         self.cycle.comm.clone_from(&me.comm);
         self.cycle.cpu = cpu;
         self.cycle.deadline |= me.is_deadline();
+    }
+
+    /// Of a wait from `since` (its wake-up, or the switch-out at which the
+    /// kernel found its budget spent) to `t`, the part before its budget
+    /// came back at `replenished_at`, counted as throttled: the kernel holds
+    /// it off every CPU until then, whoever runs — also a reservation with
+    /// an earlier deadline that it seemed to yield to.
+    fn throttled_since(&mut self, since: u64, t: u64, replenished_at: Option<u64>) -> u64 {
+        let ns = replenished_at.map_or(0, |r| r.min(t).saturating_sub(since));
+        if ns > 0 {
+            self.cycle.throttles += 1;
+            self.cycle.throttled_ns += ns;
+        }
+        ns
     }
 
     /// Runnable for `ns` while `by` (it preempted the thread) or `holder`
@@ -338,6 +381,7 @@ impl Timeline {
             self.yielded = false;
             self.state = State::Sleeping;
             self.cycle.end_ns = t;
+            self.cycle.records_lost = self.lost_until.is_some_and(|u| self.cycle.woken_ns <= u);
             return Some(std::mem::take(&mut self.cycle));
         } else if self.cycle.deadline && !next.is_deadline() && !next.is_stopper() {
             // Only a reservation with an earlier deadline, or the stopper,
@@ -480,20 +524,101 @@ mod tests {
         assert_eq!((c.running_ns, c.runtime_ns), (2_000, 2_000));
     }
 
+    /// `me` asleep since 0, woken and given an idle CPU at 1 µs.
+    fn woken_at_1_us(me: &Task) -> [Event; 3] {
+        [
+            switch(0, me.clone(), 1, idle()),
+            at(1_000, What::Waking { pid: ME }),
+            switch(1_000, idle(), 0, me.clone()),
+        ]
+    }
+
     #[test]
     fn a_deadline_thread_switched_out_runnable_for_a_lower_class_is_throttled() {
         let (me, other) = (task(ME, -1), task(9, 120));
         let events = [
-            switch(0, me.clone(), 1, idle()),
-            at(1_000, What::Waking { pid: ME }),
-            switch(1_000, idle(), 0, me.clone()),
-            switch(2_000, me.clone(), 0, other.clone()),
-            switch(8_000, other.clone(), 0, me.clone()),
-            switch(9_000, me.clone(), 1, idle()),
-        ];
+            woken_at_1_us(&me).as_slice(),
+            &[
+                switch(2_000, me.clone(), 0, other.clone()),
+                switch(8_000, other.clone(), 0, me.clone()),
+                switch(9_000, me.clone(), 1, idle()),
+            ],
+        ]
+        .concat();
         let c = &cycles(&events)[0];
         assert_eq!((c.throttles, c.throttled_ns), (1, 6_000));
         assert!(c.waits.is_empty());
+    }
+
+    /// The workgroup bench's callback: its budget ran out as it slept
+    /// (the replenishment armed then); woken before its budget came back,
+    /// it waited for it while a lower class ran — throttled, not a wait
+    /// for a CPU behind that task.
+    #[test]
+    fn a_deadline_thread_woken_before_its_budget_came_back_is_throttled() {
+        let (me, other) = (task(ME, -1), task(9, 29));
+        let events = [
+            woken_at_1_us(&me).as_slice(),
+            &[
+                timer(1_900, 5_000, Timer::Replenishment),
+                switch(2_000, me.clone(), 1, other.clone()),
+                at(3_000, What::Waking { pid: ME }),
+                switch(5_100, other.clone(), 0, me.clone()),
+                switch(6_000, me.clone(), 1, other.clone()),
+                // The next wake-up, its budget long back: a wait as before.
+                at(7_000, What::Waking { pid: ME }),
+                switch(7_040, other.clone(), 0, me.clone()),
+                switch(8_000, me, 1, other.clone()),
+            ],
+        ]
+        .concat();
+        let cycles = cycles(&events);
+        assert_eq!(cycles.len(), 3);
+        let c = &cycles[1];
+        assert_eq!((c.throttles, c.throttled_ns), (1, 2_000));
+        assert_eq!(
+            c.waits,
+            vec![Wait {
+                holder: other.clone(),
+                ns: 100
+            }]
+        );
+        let c = &cycles[2];
+        assert_eq!((c.throttles, c.throttled_ns), (0, 0));
+        assert_eq!(
+            c.waits,
+            vec![Wait {
+                holder: other,
+                ns: 40
+            }]
+        );
+    }
+
+    /// Its budget ran out as a reservation with an earlier deadline took
+    /// the CPU: throttled until the replenishment, not preempted.
+    #[test]
+    fn a_deadline_thread_whose_budget_ran_out_as_it_was_preempted_is_throttled() {
+        let (me, member) = (task(ME, -1), task(9, -1));
+        let events = [
+            woken_at_1_us(&me).as_slice(),
+            &[
+                timer(1_990, 5_000, Timer::Replenishment),
+                switch(2_000, me.clone(), 0, member.clone()),
+                switch(2_300, member.clone(), 1, idle()),
+                switch(5_050, idle(), 0, me.clone()),
+                switch(6_000, me, 1, idle()),
+            ],
+        ]
+        .concat();
+        let c = &cycles(&events)[0];
+        assert_eq!((c.throttles, c.throttled_ns), (1, 3_000));
+        assert_eq!(
+            c.waits,
+            vec![Wait {
+                holder: member,
+                ns: 50
+            }]
+        );
     }
 
     #[test]
@@ -636,7 +761,13 @@ mod tests {
         let events = [
             switch(0, me.clone(), 1, idle()),
             at(1_000, What::Waking { pid: ME }),
-            at(1_500, What::Lost),
+            at(
+                1_500,
+                What::Lost {
+                    tid: None,
+                    until_ns: 1_900,
+                },
+            ),
             switch(2_000, idle(), 0, me.clone()),
             switch(3_000, me.clone(), 1, idle()),
             at(4_000, What::Waking { pid: ME }),
@@ -646,6 +777,36 @@ mod tests {
         let cycles = cycles(&events);
         assert_eq!(cycles.len(), 1);
         assert_eq!(cycles[0].woken_ns, 4_000);
+        assert!(!cycles[0].records_lost);
+    }
+
+    #[test]
+    fn a_cycle_begun_before_lost_records_resumed_says_so() {
+        let me = task(ME, 120);
+        let lost = |tid| What::Lost {
+            tid,
+            until_ns: 2_500,
+        };
+        let events = [
+            switch(0, me.clone(), 1, idle()),
+            at(1_000, lost(None)),
+            // Its switch-out (asleep) on another CPU, whose ring lost
+            // nothing; its next wake-up came before the lost CPU's records
+            // resumed.
+            switch_on(2, 1_200, me.clone(), 1, idle(), None),
+            on(2, 2_000, What::Waking { pid: ME }),
+            switch_on(2, 2_100, idle(), 0, me.clone(), None),
+            switch_on(2, 3_000, me.clone(), 1, idle(), None),
+            // Another thread's ring lost records: not this one's.
+            at(3_500, lost(Some(ME + 1))),
+            at(4_000, What::Waking { pid: ME }),
+            switch(4_000, idle(), 0, me.clone()),
+            switch(5_000, me, 1, idle()),
+        ];
+        let cycles = cycles(&events);
+        assert_eq!(cycles.len(), 2);
+        assert!(cycles[0].records_lost);
+        assert!(!cycles[1].records_lost);
     }
 
     /// One run of a true schedule: how long, then the gap before the next

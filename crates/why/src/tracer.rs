@@ -1,17 +1,14 @@
 //! The live side of attribution: opens the tracepoints of
-//! [`crate::decode::TRACEPOINTS`] on every CPU, filtered in the kernel to
-//! the watched threads (and counts their task clock in each CPU's
-//! `sched_switch` group), drains the rings, orders the events, folds them
-//! into each thread's [`Timeline`] and judges every cycle. A [`Recorder`]
-//! does the same from a thread of its own, for a run that only wants the
-//! result at its end.
+//! [`crate::decode::TRACEPOINTS`] — those in another task's context
+//! (switches, wake-ups, migrations) on every CPU, filtered in the kernel to
+//! the watched threads (and their task clock counted in each CPU's
+//! `sched_switch` group); those in the thread's own context (interrupts
+//! while it runs, faults, timers, system calls) per watched thread — each
+//! scope writing into a ring sized to the watched threads' rate, drains
+//! the rings, orders the events, folds them into each thread's
+//! [`Timeline`] and judges every cycle. A [`Recorder`] does the same from a
+//! thread of its own, for a run that only wants the result at its end.
 //!
-//! It owns tracefs (mounted only to read the tracepoints' ids and formats,
-//! and unmounted again if it was not mounted before), the reading of the
-//! timer functions' addresses in `/proc/kallsyms`, and the perf events
-//! (disabled and closed when the tracer is dropped). It must never change
-//! any thread's scheduling.
-
 use crate::attribute::{Judge, TaskClock, Watch};
 use crate::causes::{Causes, Miss};
 use crate::decode::{Decoder, Event, Kind, Layout, Timers, What, TASK_CLOCK, TRACEPOINTS};
@@ -24,11 +21,25 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tessera_sys::perf::{self, Ring, Tracepoint, RECORD_LOST, RECORD_SAMPLE};
+use tessera_sys::perf::{self, Ring, Scope, Tracepoint, RECORD_LOST, RECORD_SAMPLE};
 
-/// Pages of one CPU's ring (256 KiB with 4 KiB pages): at the ~1 MB/s a
-/// kHz audio thread's events take, half a second of margin between drains.
-const RING_PAGES: usize = 64;
+/// A ring holds this long of its records at the watched threads' rate:
+/// several drains' worth (they come every 50–100 ms), for a reader kept
+/// off its CPU by the very load it watches.
+const RING_MARGIN_S: f64 = 0.5;
+/// Bytes a watched thread's cycle writes into a CPU's ring (its wake-up,
+/// its switches in and out, a preemption's pair: some 130 bytes each with
+/// the sample's header, time, CPU, period and group counts) and into its
+/// own (the return from its wait, a timer it arms, the tick's and the
+/// hrtimers' entries and exits, a fault: some 90 bytes each).
+const CPU_BYTES_PER_CYCLE: f64 = 6.0 * 160.0;
+const OWN_BYTES_PER_CYCLE: f64 = 16.0 * 96.0;
+/// A ring's bounds in pages (64 KiB to 2 MiB with 4 KiB pages).
+const MIN_RING_PAGES: usize = 16;
+const MAX_RING_PAGES: usize = 512;
+/// The shortest cycle a thread is assumed to have (the kernel's shortest
+/// SCHED_DEADLINE period), for sizing.
+const SHORTEST_CYCLE_NS: u64 = 100_000;
 /// Events newer than this are held back one drain: another CPU's ring may
 /// still hold older ones.
 const HOLD_BACK_NS: u64 = 20_000_000;
@@ -44,8 +55,13 @@ pub struct Attribution {
     pub watched: Vec<Watch>,
     /// Cycles judged (each thread's whole cycles seen).
     pub cycles: u64,
-    /// Records the kernel dropped because a ring was full (each one
-    /// restarts the threads' timelines).
+    /// Records read from the rings (what tracing cost the kernel to write).
+    #[serde(default)]
+    pub records: u64,
+    /// Records the kernel dropped because a ring was full (each loss
+    /// restarts the timelines of the threads whose events it held; a miss
+    /// in a cycle begun before the records resumed is "unknown (records
+    /// lost)").
     pub lost: u64,
     pub misses: Vec<Miss>,
     pub causes: Causes,
@@ -57,6 +73,11 @@ impl Attribution {
             unavailable: Some(format!("{e}; fix: {}", e.fix())),
             ..Attribution::default()
         }
+    }
+
+    /// The misses whose records were lost (their cause "unknown").
+    pub fn lost_misses(&self) -> usize {
+        self.misses.iter().filter(|m| m.records_lost).count()
     }
 
     /// The `n` longest misses, longest first.
@@ -108,18 +129,66 @@ pub fn watch(
     })
 }
 
-/// One CPU's events and their ring; the time of the last record read
-/// from it (where records lost after it are marked).
-struct CpuEvents {
-    cpu: u32,
+/// The events of one scope and their ring — a CPU's (the watched
+/// threads' switches, wake-ups and migrations there, their task clock
+/// counted) or a watched thread's own — and the last record read from it
+/// (where records lost after it are marked).
+struct Scoped {
+    scope: Scope,
     ring: Ring,
     events: Vec<Tracepoint>,
     last_ns: u64,
+    last_cpu: u32,
+}
+
+impl Scoped {
+    /// Moves the ring's records into `pending` as events, counting them in
+    /// `result`; records lost are marked after the last one read before
+    /// them, until the first one after them (or `now`: they were lost
+    /// before the kernel could write the mark).
+    fn read(
+        &mut self,
+        decoder: &Decoder,
+        pending: &mut Vec<Event>,
+        result: &mut Attribution,
+        now: u64,
+    ) {
+        let tid = match self.scope {
+            Scope::Thread(tid) => Some(tid),
+            Scope::Cpu(_) => None,
+        };
+        let (last_ns, last_cpu) = (&mut self.last_ns, &mut self.last_cpu);
+        let mut open_loss: Option<usize> = None;
+        self.ring.drain(|kind, body| match kind {
+            RECORD_SAMPLE => {
+                result.records += 1;
+                if let Some(e) = decoder.sample(body) {
+                    if let Some(What::Lost { until_ns, .. }) =
+                        open_loss.take().map(|i| &mut pending[i].what)
+                    {
+                        *until_ns = e.time_ns;
+                    }
+                    (*last_ns, *last_cpu) = (e.time_ns, e.cpu);
+                    pending.push(e);
+                }
+            }
+            RECORD_LOST => {
+                result.lost += lost_count(body);
+                open_loss = Some(pending.len());
+                pending.push(Event {
+                    time_ns: *last_ns,
+                    cpu: *last_cpu,
+                    what: What::Lost { tid, until_ns: now },
+                });
+            }
+            _ => {}
+        });
+    }
 }
 
 /// Reads the watched threads' events and judges their cycles as they end.
 pub struct Tracer {
-    cpus: Vec<CpuEvents>,
+    scopes: Vec<Scoped>,
     decoder: Decoder,
     threads: BTreeMap<i32, (Timeline, Judge)>,
     cells: HashMap<i32, String>,
@@ -128,23 +197,30 @@ pub struct Tracer {
 }
 
 impl Tracer {
-    /// Starts reading the events of `watches`' threads on every online
-    /// CPU; `cells` names the cell of every thread in one (to say whether
-    /// a thread that held a CPU is in a cell).
+    /// Starts reading the events of `watches`' threads: on every online
+    /// CPU those in others' contexts, per thread their own; `cells` names
+    /// the cell of every thread in one (to say whether a thread that held
+    /// a CPU is in a cell).
     pub fn start(watches: &[Watch], cells: HashMap<i32, String>) -> Result<Tracer, WhyError> {
         let tids: Vec<i32> = watches.iter().map(|w| w.tid).collect();
         let (decoder, kinds) = read_tracepoints()?;
         let online = tessera_sys::kernel::online_cpus().map_err(WhyError::unavailable)?;
-        let mut cpus = Vec::with_capacity(online.len());
+        let all_cycles: f64 = watches.iter().map(cycles_per_s).sum();
+        let cpu_pages = ring_pages(all_cycles * CPU_BYTES_PER_CYCLE);
+        let mut scopes = Vec::with_capacity(online.len() + watches.len());
         for cpu in online {
-            cpus.push(open_cpu(cpu, &kinds, &tids)?);
+            scopes.push(open_cpu(cpu, &kinds, &tids, cpu_pages)?);
         }
-        for e in cpus.iter().flat_map(|c| &c.events) {
+        for w in watches {
+            let pages = ring_pages(cycles_per_s(w) * OWN_BYTES_PER_CYCLE);
+            scopes.extend(open_scope(Scope::Thread(w.tid), &kinds.own(), None, pages)?);
+        }
+        for e in scopes.iter().flat_map(|c| &c.events) {
             e.enable().map_err(WhyError::unavailable)?;
         }
         let clock = task_clock();
         Ok(Tracer {
-            cpus,
+            scopes,
             decoder,
             threads: watches
                 .iter()
@@ -168,7 +244,7 @@ impl Tracer {
 
     /// Stops reading and judges every cycle the events ended.
     pub fn stop(mut self) -> Attribution {
-        for e in self.cpus.iter().flat_map(|c| &c.events) {
+        for e in self.scopes.iter().flat_map(|c| &c.events) {
             let _ = e.disable();
         }
         self.drain(u64::MAX);
@@ -176,29 +252,9 @@ impl Tracer {
     }
 
     fn drain(&mut self, horizon: u64) -> Vec<Miss> {
-        for cpu in &mut self.cpus {
-            let (decoder, pending, lost) =
-                (&self.decoder, &mut self.pending, &mut self.result.lost);
-            let (id, last_ns) = (cpu.cpu, &mut cpu.last_ns);
-            cpu.ring.drain(|kind, body| match kind {
-                RECORD_SAMPLE => {
-                    if let Some(e) = decoder.sample(body) {
-                        *last_ns = e.time_ns;
-                        pending.push(e);
-                    }
-                }
-                // The records lost came after the last one read: the
-                // timelines restart there, in time order.
-                RECORD_LOST => {
-                    *lost += lost_count(body);
-                    pending.push(Event {
-                        time_ns: *last_ns,
-                        cpu: id,
-                        what: What::Lost,
-                    });
-                }
-                _ => {}
-            });
+        let now = tessera_sys::clock::monotonic_ns();
+        for scope in &mut self.scopes {
+            scope.read(&self.decoder, &mut self.pending, &mut self.result, now);
         }
         self.pending.sort_by_key(|e| e.time_ns);
         let ready = self.pending.partition_point(|e| e.time_ns <= horizon);
@@ -239,6 +295,24 @@ struct Known {
 struct Kinds {
     sampled: Vec<Known>,
     task_clock: Option<Known>,
+}
+
+impl Kinds {
+    /// Those read per CPU (`sched_switch` first: it leads the ring).
+    fn others(&self) -> Vec<&Known> {
+        self.sampled
+            .iter()
+            .filter(|k| !k.kind.in_own_context())
+            .collect()
+    }
+
+    /// Those read per watched thread.
+    fn own(&self) -> Vec<&Known> {
+        self.sampled
+            .iter()
+            .filter(|k| k.kind.in_own_context())
+            .collect()
+    }
 }
 
 /// The decoder of every tracepoint this kernel has, and their ids and
@@ -300,38 +374,86 @@ fn read_formats(
     Ok(formats)
 }
 
-/// One CPU's tracepoints, filtered to `tids`, all writing into the ring
-/// of the first (`sched_switch`), whose records also read the task clock
-/// counted in its group. An optional tracepoint the kernel will not
-/// sample (or count) is left out.
-fn open_cpu(cpu: usize, kinds: &Kinds, tids: &[i32]) -> Result<CpuEvents, WhyError> {
-    let bytes = Ring::bytes(RING_PAGES);
-    let filtered = |e: Tracepoint, kind: Kind| -> tessera_sys::Result<Tracepoint> {
-        e.set_filter(&kind.filter(tids))?;
-        Ok(e)
-    };
+/// One CPU's tracepoints in others' contexts, filtered to `tids`, all
+/// writing into the ring of the first (`sched_switch`), whose records also
+/// read the task clock counted in its group.
+fn open_cpu(cpu: usize, kinds: &Kinds, tids: &[i32], pages: usize) -> Result<Scoped, WhyError> {
+    let mut scoped =
+        open_scope(Scope::Cpu(cpu), &kinds.others(), Some(tids), pages)?.ok_or_else(|| {
+            WhyError::Unavailable {
+                cause: format!("no scheduling tracepoint opens on cpu {cpu}"),
+                fix: "run as root on a kernel with CONFIG_FTRACE and the sched tracepoints".into(),
+            }
+        })?;
+    if let Some(k) = &kinds.task_clock {
+        let counted = Tracepoint::open_counter(k.id, &scoped.events[0])
+            .and_then(|e| filtered(e, k.kind, Some(tids)));
+        scoped.events.extend(counted.ok());
+    }
+    Ok(scoped)
+}
+
+/// `kinds` opened in `scope` (filtered to `tids` when given), all writing
+/// into the ring of the first, of `pages` pages; None when none opened.
+/// An optional tracepoint the kernel will not sample is left out.
+fn open_scope(
+    scope: Scope,
+    kinds: &[&Known],
+    tids: Option<&[i32]>,
+    pages: usize,
+) -> Result<Option<Scoped>, WhyError> {
+    let bytes = Ring::bytes(pages);
     let mut events = vec![];
-    for k in &kinds.sampled {
-        match Tracepoint::open(k.id, cpu, bytes).and_then(|e| filtered(e, k.kind)) {
+    for k in kinds {
+        match Tracepoint::open(k.id, scope, bytes).and_then(|e| filtered(e, k.kind, tids)) {
             Ok(e) => events.push(e),
             Err(e) if k.required => return Err(WhyError::unavailable(e)),
             Err(_) => {}
         }
     }
-    let ring = Ring::map(&events[0], RING_PAGES).map_err(WhyError::unavailable)?;
+    let Some(first) = events.first() else {
+        return Ok(None);
+    };
+    let ring = Ring::map(first, pages).map_err(WhyError::unavailable)?;
     for e in &events[1..] {
-        e.redirect_to(&events[0]).map_err(WhyError::unavailable)?;
+        e.redirect_to(first).map_err(WhyError::unavailable)?;
     }
-    if let Some(k) = &kinds.task_clock {
-        let counted = Tracepoint::open_counter(k.id, &events[0]).and_then(|e| filtered(e, k.kind));
-        events.extend(counted.ok());
-    }
-    Ok(CpuEvents {
-        cpu: cpu as u32,
+    let last_cpu = match scope {
+        Scope::Cpu(cpu) => cpu as u32,
+        Scope::Thread(_) => 0,
+    };
+    Ok(Some(Scoped {
+        scope,
         ring,
         events,
         last_ns: 0,
-    })
+        last_cpu,
+    }))
+}
+
+/// `e` kept to `tids` by the kernel, when given (a thread's own scope
+/// needs no filter: it sees only that thread's hits).
+fn filtered(e: Tracepoint, kind: Kind, tids: Option<&[i32]>) -> tessera_sys::Result<Tracepoint> {
+    if let Some(tids) = tids {
+        e.set_filter(&kind.filter(tids))?;
+    }
+    Ok(e)
+}
+
+/// How many cycles a second `w`'s thread may run: one a period (or a
+/// deadline, without one).
+fn cycles_per_s(w: &Watch) -> f64 {
+    let cycle = w.period_ns.unwrap_or(w.deadline_ns).max(SHORTEST_CYCLE_NS);
+    1e9 / cycle as f64
+}
+
+/// Pages (a power of two) of a ring holding [`RING_MARGIN_S`] of records
+/// written at `bytes_per_s`.
+fn ring_pages(bytes_per_s: f64) -> usize {
+    let pages = (bytes_per_s * RING_MARGIN_S / Ring::bytes(1) as f64).ceil() as usize;
+    pages
+        .clamp(MIN_RING_PAGES, MAX_RING_PAGES)
+        .next_power_of_two()
 }
 
 /// Whether this kernel's task clock counts interrupt time: it does unless
@@ -381,5 +503,38 @@ impl Recorder {
             unavailable: Some("the recorder's thread panicked".into()),
             ..Attribution::default()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rings_hold_half_a_second_of_the_watched_threads_records() {
+        let page = Ring::bytes(1) as f64;
+        for bytes_per_s in [0.0, 1e3, 1e5, 3e5, 1e6, 1e7, 1e9] {
+            let pages = ring_pages(bytes_per_s);
+            assert!(pages.is_power_of_two());
+            assert!((MIN_RING_PAGES..=MAX_RING_PAGES).contains(&pages));
+            let held_s = pages as f64 * page / bytes_per_s;
+            assert!(
+                held_s >= RING_MARGIN_S || pages == MAX_RING_PAGES,
+                "{bytes_per_s}"
+            );
+        }
+        let audio = Watch {
+            tid: 1,
+            deadline_ns: 2_666_666,
+            period_ns: Some(2_666_666),
+            budget_ns: None,
+        };
+        assert!((cycles_per_s(&audio) - 375.0).abs() < 0.1);
+        let unbounded = Watch {
+            deadline_ns: 0,
+            period_ns: None,
+            ..audio
+        };
+        assert_eq!(cycles_per_s(&unbounded), 10_000.0);
     }
 }
