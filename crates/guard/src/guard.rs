@@ -180,6 +180,8 @@ struct Reserved {
     count_wakes: bool,
     /// CPU time per reservation period over the last interval.
     used_ns: u64,
+    /// When its budget was last made smaller.
+    shrunk_at: Option<Instant>,
 }
 
 /// The cores as the broker last told them, and what the guard held then.
@@ -334,6 +336,10 @@ const RETRY_LEFT_OUT: Duration = Duration::from_millis(500);
 
 /// How often the layout is decided again.
 const RELAYOUT: Duration = Duration::from_secs(1);
+
+/// The least time between two shrinks of one thread's budget when nothing
+/// grows (see [`Guard::apply_targets`]).
+const SHRINK_EVERY: Duration = Duration::from_secs(1);
 
 impl Guard {
     /// Starts guarding `server`: joins it as a JACK client (JACK2 and
@@ -631,6 +637,7 @@ impl Guard {
             usage: ThreadUsage::kept_open(pid, tid),
             count_wakes: false,
             used_ns: 0,
+            shrunk_at: None,
         };
         // Squeezed with the others (see `reserve`), or raised alone.
         if self.room().is_none() {
@@ -1023,7 +1030,11 @@ impl Guard {
     }
 
     /// Asks admission, in one batch, for the budgets [`Guard::targets`]
-    /// gives, shrinking ones first.
+    /// gives, shrinking ones first. A thread's budget shrinks at most once
+    /// a [`SHRINK_EVERY`] unless another one grows in the same batch (the
+    /// room a shrink frees may be needed then): sixty controllers crossing
+    /// their hysteresis down and up again had the daemon resize and save
+    /// eight times a second.
     fn apply_targets(&mut self, log: &mut Vec<String>) {
         let targets = self.targets();
         let mut asks: Vec<(Tid, Budget)> = self
@@ -1031,6 +1042,18 @@ impl Guard {
             .values()
             .filter_map(|r| Some((r.tid, r.controller.update_to(targets[&r.tid])?)))
             .collect();
+        let shrinks = |r: &Reserved, ask: &Budget| {
+            ask.period_ns == r.set.period_ns && ask.runtime_ns < r.set.runtime_ns
+        };
+        if !asks
+            .iter()
+            .any(|(tid, ask)| !shrinks(&self.reserved[tid], ask))
+        {
+            asks.retain(|(tid, _)| {
+                let r = &self.reserved[tid];
+                r.shrunk_at.is_none_or(|at| at.elapsed() >= SHRINK_EVERY)
+            });
+        }
         if asks.is_empty() {
             return;
         }
@@ -1494,6 +1517,9 @@ fn apply(session: &mut Session, r: &mut Reserved, target: Budget) -> Result<(), 
 /// Records what admission granted: degraded when it is less than the
 /// controller wants (a squeezed target, or admission's largest that fit).
 fn record_grant(r: &mut Reserved, reply: ResizeReply) {
+    if reply.budget.period_ns == r.set.period_ns && reply.budget.runtime_ns < r.set.runtime_ns {
+        r.shrunk_at = Some(Instant::now());
+    }
     let short = reply.budget.runtime_ns < r.controller.wanted().runtime_ns;
     r.controller.granted(reply.budget, reply.degraded || short);
     r.set = reply.budget;
