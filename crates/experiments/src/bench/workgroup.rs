@@ -46,8 +46,9 @@ const MONITOR_INTERVAL: Duration = Duration::from_secs(1);
 /// The workgroup's name.
 const WORKGROUP: &str = "bench-workgroup";
 /// How the interval calls' system calls are known.
-const SYSCALLS: &str = "interval_start and interval_finish make 1 system call each \
-     (the thread's CPU clock; CLOCK_MONOTONIC is the vDSO's): counted with strace -c by \
+const SYSCALLS: &str = "interval_start and interval_finish make 1 system call per cycle \
+     together (interval_finish reads the thread's CPU clock, a cycle being measured from the \
+     last one's finish; CLOCK_MONOTONIC is the vDSO's): counted with strace -c by \
      libtessera's test `syscalls` (cargo test -p libtessera --test c_programs)";
 
 /// The run's seed 001 §4.4 interference, in words.
