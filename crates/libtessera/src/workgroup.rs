@@ -13,11 +13,15 @@ use crate::status::{self, TESSERA_BEST_EFFORT, TESSERA_ERR_BROKER, TESSERA_OK};
 use rtrb::RingBuffer;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use tessera_broker::{Mode, Session, WorkgroupShape};
+use tessera_broker::{ErrorCode, Mode, Session, WorkgroupShape};
 use tessera_policy::{Budget, MemberReport};
 
 /// The period a new workgroup's budget has until its cycles are marked.
 const INITIAL_PERIOD_NS: u64 = 10_000_000;
+/// What a new workgroup's members hold together until their cycles are
+/// measured, at most, % of a CPU: ten JACK clients of 20 % each did not
+/// fit on two cores beside their server.
+const INITIAL_TOTAL_PCT: u32 = 50;
 /// Samples a member's ring holds: over a second of 2.7 ms cycles.
 const RING_CYCLES: usize = 512;
 
@@ -50,20 +54,22 @@ impl Workgroup {
     }
 
     fn through(name: &str, mut session: Session, capacity: usize) -> Result<Workgroup, i32> {
-        let initial = Budget::new(
-            INITIAL_PERIOD_NS * u64::from(control::config().initial_budget_pct) / 100,
-            INITIAL_PERIOD_NS,
-        );
-        let shape = WorkgroupShape {
-            capacity,
-            budget: initial,
-        };
-        let info = match session.open_workgroup(name, Some(shape)) {
-            Ok(info) => info,
-            Err(e) => match status::of_broker(&e) {
-                TESSERA_ERR_BROKER => return Ok(Self::best_effort(name, capacity)),
-                code => return Err(code),
-            },
+        let mut pct = initial_pct(capacity);
+        let info = loop {
+            let shape = WorkgroupShape {
+                capacity,
+                budget: Budget::new(INITIAL_PERIOD_NS * u64::from(pct) / 100, INITIAL_PERIOD_NS),
+            };
+            match session.open_workgroup(name, Some(shape)) {
+                Ok(info) => break info,
+                // A busy machine: a smaller opening budget, which the
+                // members' measured cycles raise as far as admission lets.
+                Err(e) if e.code == ErrorCode::Refused && pct > 1 => pct /= 2,
+                Err(e) => match status::of_broker(&e) {
+                    TESSERA_ERR_BROKER => return Ok(Self::best_effort(name, capacity)),
+                    code => return Err(code),
+                },
+            }
         };
         let pid = tessera_sys::proc::current_pid();
         let created = session
@@ -210,5 +216,27 @@ impl Workgroup {
             }
         }
         code
+    }
+}
+
+/// Each member's opening budget, % of the initial period: the library's,
+/// less when `capacity` members would hold more than [`INITIAL_TOTAL_PCT`]
+/// together; never below 1 %.
+fn initial_pct(capacity: usize) -> u32 {
+    let share = INITIAL_TOTAL_PCT / u32::try_from(capacity.max(1)).unwrap_or(u32::MAX);
+    control::config().initial_budget_pct.min(share).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn many_members_open_with_a_share_that_fits_together() {
+        assert_eq!(initial_pct(1), 20);
+        assert_eq!(initial_pct(4), 12);
+        assert_eq!(initial_pct(10), 5);
+        assert_eq!(initial_pct(64), 1);
+        assert!((1..=50).all(|n| initial_pct(n) as usize * n <= 50));
     }
 }
