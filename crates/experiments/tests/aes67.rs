@@ -14,7 +14,7 @@ use tessera_scenario::Scenario;
 
 /// Two hosts in cells of their own: graph-a, net-a, graph-b, net-b.
 fn two_hosts() -> String {
-    let mut text = String::from(
+    let text = String::from(
         r#"name = "aes67"
 duration = "1500ms"
 warmup = "300ms"
@@ -32,13 +32,7 @@ name = "cells"
 subject = { graph = "cell:graph-{host}", service = "cell:net-{host}" }
 "#,
     );
-    for cell in ["graph-a", "net-a", "graph-b", "net-b"] {
-        text += &format!(
-            "\n[[cell]]\nname = \"{cell}\"\npolicy = \"event-triggered\"\nplacement = \"global\"\n\
-             runtime = \"300us\"\nperiod = \"1ms\"\nreclaim = true\n"
-        );
-    }
-    text
+    text + &common::aes67_host_cells()
 }
 
 /// Runs `text` and checks its one configuration: markers `hops` × 2 ms

@@ -25,7 +25,7 @@ use tessera_scenario::Scenario;
 /// Two hosts in cells of their own, PTP between them; b loses it 1 s into
 /// the 4 s window.
 fn scenario() -> String {
-    let mut text = String::from(
+    let text = String::from(
         r#"name = "aes67 ptp"
 duration = "4s"
 warmup = "1s"
@@ -45,13 +45,7 @@ ptp_lost = "1s"
 subject = { graph = "cell:graph-{host}", service = "cell:net-{host}" }
 "#,
     );
-    for cell in ["graph-a", "net-a", "graph-b", "net-b"] {
-        text += &format!(
-            "\n[[cell]]\nname = \"{cell}\"\npolicy = \"event-triggered\"\nplacement = \"global\"\n\
-             runtime = \"300us\"\nperiod = \"1ms\"\nreclaim = true\n"
-        );
-    }
-    text
+    text + &common::aes67_host_cells()
 }
 
 /// The ptp4l processes whose command line names a file of this process's

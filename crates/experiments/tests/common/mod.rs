@@ -61,3 +61,17 @@ fn without_configurations(text: &str) -> String {
     let end = rest.find("\n## ").map_or(text.len(), |i| start + 1 + i + 1);
     format!("{}{}", &text[..start + 1], &text[end..])
 }
+
+/// The cells of two AES67 hosts' graphs and network services (a and b),
+/// as scenario text.
+pub fn aes67_host_cells() -> String {
+    ["graph-a", "net-a", "graph-b", "net-b"]
+        .iter()
+        .map(|cell| {
+            format!(
+                "\n[[cell]]\nname = \"{cell}\"\npolicy = \"event-triggered\"\nplacement = \"global\"\n\
+                 runtime = \"300us\"\nperiod = \"1ms\"\nreclaim = true\n"
+            )
+        })
+        .collect()
+}
