@@ -1042,12 +1042,9 @@ impl Guard {
             .values()
             .filter_map(|r| Some((r.tid, r.controller.update_to(targets[&r.tid])?)))
             .collect();
-        let shrinks = |r: &Reserved, ask: &Budget| {
-            ask.period_ns == r.set.period_ns && ask.runtime_ns < r.set.runtime_ns
-        };
         if !asks
             .iter()
-            .any(|(tid, ask)| !shrinks(&self.reserved[tid], ask))
+            .any(|(tid, ask)| !shrinks(self.reserved[tid].set, *ask))
         {
             asks.retain(|(tid, _)| {
                 let r = &self.reserved[tid];
@@ -1516,8 +1513,13 @@ fn apply(session: &mut Session, r: &mut Reserved, target: Budget) -> Result<(), 
 
 /// Records what admission granted: degraded when it is less than the
 /// controller wants (a squeezed target, or admission's largest that fit).
+/// Whether `to` is `from` made smaller (a change of period is not).
+fn shrinks(from: Budget, to: Budget) -> bool {
+    to.period_ns == from.period_ns && to.runtime_ns < from.runtime_ns
+}
+
 fn record_grant(r: &mut Reserved, reply: ResizeReply) {
-    if reply.budget.period_ns == r.set.period_ns && reply.budget.runtime_ns < r.set.runtime_ns {
+    if shrinks(r.set, reply.budget) {
         r.shrunk_at = Some(Instant::now());
     }
     let short = reply.budget.runtime_ns < r.controller.wanted().runtime_ns;
