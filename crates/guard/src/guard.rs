@@ -1044,7 +1044,7 @@ impl Guard {
             .collect();
         if !asks
             .iter()
-            .any(|(tid, ask)| !shrinks(self.reserved[tid].set, *ask))
+            .any(|(tid, ask)| !self.reserved[tid].set.shrinks_to(*ask))
         {
             asks.retain(|(tid, _)| {
                 let r = &self.reserved[tid];
@@ -1513,13 +1513,8 @@ fn apply(session: &mut Session, r: &mut Reserved, target: Budget) -> Result<(), 
 
 /// Records what admission granted: degraded when it is less than the
 /// controller wants (a squeezed target, or admission's largest that fit).
-/// Whether `to` is `from` made smaller (a change of period is not).
-fn shrinks(from: Budget, to: Budget) -> bool {
-    to.period_ns == from.period_ns && to.runtime_ns < from.runtime_ns
-}
-
 fn record_grant(r: &mut Reserved, reply: ResizeReply) {
-    if shrinks(r.set, reply.budget) {
+    if r.set.shrinks_to(reply.budget) {
         r.shrunk_at = Some(Instant::now());
     }
     let short = reply.budget.runtime_ns < r.controller.wanted().runtime_ns;

@@ -169,8 +169,7 @@ impl Control {
             return;
         };
         let held = self.shared.roster().budget;
-        let shrinks = held
-            .is_some_and(|h| h.period_ns == wanted.period_ns && wanted.runtime_ns < h.runtime_ns);
+        let shrinks = held.is_some_and(|h| h.shrinks_to(wanted));
         if shrinks
             && self
                 .last_shrink

@@ -95,6 +95,12 @@ pub struct Budget {
 }
 
 impl Budget {
+    /// Whether `to` is this budget made smaller: less runtime in the same
+    /// period (a change of period is not).
+    pub fn shrinks_to(&self, to: Budget) -> bool {
+        to.period_ns == self.period_ns && to.runtime_ns < self.runtime_ns
+    }
+
     pub fn new(runtime_ns: u64, period_ns: u64) -> Budget {
         Budget {
             runtime_ns,
@@ -454,6 +460,16 @@ fn validate_budget(b: &Budget, policy: CellPolicy, limits: &Limits) -> Result<()
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn only_less_runtime_in_the_same_period_is_a_shrink() {
+        let held = Budget::new(500, 1000);
+        assert!(held.shrinks_to(Budget::new(400, 1000)));
+        assert!(!held.shrinks_to(Budget::new(500, 1000)));
+        assert!(!held.shrinks_to(Budget::new(600, 1000)));
+        assert!(!held.shrinks_to(Budget::new(100, 2000)));
+    }
+
     use super::*;
 
     fn limits() -> Limits {
