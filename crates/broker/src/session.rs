@@ -268,6 +268,19 @@ impl Session {
         self.typed(Request::ListCells)
     }
 
+    /// Every thread in a cell on the machine, by tid, with its cell's name
+    /// (empty when the broker cannot list them).
+    pub fn cell_of_threads(&mut self) -> std::collections::HashMap<i32, String> {
+        self.list()
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|c| {
+                let name = c.name;
+                c.members.into_iter().map(move |m| (m.tid, name.clone()))
+            })
+            .collect()
+    }
+
     pub fn show(&mut self, name: &str) -> Result<CellInfo, BrokerError> {
         self.typed(Request::ShowCell { name: name.into() })
     }

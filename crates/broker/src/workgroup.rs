@@ -143,7 +143,13 @@ pub fn leave(broker: &mut Broker, name: &str, tid: i32, peer: &PeerCredentials) 
 }
 
 /// The cell a workgroup is: global EDF over the shared cores, one
-/// reservation per member, its budget adapted by its owner.
+/// reservation per member, its budget adapted by its owner, reclaiming
+/// what the others leave unused (GRUB, as the guard's reservations). A
+/// member's wake-ups drift with its graph (each client starts when the one
+/// before it finishes), so two of its cycles can fall in one reservation
+/// period, and the second was throttled with bandwidth idle beside it:
+/// §4.5's staircase of ten members, throttled in 355 of 430 misses with a
+/// budget of 228 µs for 124 µs of work.
 fn request(name: &str, shape: WorkgroupShape) -> CellRequest {
     let mut req = CellRequest::new(
         name,
@@ -153,6 +159,7 @@ fn request(name: &str, shape: WorkgroupShape) -> CellRequest {
     );
     req.placement = Placement::Global;
     req.owner_adapts = true;
+    req.reclaim = true;
     req
 }
 

@@ -9,7 +9,6 @@ use clap::Args;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tessera_broker::Session;
-use tessera_experiments::cells::cell_of_threads;
 use tessera_why::{Attribution, Cause, Miss, Tracer, Watch};
 
 pub const EXAMPLES: &str = "Examples:\n  tessera why synth\n  tessera why --pid 4242 --deadline 2ms --period 5ms --seconds 30\n  tessera why synth --seconds 60 --json";
@@ -77,7 +76,10 @@ pub fn run(args: WhyArgs) -> Result<ExitCode, Failure> {
             "give --deadline or --period for threads without a reservation",
         ));
     }
-    let cells = session.as_mut().map(cell_of_threads).unwrap_or_default();
+    let cells = session
+        .as_mut()
+        .map(Session::cell_of_threads)
+        .unwrap_or_default();
     let until = args
         .seconds
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));

@@ -3,12 +3,11 @@
 //! hook of a thread scheduled by a configuration): cells are created bound to this process through
 //! `tessera_broker::Session` and destroyed when the guard drops — after the
 //! configuration, on error, on panic — so that no run leaks bandwidth into
-//! the next; and which threads are in cells, or were set up by a subject.
+//! the next; and which threads were set up by a subject.
 //!
 //! A leaf of this crate. It must never decide what a configuration asks
 //! for: callers do.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use tessera_broker::{BrokerError, CellInfo, Session};
 use tessera_policy::CellRequest;
@@ -105,20 +104,6 @@ pub(crate) fn role<'a>(config: &'a Configuration, name: &str) -> &'a Sched {
         .iter()
         .find(|(r, _)| r == name)
         .map_or(&config.subject, |(_, s)| s)
-}
-
-/// Every thread in a cell on the machine, by tid, with its cell's name
-/// (to say whether a thread that held another's CPU was in a cell).
-pub fn cell_of_threads(session: &mut Session) -> HashMap<i32, String> {
-    session
-        .list()
-        .unwrap_or_default()
-        .into_iter()
-        .flat_map(|c| {
-            let name = c.name.clone();
-            c.members.into_iter().map(move |m| (m.tid, name.clone()))
-        })
-        .collect()
 }
 
 /// The threads whose setup ran, as they ran it: the tids a subject's

@@ -9,7 +9,6 @@
 //! without privileges or tracefs the result says why and every miss is
 //! "unknown".
 
-use crate::cells::cell_of_threads;
 use crate::subject::Watched;
 use std::time::Duration;
 use tessera_measure::{Metric, MetricCauses, WatchedThread, Why};
@@ -54,7 +53,7 @@ impl Tracing {
         }
         let watches: Vec<_> = watched.iter().map(|w| w.watch).collect();
         let cells = tessera_broker::Session::connect()
-            .map(|mut s| cell_of_threads(&mut s))
+            .map(|mut s| s.cell_of_threads())
             .unwrap_or_default();
         match Recorder::start(&watches, cells) {
             Ok(recorder) => Tracing {

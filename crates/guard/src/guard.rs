@@ -184,11 +184,12 @@ struct Reserved {
     shrunk_at: Option<Instant>,
 }
 
-/// The cores as the broker last told them, and what the guard held then.
+/// The cores as the broker last told them, and what the guard held then
+/// on each core (None: under global EDF).
 struct RoomSeen {
     cores: Vec<CoreUsage>,
     global_free: Bandwidth,
-    held: Bandwidth,
+    held: BTreeMap<Option<usize>, Bandwidth>,
 }
 
 /// A thread admission refused.
@@ -546,7 +547,7 @@ impl Guard {
         }
         let name = proc::thread_name(pid, tid);
         // A fixed share makes room for the newcomer first.
-        self.reshare(self.reserved.len() + 1, log);
+        self.reshare(usize::from(kind.is_graph()), log);
         match self.open_reservation(pid, tid, &name, kind, seed) {
             Ok(r) => {
                 log.push(format!(
@@ -576,7 +577,7 @@ impl Guard {
                 }
             }
             Err(e) => {
-                self.reshare(self.reserved.len(), log);
+                self.reshare(0, log);
                 if let Some(cell) = self.cell_holding(tid) {
                     self.in_workgroups.insert(tid);
                     log.push(format!(
@@ -686,8 +687,14 @@ impl Guard {
 
     /// Where a new reservation goes: the core asked for, or the current
     /// layout's (a several-core layout's first, the graph's; the next
-    /// layout moves it if it belongs elsewhere).
+    /// layout moves it if it belongs elsewhere). The guard's own loop is
+    /// under global EDF: on the graph's core it took a share of the room
+    /// the graph's threads are squeezed into (§4.5's staircase: 20 xruns
+    /// before, 3 663 with it).
     fn core_for_new(&self, kind: Kind) -> Option<usize> {
+        if kind == Kind::Guard {
+            return None;
+        }
         match (self.settings.cores, &self.layout) {
             (Cores::Core(core), _) => Some(core),
             (Cores::Global, _) => None,
@@ -759,19 +766,27 @@ impl Guard {
             .map_err(|e| fail(format!("budget settings: {e}"), e.fix.clone()))
     }
 
-    /// With a fixed share, gives each of `threads` reserved threads its
-    /// equal part; shrinking ones are resized before growing ones so that
-    /// admission sees the room.
-    fn reshare(&mut self, threads: usize, log: &mut Vec<String>) {
+    /// With a fixed share, gives each reserved graph thread (and
+    /// `newcomers` more) its equal part; shrinking ones are resized before
+    /// growing ones so that admission sees the room. The fixed share is
+    /// the graph's: application shares and the guard's own loop keep
+    /// their own controllers (split among them too, they had taken the
+    /// graph's core's budget with the audio period).
+    fn reshare(&mut self, newcomers: usize, log: &mut Vec<String>) {
         if !matches!(self.settings.budgeting, Budgeting::Fixed { .. }) {
             return;
         }
-        let share = share_of(self.fixed_total_pct, threads);
+        let graph = self.reserved.values().filter(|r| r.kind.is_graph()).count();
+        let share = share_of(self.fixed_total_pct, graph + newcomers);
         let Ok(controller) = Adaptive::new(fixed_config(share), self.period_ns) else {
             return;
         };
         let wanted = controller.wanted().runtime_ns;
-        let mut order: Vec<&mut Reserved> = self.reserved.values_mut().collect();
+        let mut order: Vec<&mut Reserved> = self
+            .reserved
+            .values_mut()
+            .filter(|r| r.kind.is_graph())
+            .collect();
         order.sort_by_key(|r| r.set.runtime_ns < wanted);
         for r in order {
             r.controller = controller.clone();
@@ -791,7 +806,7 @@ impl Guard {
             Ok(()) => log.push(format!("released thread {} ({}): {why}", r.tid, r.name)),
             Err(e) => log.push(format!("released thread {} with an error: {e}", r.tid)),
         }
-        self.reshare(self.reserved.len(), log);
+        self.reshare(0, log);
     }
 
     fn bump(&mut self, which: impl Fn(&Reserved) -> bool, bump: fn(&mut Adaptive)) {
@@ -1112,21 +1127,23 @@ impl Guard {
     }
 
     /// What each thread's budget should be: what its controller wants,
-    /// compressed to the room on the guard's core.
+    /// those sharing the guard's room compressed to it.
     fn targets(&self) -> BTreeMap<Tid, Budget> {
-        let wanted: Vec<Budget> = self.wanted().into_values().collect();
-        let targets = match self.room() {
-            Some(room) => {
-                let floors: Vec<u64> = self
-                    .reserved
-                    .values()
-                    .map(|r| self.floor_ns(r, 0))
-                    .collect();
-                compress(&wanted, &floors, room)
-            }
-            None => wanted,
+        let mut targets = self.wanted();
+        let (Some(room), Some(domain)) = (self.room(), self.room_domain()) else {
+            return targets;
         };
-        self.reserved.keys().copied().zip(targets).collect()
+        let sharing: Vec<&Reserved> = self
+            .reserved
+            .values()
+            .filter(|r| r.core == domain)
+            .collect();
+        let wanted: Vec<Budget> = sharing.iter().map(|r| targets[&r.tid]).collect();
+        let floors: Vec<u64> = sharing.iter().map(|r| self.floor_ns(r, 0)).collect();
+        for (r, target) in sharing.iter().zip(compress(&wanted, &floors, room)) {
+            targets.insert(r.tid, target);
+        }
+        targets
     }
 
     /// What each thread wants: its controller's budget, a shared thread's
@@ -1160,12 +1177,26 @@ impl Guard {
     /// alone decides) or the broker has not said.
     fn room(&self) -> Option<Bandwidth> {
         let seen = self.room_seen.as_ref()?;
-        let free = match self.single_core() {
+        let domain = self.room_domain()?;
+        let free = match domain {
             Some(core) => seen.cores.iter().find(|c| c.core == core)?.free(),
-            None if self.is_global() => seen.global_free,
-            None => return None,
+            None => seen.global_free,
         };
-        Some((free + seen.held).saturating_sub(Bandwidth::from_fraction(NEWCOMER_ROOM)))
+        let held = seen.held.get(&domain).copied().unwrap_or(Bandwidth::ZERO);
+        Some((free + held).saturating_sub(Bandwidth::from_fraction(NEWCOMER_ROOM)))
+    }
+
+    /// Where the budgets share one room: their one core, or (None) the
+    /// shared cores under global EDF; not when they are spread over
+    /// several cores. The guard's own loop is under global EDF whatever
+    /// the layout, so it shares a room with the graph only under global
+    /// EDF.
+    fn room_domain(&self) -> Option<Option<usize>> {
+        match self.single_core() {
+            Some(core) => Some(Some(core)),
+            None if self.is_global() => Some(None),
+            None => None,
+        }
     }
 
     /// Records what the broker said of the cores, with what the guard held
@@ -1173,7 +1204,11 @@ impl Guard {
     /// holds and already out of what the broker counted free, and must not
     /// count twice.
     fn see_room(&mut self, cores: Vec<CoreUsage>, global_free: Bandwidth) {
-        let held = self.reserved.values().map(|r| r.set.bandwidth()).sum();
+        let mut held = BTreeMap::new();
+        for r in self.reserved.values() {
+            let on = held.entry(r.core).or_insert(Bandwidth::ZERO);
+            *on = *on + r.set.bandwidth();
+        }
         self.room_seen = Some(RoomSeen {
             cores,
             global_free,
@@ -1211,9 +1246,14 @@ impl Guard {
             return;
         };
         let wanted = self.wanted();
-        let mut wants: Vec<Want> = self
+        // The guard's own loop stays under global EDF (`core_for_new`).
+        let placed: Vec<&Reserved> = self
             .reserved
             .values()
+            .filter(|r| r.kind != Kind::Guard)
+            .collect();
+        let mut wants: Vec<Want> = placed
+            .iter()
             .map(|r| Want {
                 thread: r.tid,
                 graph: r.kind.is_graph(),
@@ -1231,8 +1271,8 @@ impl Guard {
             used: Bandwidth::ZERO,
         }));
         let mut layout = place(&wants, &room);
-        layout.cores.truncate(self.reserved.len());
-        let current: Vec<Option<usize>> = self.reserved.values().map(|r| r.core).collect();
+        layout.cores.truncate(placed.len());
+        let current: Vec<Option<usize>> = placed.iter().map(|r| r.core).collect();
         if current == layout.cores {
             self.pending = None;
             self.layout = Some(layout);
@@ -1251,10 +1291,9 @@ impl Guard {
         }
         self.pending = None;
         log.push(format!("placement: {}", share::describe(&layout)));
-        let moves: Vec<(Tid, Option<usize>)> = self
-            .reserved
-            .keys()
-            .copied()
+        let moves: Vec<(Tid, Option<usize>)> = placed
+            .iter()
+            .map(|r| r.tid)
             .zip(layout.cores.iter().copied())
             .collect();
         self.layout = Some(layout);
@@ -1290,10 +1329,11 @@ impl Guard {
         let RoomSeen {
             cores, global_free, ..
         } = self.room_seen.as_ref()?;
+        // What the guard's own loop holds stays its own.
         let held_on = |core: Option<usize>| -> Bandwidth {
             self.reserved
                 .values()
-                .filter(|r| r.core == core)
+                .filter(|r| r.core == core && r.kind != Kind::Guard)
                 .map(|r| r.set.bandwidth())
                 .sum()
         };

@@ -7,9 +7,11 @@
 //! client closes (JACK2 cancels a closing client's thread, and a thread
 //! cancelled inside the broker's calls would abort the process).
 //!
-//! Only the join and the leave talk to the broker, each once (the join's
-//! cycle may be late: it comes before recording); marking a cycle is two
-//! real-time-safe calls. It must never print or allocate in a cycle: what
+//! The join is deferred (`tessera_workgroup_join_deferred`): the broker's
+//! join is made by libtessera's control thread, not in the cycle, whose
+//! lateness would hold the whole graph (20–100 ms with a broker's answer
+//! in it: an xrun at each client's start). Only the leave talks to the
+//! broker from this thread; marking a cycle is two real-time-safe calls. It must never print or allocate in a cycle: what
 //! became of the member goes to atomics the main thread reads.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -70,7 +72,7 @@ impl Bridge {
     /// the first joins, the next ones are marked.
     pub fn begin(&mut self, start_ns: u64, period_ns: u64) {
         if self.membership.joined().is_none() {
-            let code = match self.workgroup.join() {
+            let code = match self.workgroup.join_deferred() {
                 Ok((token, code)) => {
                     self.token = Some(token);
                     code

@@ -101,6 +101,11 @@ typedef struct tessera_member_stats {
    The reservation period (a whole number of cycles).
    */
   uint64_t period_ns;
+  /*
+   `TESSERA_OK`, or the code of the broker's refusal of the member's
+   deferred join (it marks its cycles without a reservation).
+   */
+  int32_t join_code;
 } tessera_member_stats;
 
 #ifdef __cplusplus
@@ -174,6 +179,20 @@ int32_t tessera_workgroup_max_parallel_threads(const struct tessera_workgroup *w
  `wg` is null or a live handle; `token` is null or writable.
  */
 int32_t tessera_workgroup_join(struct tessera_workgroup *wg, struct tessera_join_token *token);
+
+/*
+ As `tessera_workgroup_join`, without waiting for the broker: the
+ calling thread is a member at once and its reservation follows within
+ a few milliseconds, made by the workgroup's control thread. For a
+ thread that joins from inside its first cycle (an audio callback),
+ where the broker's answer would make that cycle late. A refusal shows
+ in `tessera_member_stats.join_code`.
+
+ # Safety
+ `wg` is null or a live handle; `token` is null or writable.
+ */
+int32_t tessera_workgroup_join_deferred(struct tessera_workgroup *wg,
+                                        struct tessera_join_token *token);
 
 /*
  Ends the calling thread's membership (`token` from its join).

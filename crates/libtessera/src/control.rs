@@ -38,9 +38,15 @@ const BACKOFF_TICKS: u32 = 50;
 #[derive(Default)]
 pub struct Roster {
     pub joined: Vec<(i32, Consumer<CycleSample>)>,
+    /// Members that joined deferred, whose broker join the control thread
+    /// makes on its next tick.
+    pub pending: Vec<i32>,
     pub left: Vec<i32>,
     /// Every member now (thread ids), to leave on close.
     pub members: Vec<i32>,
+    /// Deferred joins the broker refused, with their codes: those members
+    /// mark cycles without a reservation.
+    pub refused: Vec<(i32, i32)>,
     /// The control thread's last report, per member.
     pub report: Vec<MemberReport>,
     /// The budget in force (granted, or the workgroup's initial one).
@@ -139,6 +145,16 @@ impl Control {
 
     fn take_roster(&mut self) {
         let mut roster = self.shared.roster();
+        // The broker joins under the roster's lock: a member leaving
+        // meanwhile is either still pending (and dropped from it) or waits
+        // for its join, so its leave never comes before its join.
+        for tid in std::mem::take(&mut roster.pending) {
+            if let Some(session) = self.session.as_mut() {
+                if let Err(e) = session.join_workgroup(&self.shared.name, tid) {
+                    roster.refused.push((tid, crate::status::of_broker(&e)));
+                }
+            }
+        }
         for tid in roster.left.drain(..) {
             self.control.leave(tid);
             self.rings.retain(|(t, _)| *t != tid);

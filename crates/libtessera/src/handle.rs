@@ -9,8 +9,8 @@
 use crate::{
     tessera_join_token, tessera_member_stats, tessera_workgroup, tessera_workgroup_close,
     tessera_workgroup_interval_finish, tessera_workgroup_interval_start, tessera_workgroup_join,
-    tessera_workgroup_leave, tessera_workgroup_member_stats, tessera_workgroup_open_for,
-    TESSERA_ERR_INVALID, TESSERA_OK,
+    tessera_workgroup_join_deferred, tessera_workgroup_leave, tessera_workgroup_member_stats,
+    tessera_workgroup_open_for, TESSERA_ERR_INVALID, TESSERA_OK,
 };
 use std::ffi::CString;
 use std::ptr::NonNull;
@@ -50,9 +50,22 @@ impl WorkgroupHandle {
     /// `tessera_workgroup_join`: the calling thread becomes a member; the
     /// code says whether a reservation backs it.
     pub fn join(&self) -> Result<(JoinToken, i32), i32> {
+        self.join_through(tessera_workgroup_join)
+    }
+
+    /// `tessera_workgroup_join_deferred`: a member at once, its reservation
+    /// made by the control thread (for a join inside a callback).
+    pub fn join_deferred(&self) -> Result<(JoinToken, i32), i32> {
+        self.join_through(tessera_workgroup_join_deferred)
+    }
+
+    fn join_through(
+        &self,
+        join: unsafe extern "C" fn(*mut tessera_workgroup, *mut tessera_join_token) -> i32,
+    ) -> Result<(JoinToken, i32), i32> {
         let mut token = tessera_join_token { opaque: [0; 4] };
         // SAFETY: a live handle (freed only on drop) and a writable token.
-        let code = unsafe { tessera_workgroup_join(self.raw.as_ptr(), &mut token) };
+        let code = unsafe { join(self.raw.as_ptr(), &mut token) };
         match code {
             c if c >= TESSERA_OK => Ok((JoinToken(token), c)),
             c => Err(c),

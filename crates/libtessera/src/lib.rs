@@ -71,6 +71,9 @@ pub struct tessera_member_stats {
     pub budget_ns: u64,
     /// The reservation period (a whole number of cycles).
     pub period_ns: u64,
+    /// `TESSERA_OK`, or the code of the broker's refusal of the member's
+    /// deferred join (it marks its cycles without a reservation).
+    pub join_code: i32,
 }
 
 std::thread_local! {
@@ -270,9 +273,40 @@ pub unsafe extern "C" fn tessera_workgroup_join(
     token: *mut tessera_join_token,
 ) -> i32 {
     // SAFETY: the caller's contract (null or live; token null or writable).
+    unsafe { join_with(wg, token, Workgroup::join) }
+}
+
+/// As `tessera_workgroup_join`, without waiting for the broker: the
+/// calling thread is a member at once and its reservation follows within
+/// a few milliseconds, made by the workgroup's control thread. For a
+/// thread that joins from inside its first cycle (an audio callback),
+/// where the broker's answer would make that cycle late. A refusal shows
+/// in `tessera_member_stats.join_code`.
+///
+/// # Safety
+/// `wg` is null or a live handle; `token` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_workgroup_join_deferred(
+    wg: *mut tessera_workgroup,
+    token: *mut tessera_join_token,
+) -> i32 {
+    // SAFETY: the caller's contract (null or live; token null or writable).
+    unsafe { join_with(wg, token, Workgroup::join_deferred) }
+}
+
+/// A way to join: [`Workgroup::join`] or [`Workgroup::join_deferred`],
+/// answering the member's thread id and its code.
+type Join = fn(&Workgroup, usize) -> Result<(i32, i32), i32>;
+
+/// A join by `join`, its token written into `token`.
+///
+/// # Safety
+/// `wg` is null or a live handle; `token` is null or writable.
+unsafe fn join_with(wg: *mut tessera_workgroup, token: *mut tessera_join_token, join: Join) -> i32 {
+    // SAFETY: the caller's contract (null or live; token null or writable).
     unsafe {
         answer_into(wg, token, |w| {
-            let (tid, code) = w.join(wg as usize)?;
+            let (tid, code) = join(w, wg as usize)?;
             let filled = tessera_join_token {
                 opaque: [tid as u64, wg as u64, 0, 0],
             };
@@ -382,6 +416,7 @@ pub unsafe extern "C" fn tessera_workgroup_member_stats(
                 misses: report.misses,
                 budget_ns: budget.map_or(0, |b| b.runtime_ns),
                 period_ns: budget.map_or(0, |b| b.period_ns),
+                join_code: w.refusal(tid).unwrap_or(TESSERA_OK),
             };
             Ok((stats, TESSERA_OK))
         })

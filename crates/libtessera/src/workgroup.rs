@@ -120,11 +120,25 @@ impl Workgroup {
     /// Makes the calling thread a member through `handle` (the C pointer);
     /// [`TESSERA_BEST_EFFORT`] when no reservation backs it.
     pub fn join(&self, handle: usize) -> Result<(i32, i32), i32> {
+        self.admit(handle, false)
+    }
+
+    /// As [`Workgroup::join`], but the broker's join is left to the control
+    /// thread's next tick, so the call makes no broker request: for a
+    /// thread that joins from inside its first cycle (a JACK callback),
+    /// where a broker's answer (20–100 ms on a busy machine) would stall
+    /// the whole graph. The reservation follows within a tick; a refusal
+    /// shows in the member's stats ([`Workgroup::refusal`]).
+    pub fn join_deferred(&self, handle: usize) -> Result<(i32, i32), i32> {
+        self.admit(handle, true)
+    }
+
+    fn admit(&self, handle: usize, deferred: bool) -> Result<(i32, i32), i32> {
         if member::is_member() {
             return Err(status::TESSERA_ERR_ALREADY_JOINED);
         }
         let tid = tessera_sys::proc::current_tid();
-        let backed = self.backed && self.broker_join(tid)? && self.guaranteed;
+        let reserved = self.backed && (deferred || self.broker_join(tid)?) && self.guaranteed;
         let (producer, consumer) = RingBuffer::new(RING_CYCLES);
         let code = member::enter(self.shared.clone(), handle, tid, producer);
         if code != TESSERA_OK {
@@ -133,9 +147,15 @@ impl Workgroup {
         let mut roster = self.shared.roster();
         roster.joined.push((tid, consumer));
         roster.members.push(tid);
+        if deferred && self.backed {
+            roster.pending.push(tid);
+            if let Some(control) = &self.control {
+                control.thread().unpark();
+            }
+        }
         Ok((
             tid,
-            if backed {
+            if reserved {
                 TESSERA_OK
             } else {
                 TESSERA_BEST_EFFORT
@@ -157,8 +177,7 @@ impl Workgroup {
         let membership = member::exit(handle)?;
         let tid = membership.tid;
         drop(membership);
-        self.forget(tid);
-        if self.backed {
+        if self.forget(tid) && self.backed {
             let mut session = Session::connect().map_err(|e| status::of_broker(&e))?;
             session
                 .leave_workgroup(&self.shared.name, tid)
@@ -167,10 +186,16 @@ impl Workgroup {
         Ok(())
     }
 
-    fn forget(&self, tid: i32) {
+    /// Takes `tid` off the roster; whether the broker holds it as a member
+    /// (not when its deferred join was still pending, or refused).
+    fn forget(&self, tid: i32) -> bool {
         let mut roster = self.shared.roster();
         roster.members.retain(|t| *t != tid);
         roster.left.push(tid);
+        let held = !roster.pending.contains(&tid) && !roster.refused.iter().any(|(t, _)| *t == tid);
+        roster.pending.retain(|t| *t != tid);
+        roster.refused.retain(|(t, _)| *t != tid);
+        held
     }
 
     /// The control thread's counts for member `tid`.
@@ -181,6 +206,17 @@ impl Workgroup {
             .iter()
             .find(|r| r.member == tid)
             .copied()
+    }
+
+    /// The broker's refusal of member `tid`'s deferred join, as a return
+    /// code: the member marks its cycles without a reservation.
+    pub fn refusal(&self, tid: i32) -> Option<i32> {
+        self.shared
+            .roster()
+            .refused
+            .iter()
+            .find(|(t, _)| *t == tid)
+            .map(|(_, code)| *code)
     }
 
     /// The budget each member's reservation has now.
@@ -203,7 +239,15 @@ impl Workgroup {
         let Ok(mut session) = Session::connect() else {
             return TESSERA_ERR_BROKER;
         };
-        let members = std::mem::take(&mut self.shared.roster().members);
+        // Members whose deferred join the broker never made are not its.
+        let members = {
+            let mut roster = self.shared.roster();
+            let pending = std::mem::take(&mut roster.pending);
+            let refused = std::mem::take(&mut roster.refused);
+            let mut members = std::mem::take(&mut roster.members);
+            members.retain(|t| !pending.contains(t) && !refused.iter().any(|(r, _)| r == t));
+            members
+        };
         let mut code = TESSERA_OK;
         for tid in members {
             if let Err(e) = session.leave_workgroup(&self.shared.name, tid) {

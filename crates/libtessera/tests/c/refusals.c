@@ -1,6 +1,7 @@
 /* libtessera's refusals, each with its code: ./refusals NAME          */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <time.h>
 #include <tessera.h>
@@ -28,6 +29,46 @@ static void *join_one(void *arg) {
     while (!__atomic_load_n(&release, __ATOMIC_SEQ_CST)) nanosleep(&ms, NULL);
     if (rc >= 0) *(int *)arg = tessera_workgroup_leave(wg, &token);
     return NULL;
+}
+
+/* A deferred join: its code at once, then what became of it within 2 s —
+ * the stats' join_code once the control thread saw it, and whether the
+ * thread ended SCHED_DEADLINE — then it leaves. */
+struct deferred {
+    int rc, join_code, deadline, left;
+};
+
+static void *join_deferred_one(void *arg) {
+    struct deferred *d = arg;
+    tessera_join_token token;
+    d->rc = tessera_workgroup_join_deferred(wg, &token);
+    tessera_member_stats stats = {0};
+    struct timespec ms = {0, 1000000};
+    for (int i = 0; i < 2000; i++) {
+        int seen = tessera_workgroup_member_stats(wg, (int)token.opaque[0], &stats);
+        /* SCHED_DEADLINE (6), less the flag SCHED_RESET_ON_FORK the broker sets */
+        d->deadline = (sched_getscheduler(0) & ~0x40000000) == 6;
+        if (seen == TESSERA_OK && (stats.join_code != TESSERA_OK || d->deadline)) break;
+        nanosleep(&ms, NULL);
+    }
+    d->join_code = stats.join_code;
+    d->left = tessera_workgroup_leave(wg, &token);
+    return NULL;
+}
+
+/* A deferred join from a thread of its own: answered at once, reserved
+ * (SCHED_DEADLINE) or not, its stats' join_code, and its leave. */
+static void expect_deferred(const char *what, int reserved, int join_code) {
+    struct deferred d = {0};
+    pthread_t thread;
+    pthread_create(&thread, NULL, join_deferred_one, &d);
+    pthread_join(thread, NULL);
+    printf("%s: code %d, reserved %d, join_code %d, leave %d\n", what, d.rc, d.deadline,
+           d.join_code, d.left);
+    expect(what, d.rc, TESSERA_OK);
+    expect(what, d.deadline, reserved);
+    expect(what, d.join_code, join_code);
+    expect(what, d.left, TESSERA_OK);
 }
 
 static void wait_answers(int n) {
@@ -76,6 +117,9 @@ int main(int argc, char **argv) {
     expect("target", tessera_hint_update_target_work_duration(wg, 2666666), TESSERA_OK);
     expect("report", tessera_hint_report_actual_work_duration(wg, 400000), TESSERA_OK);
 
+    /* A deferred join that fits: a reservation follows. */
+    expect_deferred("deferred join", 1, TESSERA_OK);
+
     /* Fill the workgroup from other threads, then one more is refused. */
     int capacity = tessera_workgroup_max_parallel_threads(wg);
     pthread_t threads[64];
@@ -88,6 +132,8 @@ int main(int argc, char **argv) {
     pthread_create(&threads[63], NULL, join_one, &extra);
     wait_answers(others + 1);
     expect("join past capacity", extra, TESSERA_ERR_REFUSED);
+    /* Deferred, the refusal comes in the stats; the member leaves. */
+    expect_deferred("deferred join past capacity", 0, TESSERA_ERR_REFUSED);
     __atomic_store_n(&release, 1, __ATOMIC_SEQ_CST);
     for (int i = 0; i < others; i++) {
         pthread_join(threads[i], NULL);

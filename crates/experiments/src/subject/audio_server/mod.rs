@@ -79,8 +79,16 @@ impl AudioServerRun {
             unreachable!("called for audio-server subjects only")
         };
         let sched = config.server.clone().expect("validated with the subject");
+        // A workgroup's members are under global EDF on the shared cores:
+        // a core partitioned for the guard would leave them the others
+        // only (§4.5's ten clients on one core, throttled in a third of
+        // their cycles), so their server's threads join them there.
+        let workgroup = matches!(&sched, ServerSched::Guard(g) if g.workgroup);
         let guard = GuardPlace {
-            core: scenario.core.map(|c| c.to_string()),
+            core: match scenario.core {
+                _ if workgroup => Some("global".to_string()),
+                core => core.map(|c| c.to_string()),
+            },
             broker_dir: None,
         };
         AudioServerRun::start_on(subject, sched, scenario.core, scenario.total(), &guard)
