@@ -6,7 +6,7 @@
 mod common;
 
 use common::{as_nobody, privileged, wait_until, Machine};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -525,7 +525,9 @@ fn attach_follow_reserves_a_running_programs_fifo_thread_until_stopped() {
         return;
     };
     create_synth(&m);
-    let program = m.spawn(Command::new("chrt").args(["-f", "10", "sleep", "30"]));
+    // Long enough to outlive the test on a loaded machine: a program that
+    // exits first ends the follow before the signal (exit 0).
+    let program = m.spawn(Command::new("chrt").args(["-f", "10", "sleep", "600"]));
     let pid = program as i32;
     wait_until("the program is SCHED_FIFO", || {
         policy_of(program).starts_with("SCHED_FIFO")
@@ -554,7 +556,8 @@ fn attach_follow_reserves_a_running_programs_fifo_thread_until_stopped() {
     assert!(policy_of(program).starts_with("SCHED_DEADLINE"), "{said}");
     tessera_sys::process::signal_child(tessera, 2).unwrap();
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(128 + 2), "stopped by SIGINT");
+    err.read_to_string(&mut said).unwrap();
+    assert_eq!(status.code(), Some(128 + 2), "stopped by SIGINT: {said}");
     assert_eq!(policy_of(program), "SCHED_FIFO priority 10", "restored");
     assert_eq!(
         m.json(&["cell", "show", "synth", "--json"])["members"]
