@@ -525,8 +525,8 @@ fn attach_follow_reserves_a_running_programs_fifo_thread_until_stopped() {
         return;
     };
     create_synth(&m);
-    // Long enough to outlive the test on a loaded machine: a program that
-    // exits first ends the follow before the signal (exit 0).
+    // Outlives the test: a program that exits first ends the follow
+    // before the signal (exit 0).
     let program = m.spawn(Command::new("chrt").args(["-f", "10", "sleep", "600"]));
     let pid = program as i32;
     wait_until("the program is SCHED_FIFO", || {
@@ -554,10 +554,13 @@ fn attach_follow_reserves_a_running_programs_fifo_thread_until_stopped() {
         said.push_str(&line);
     }
     assert!(policy_of(program).starts_with("SCHED_DEADLINE"), "{said}");
-    tessera_sys::process::signal_child(tessera, 2).unwrap();
+    // SIGTERM, not SIGINT: a test run in the background (`cmd &` in a
+    // script) inherits SIGINT ignored, and tessera keeps an ignored
+    // signal ignored, as programs under nohup or `&` should.
+    tessera_sys::process::signal_child(tessera, 15).unwrap();
     let status = child.wait().unwrap();
     err.read_to_string(&mut said).unwrap();
-    assert_eq!(status.code(), Some(128 + 2), "stopped by SIGINT: {said}");
+    assert_eq!(status.code(), Some(128 + 15), "stopped by SIGTERM: {said}");
     assert_eq!(policy_of(program), "SCHED_FIFO priority 10", "restored");
     assert_eq!(
         m.json(&["cell", "show", "synth", "--json"])["members"]
