@@ -147,7 +147,9 @@ impl Control {
         let mut roster = self.shared.roster();
         // The broker joins under the roster's lock: a member leaving
         // meanwhile is either still pending (and dropped from it) or waits
-        // for its join, so its leave never comes before its join.
+        // for its join, so its leave never comes before its join. A thread
+        // joining meanwhile waits too (two first cycles joining at once):
+        // not yet made lock-free.
         for tid in std::mem::take(&mut roster.pending) {
             if let Some(session) = self.session.as_mut() {
                 if let Err(e) = session.join_workgroup(&self.shared.name, tid) {
