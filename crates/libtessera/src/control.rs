@@ -62,6 +62,14 @@ pub struct Shared {
     roster: Mutex<Roster>,
 }
 
+impl Roster {
+    /// Whether the broker holds `tid` as a member: not a deferred join
+    /// still pending, nor one it refused.
+    pub fn broker_holds(&self, tid: i32) -> bool {
+        !self.pending.contains(&tid) && !self.refused.iter().any(|(t, _)| *t == tid)
+    }
+}
+
 impl Shared {
     pub fn new(name: String, budget: Option<Budget>) -> Shared {
         Shared {

@@ -192,7 +192,7 @@ impl Workgroup {
         let mut roster = self.shared.roster();
         roster.members.retain(|t| *t != tid);
         roster.left.push(tid);
-        let held = !roster.pending.contains(&tid) && !roster.refused.iter().any(|(t, _)| *t == tid);
+        let held = roster.broker_holds(tid);
         roster.pending.retain(|t| *t != tid);
         roster.refused.retain(|(t, _)| *t != tid);
         held
@@ -240,13 +240,13 @@ impl Workgroup {
             return TESSERA_ERR_BROKER;
         };
         // Members whose deferred join the broker never made are not its.
-        let members = {
+        let members: Vec<i32> = {
             let mut roster = self.shared.roster();
-            let pending = std::mem::take(&mut roster.pending);
-            let refused = std::mem::take(&mut roster.refused);
-            let mut members = std::mem::take(&mut roster.members);
-            members.retain(|t| !pending.contains(t) && !refused.iter().any(|(r, _)| r == t));
+            let members = std::mem::take(&mut roster.members);
             members
+                .into_iter()
+                .filter(|&t| roster.broker_holds(t))
+                .collect()
         };
         let mut code = TESSERA_OK;
         for tid in members {
