@@ -206,7 +206,7 @@ pub fn capture(pid: i32, tid: i32, slot: Option<usize>, t: &Target) -> Result<Me
 fn move_to(g: &Group, tid: i32, pid: i32) -> Result<()> {
     // A move costs the kernel an RCU grace period (milliseconds) even into
     // the group the thread is in: an RTKit request waits for it.
-    if g.threads().is_ok_and(|tids| tids.contains(&tid)) {
+    if g.holds(tid) {
         return Ok(());
     }
     match g.version {

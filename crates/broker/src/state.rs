@@ -144,11 +144,9 @@ impl State {
         Ok(Some(state))
     }
 
-    /// Writes the state atomically (temporary file, then rename).
+    /// Writes the state atomically (`tessera_sys::file::replace`).
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let tmp = path.with_extension("json.tmp");
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        std::fs::write(&tmp, text)?;
-        std::fs::rename(&tmp, path)
+        tessera_sys::file::replace(path, text.as_bytes())
     }
 }

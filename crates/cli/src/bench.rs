@@ -298,12 +298,12 @@ fn bench_rtkit(args: RtkitArgs) -> Result<ExitCode, Failure> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!("configuration  granted  refused  p50 (µs)  p99 (µs)  p99.9 (µs)  max (µs)  load");
+    println!("configuration  granted  refused  p50 (µs)  p99 (µs)  p99.9 (µs)  max (µs)  bus alone p50 / p99 (µs)  load");
     for c in &results.configurations {
-        let s = &c.granted_us;
+        let (s, bus) = (&c.granted_us, &c.bus_round_trip_us);
         println!(
-            "{:<14} {:>7} {:>8} {:>9.0} {:>9.0} {:>11.0} {:>9.0}  {}",
-            c.name, s.count, c.refused, s.p50, s.p99, s.p999, s.max, c.load
+            "{:<14} {:>7} {:>8} {:>9.0} {:>9.0} {:>11.0} {:>9.0}  {:>10.0} / {:<12.0}  {}",
+            c.name, s.count, c.refused, s.p50, s.p99, s.p999, s.max, bus.p50, bus.p99, c.load
         );
     }
     println!(

@@ -21,17 +21,63 @@ pub const BUS_NAME: &str = "org.freedesktop.RealtimeKit1";
 /// The object they call it at.
 pub const OBJECT_PATH: &str = "/org/freedesktop/RealtimeKit1";
 
-/// The interface's object: the table, and a flag `Exit` raises.
+/// The interface's object: the table, the callers' credentials, and a
+/// flag `Exit` raises.
 struct RealtimeKit {
     grants: Arc<Mutex<Grants>>,
+    callers: Mutex<Callers>,
     limits: Limits,
     exit: Arc<AtomicBool>,
     log: fn(&str),
 }
 
+/// Callers' credentials by unique bus name. The bus never gives a unique
+/// name to a second connection, and a connection's uid and pid are fixed
+/// when it connects, so a name's credentials stay true for as long as it
+/// can send; asking the bus again costs every request a round trip through
+/// dbus-daemon (a fifth of an idle grant here). PipeWire asks for every
+/// thread it starts over one connection.
+#[derive(Default)]
+struct Callers(std::collections::HashMap<String, Caller>);
+
+impl Callers {
+    /// Names of connections that closed are never asked for again: the
+    /// table is cleared when it is this full.
+    const MOST: usize = 256;
+
+    fn remember(&mut self, sender: String, caller: Caller) {
+        if self.0.len() >= Self::MOST {
+            self.0.clear();
+        }
+        self.0.insert(sender, caller);
+    }
+}
+
 impl RealtimeKit {
     fn grants(&self) -> std::sync::MutexGuard<'_, Grants> {
         self.grants.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn callers(&self) -> std::sync::MutexGuard<'_, Callers> {
+        self.callers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Who sent the message: remembered, or asked of the bus.
+    async fn caller(
+        &self,
+        header: &Header<'_>,
+        connection: &zbus::Connection,
+    ) -> fdo::Result<Caller> {
+        let sender = header
+            .sender()
+            .ok_or_else(|| fdo::Error::Failed("the message names no sender".into()))?
+            .to_owned();
+        if let Some(known) = self.callers().0.get(sender.as_str()) {
+            return Ok(*known);
+        }
+        let caller = ask_bus(sender.clone(), connection).await?;
+        self.callers().remember(sender.to_string(), caller);
+        Ok(caller)
     }
 
     /// Logs what a request got and turns the outcome into RTKit's reply.
@@ -49,14 +95,13 @@ impl RealtimeKit {
     }
 }
 
-/// Who sent the message, from the bus daemon: one GetConnectionCredentials
+/// A sender's credentials from the bus daemon: one GetConnectionCredentials
 /// round trip, on a proxy that caches no properties (caching would cost a
 /// subscription and a GetAll per request).
-async fn caller(header: &Header<'_>, connection: &zbus::Connection) -> fdo::Result<Caller> {
-    let sender = header
-        .sender()
-        .ok_or_else(|| fdo::Error::Failed("the message names no sender".into()))?
-        .to_owned();
+async fn ask_bus(
+    sender: zbus::names::UniqueName<'static>,
+    connection: &zbus::Connection,
+) -> fdo::Result<Caller> {
     let dbus = fdo::DBusProxy::builder(connection)
         .cache_properties(zbus::proxy::CacheProperties::No)
         .build()
@@ -81,7 +126,7 @@ impl RealtimeKit {
         thread: u64,
         priority: u32,
     ) -> fdo::Result<()> {
-        let caller = caller(&header, connection).await?;
+        let caller = self.caller(&header, connection).await?;
         let outcome = self.grants().make_realtime(caller, None, thread, priority);
         self.answer(request(caller, None, thread, "realtime"), outcome)
     }
@@ -95,7 +140,7 @@ impl RealtimeKit {
         thread: u64,
         priority: u32,
     ) -> fdo::Result<()> {
-        let caller = caller(&header, connection).await?;
+        let caller = self.caller(&header, connection).await?;
         let outcome = self
             .grants()
             .make_realtime(caller, Some(process), thread, priority);
@@ -109,7 +154,7 @@ impl RealtimeKit {
         thread: u64,
         priority: i32,
     ) -> fdo::Result<()> {
-        let caller = caller(&header, connection).await?;
+        let caller = self.caller(&header, connection).await?;
         let outcome = self
             .grants()
             .make_high_priority(caller, None, thread, priority);
@@ -125,7 +170,7 @@ impl RealtimeKit {
         thread: u64,
         priority: i32,
     ) -> fdo::Result<()> {
-        let caller = caller(&header, connection).await?;
+        let caller = self.caller(&header, connection).await?;
         let outcome = self
             .grants()
             .make_high_priority(caller, Some(process), thread, priority);
@@ -140,7 +185,7 @@ impl RealtimeKit {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &zbus::Connection,
     ) -> fdo::Result<()> {
-        let caller = caller(&header, connection).await?;
+        let caller = self.caller(&header, connection).await?;
         let n = self.grants().reset_known(caller).map_err(to_dbus)?;
         (self.log)(&format!(
             "ResetKnown by uid {}: {n} thread(s) reset",
@@ -154,7 +199,7 @@ impl RealtimeKit {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &zbus::Connection,
     ) -> fdo::Result<()> {
-        let caller = caller(&header, connection).await?;
+        let caller = self.caller(&header, connection).await?;
         let n = self.grants().reset_all(caller).map_err(to_dbus)?;
         (self.log)(&format!(
             "ResetAll by uid {}: {n} thread(s) reset",
@@ -170,7 +215,7 @@ impl RealtimeKit {
         #[zbus(header)] header: Header<'_>,
         #[zbus(connection)] connection: &zbus::Connection,
     ) -> fdo::Result<()> {
-        let caller = caller(&header, connection).await?;
+        let caller = self.caller(&header, connection).await?;
         if caller.uid != 0 {
             return Err(fdo::Error::AccessDenied(format!(
                 "Exit is root's (the caller is uid {})",
@@ -259,6 +304,7 @@ pub fn serve(
     let exit = Arc::new(AtomicBool::new(false));
     let object = RealtimeKit {
         grants: Arc::clone(&grants),
+        callers: Mutex::default(),
         limits,
         exit: Arc::clone(&exit),
         log,

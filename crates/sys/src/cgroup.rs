@@ -23,6 +23,8 @@ pub enum Version {
 pub struct Hierarchy {
     pub version: Version,
     pub mount: PathBuf,
+    /// The controller it was found for (`cpuset`, `cpu`).
+    pub controller: &'static str,
 }
 
 /// One cgroup directory of a hierarchy.
@@ -30,6 +32,10 @@ pub struct Hierarchy {
 pub struct Group {
     pub version: Version,
     pub path: PathBuf,
+    /// Its hierarchy's mount and controller, to find a thread's group from
+    /// /proc/TID/cgroup.
+    mount: PathBuf,
+    controller: &'static str,
 }
 
 impl Hierarchy {
@@ -43,7 +49,7 @@ impl Hierarchy {
         Self::find("cpu")
     }
 
-    fn find(controller: &str) -> Result<Hierarchy> {
+    fn find(controller: &'static str) -> Result<Hierarchy> {
         let mounts = read_text(Path::new("/proc/self/mounts"))?;
         let mut unified = None;
         for line in mounts.lines() {
@@ -56,6 +62,7 @@ impl Hierarchy {
                     return Ok(Hierarchy {
                         version: Version::V1,
                         mount: PathBuf::from(f[1]),
+                        controller,
                     })
                 }
                 "cgroup2" => unified = Some(PathBuf::from(f[1])),
@@ -70,6 +77,7 @@ impl Hierarchy {
             .map(|mount| Hierarchy {
                 version: Version::V2,
                 mount,
+                controller,
             })
             .ok_or_else(|| {
                 Error::new(
@@ -88,6 +96,8 @@ impl Hierarchy {
         Group {
             version: self.version,
             path: self.mount.clone(),
+            mount: self.mount.clone(),
+            controller: self.controller,
         }
     }
 }
@@ -95,9 +105,21 @@ impl Hierarchy {
 impl Group {
     pub fn child(&self, name: &str) -> Group {
         Group {
-            version: self.version,
             path: self.path.join(name),
+            ..self.clone()
         }
+    }
+
+    /// Whether thread `tid` is in this group, from its /proc/TID/cgroup:
+    /// one short file, where this group's task list would be read and
+    /// sorted whole by the kernel (the root's holds every task).
+    pub fn holds(&self, tid: Tid) -> bool {
+        let controller = match self.version {
+            Version::V1 => Some(self.controller),
+            Version::V2 => None,
+        };
+        crate::proc::cgroup_of(tid, controller)
+            .is_ok_and(|rel| self.mount.join(rel.trim_start_matches('/')) == self.path)
     }
 
     pub fn exists(&self) -> bool {

@@ -119,10 +119,42 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
-/// Reads a whole small file (sysfs, procfs, cgroupfs) as text.
+/// Reads a whole small file (sysfs, procfs, cgroupfs) as text. These
+/// files say their size is 0, so `fs::read_to_string` probes them with
+/// reads of 32, 32, 64, 128… bytes (6–8 system calls for a /proc status):
+/// one page read at once costs two, which an RTKit request, reading a
+/// dozen such files before it replies, waits for.
 pub fn read_text(path: &std::path::Path) -> Result<String> {
-    std::fs::read_to_string(path)
-        .map_err(|e| Error::from_io(format!("read {}", path.display()), &e))
+    let failed = |e: std::io::Error| Error::from_io(format!("read {}", path.display()), &e);
+    let bytes = std::fs::File::open(path)
+        .and_then(read_pages)
+        .map_err(failed)?;
+    String::from_utf8(bytes).map_err(|e| {
+        failed(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            e.to_string(),
+        ))
+    })
+}
+
+/// Reads to the end a page at a time, without asking the file's size.
+fn read_pages(mut file: std::fs::File) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = vec![0; 4096];
+    let mut len = 0;
+    loop {
+        match file.read(&mut bytes[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+        if len == bytes.len() {
+            bytes.resize(len * 2, 0);
+        }
+    }
+    bytes.truncate(len);
+    Ok(bytes)
 }
 
 /// Writes a small file (sysfs, cgroupfs) in one write, as the kernel expects.

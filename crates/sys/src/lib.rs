@@ -4,7 +4,7 @@
 //! affinity, cgroup cpusets (v1 and v2), memory locking, clocks, futexes
 //! (private and shared), epoll/timerfd/eventfd, shared memory (memfd and
 //! mmap), signals, process control, pidfds, peer credentials, descriptor
-//! passing (SCM_RIGHTS), the /proc readers, the kernel's process-events connector and
+//! passing (SCM_RIGHTS), files replaced atomically, the /proc readers, the kernel's process-events connector and
 //! tracepoints read through perf events (`perf`). Every failure is an [`Error`] that names the cause and the fix.
 //! It must never hold policy: what to ask for is decided above this layer.
 
@@ -14,6 +14,7 @@ pub mod cgroup;
 pub mod clock;
 pub mod error;
 pub mod event;
+pub mod file;
 pub mod futex;
 pub mod ipc;
 pub mod kernel;

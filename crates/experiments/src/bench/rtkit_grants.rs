@@ -7,7 +7,10 @@
 //! Each request comes from a new thread of this process (a new reservation
 //! each time, as PipeWire's and its clients' threads come), which exits
 //! once it has read its policy back; the daemon's adaptation releases the
-//! cell. It owns the daemon, the bus and the load it starts, and stops them
+//! cell. Beside each request, another new thread pings the daemon
+//! (`org.freedesktop.DBus.Peer.Ping`): the same trip through dbus-daemon
+//! and back with no grant in it, the part of a request's time tessera does
+//! not spend. It owns the daemon, the bus and the load it starts, and stops them
 //! even when a request fails; it must never judge the figures.
 
 use serde::Serialize;
@@ -40,6 +43,9 @@ pub struct Configuration {
     pub load: String,
     /// From the call to SCHED_DEADLINE read back, µs, over granted requests.
     pub granted_us: Summary,
+    /// A ping of the daemon through the bus and back, µs: the request's
+    /// trip without the grant.
+    pub bus_round_trip_us: Summary,
     /// Requests answered with an error (admission refused, or other).
     pub refused: u64,
 }
@@ -97,6 +103,22 @@ fn start_stage(tessera: &Path) -> Result<Stage, String> {
     Ok(Stage { dir, daemon, bus })
 }
 
+/// A call from a new thread, as a request comes: its round trip, µs.
+fn call_from_new_thread(
+    connection: &zbus::blocking::Connection,
+    call: impl FnOnce(&zbus::blocking::Connection, u64) -> Result<(), String> + Send + 'static,
+) -> Result<f64, String> {
+    let connection = connection.clone();
+    std::thread::spawn(move || {
+        let tid = tessera_sys::proc::current_tid() as u64;
+        let start = Instant::now();
+        call(&connection, tid)?;
+        Ok(start.elapsed().as_secs_f64() * 1e6)
+    })
+    .join()
+    .map_err(|_| "the requesting thread panicked".to_string())?
+}
+
 /// Waits until the daemon owns RTKit's name on the private bus.
 fn connect(stage: &mut Stage) -> Result<zbus::blocking::Connection, String> {
     let connection = zbus::blocking::connection::Builder::address(stage.bus.address.as_str())
@@ -122,26 +144,36 @@ fn connect(stage: &mut Stage) -> Result<zbus::blocking::Connection, String> {
 /// thread that spun waiting as SCHED_RR would be killed by its own
 /// RLIMIT_RTTIME.
 fn one_request(connection: &zbus::blocking::Connection) -> Result<f64, String> {
-    let connection = connection.clone();
-    std::thread::spawn(move || {
-        let tid = tessera_sys::proc::current_tid() as u64;
-        let start = Instant::now();
-        connection
-            .call_method(
-                Some(BUS_NAME),
-                OBJECT_PATH,
-                Some(BUS_NAME),
-                "MakeThreadRealtime",
-                &(tid, 10u32),
-            )
-            .map_err(|e| e.to_string())?;
+    call_from_new_thread(connection, |connection, tid| {
+        call(connection, BUS_NAME, "MakeThreadRealtime", &(tid, 10u32))?;
         match sched::get_policy(0) {
-            Ok(Policy::Deadline(_)) => Ok(start.elapsed().as_secs_f64() * 1e6),
+            Ok(Policy::Deadline(_)) => Ok(()),
             other => Err(format!("granted, but the thread is {other:?}")),
         }
     })
-    .join()
-    .map_err(|_| "the requesting thread panicked".to_string())?
+}
+
+/// A ping of the daemon from a new thread: the bus's share of a request.
+fn one_ping(connection: &zbus::blocking::Connection) -> Result<f64, String> {
+    call_from_new_thread(connection, |connection, _| {
+        call(connection, "org.freedesktop.DBus.Peer", "Ping", &())
+    })
+}
+
+/// A method of the daemon's object, its reply dropped.
+fn call<B>(
+    connection: &zbus::blocking::Connection,
+    interface: &str,
+    method: &str,
+    body: &B,
+) -> Result<(), String>
+where
+    B: serde::Serialize + zbus::zvariant::DynamicType,
+{
+    connection
+        .call_method(Some(BUS_NAME), OBJECT_PATH, Some(interface), method, body)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// `stress-ng --cpu N` on every core, for the loaded configuration.
@@ -168,8 +200,13 @@ fn measure(
     progress: &mut impl FnMut(&str),
 ) -> Configuration {
     let mut granted = Vec::with_capacity(options.requests);
+    let mut pings = Vec::with_capacity(options.requests);
     let mut refused = 0;
     for i in 0..options.requests {
+        if let Ok(us) = one_ping(connection) {
+            pings.push(us);
+        }
+        std::thread::sleep(options.interval / 2);
         match one_request(connection) {
             Ok(us) => granted.push(us),
             Err(e) => {
@@ -186,12 +223,13 @@ fn measure(
                 options.requests
             ));
         }
-        std::thread::sleep(options.interval);
+        std::thread::sleep(options.interval / 2);
     }
     Configuration {
         name: name.to_string(),
         load,
         granted_us: Summary::from_samples(&granted, None),
+        bus_round_trip_us: Summary::from_samples(&pings, None),
         refused,
     }
 }
