@@ -17,7 +17,7 @@ use crate::why::{Traced, Tracing};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tessera_broker::{BrokerError, ErrorCode, Session};
-use tessera_measure::machine::{StealWatch, Stolen};
+use tessera_measure::machine::MachineWatch;
 use tessera_measure::{ConfigurationResult, RunResults};
 use tessera_scenario::{Configuration, Scenario};
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns};
@@ -231,19 +231,19 @@ fn configuration(
             .map_err(|e| format!("cell {name:?}: {e}"))?;
     }
     drop(session);
-    let steal = StealWatch::start();
     let mut live = Live::default();
-    let outcome = start_all(scenario, config, options, &mut live)
-        .and_then(|t0| drive(scenario, &mut live, t0, progress, interrupted));
+    let started = start_all(scenario, config, options, &mut live);
+    // The machine's time over the run alone: setting up and stopping (a
+    // tracer's start and its attribution) are not the run's.
+    let machine = MachineWatch::start();
+    let outcome = started.and_then(|t0| drive(scenario, &mut live, t0, progress, interrupted));
+    let taken = machine.taken();
     let mut finished = live.finish();
-    let stolen = steal.stolen();
-    finished.notes.extend(stolen.as_ref().map(Stolen::note));
+    finished.notes.extend(taken.note());
     finished.notes.extend(cells.destroy());
     let t0 = outcome?;
     let mut result = collect(scenario, config, t0, finished);
-    result
-        .counters
-        .extend(stolen.iter().flat_map(Stolen::counters));
+    result.counters.extend(taken.counters());
     Ok(result)
 }
 
@@ -258,7 +258,7 @@ fn start_all(
     let subject = live
         .subject
         .insert(subject::of(scenario, config)?.start(scenario, config)?);
-    if options.why {
+    if options.why || config.why {
         live.tracing = Some(Tracing::start(subject.watched()));
     }
     live.loads.start(scenario, config)?;

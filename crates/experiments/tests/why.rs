@@ -89,3 +89,36 @@ fn without_why_results_have_no_causes() {
     let json = std::fs::read_to_string(dir.join("results.json")).unwrap();
     assert!(!json.contains("\"why\""));
 }
+
+/// The demo's application (`tessera demo --why`) names its synth threads,
+/// and a configuration with `why = true` is traced without `--why`; every
+/// configuration records the machine's busy CPU.
+#[test]
+fn the_demos_synth_is_traced_when_its_configuration_asks() {
+    let Some(machine) = tessera_testkit::privileged("why = true on the demo's configuration")
+    else {
+        return;
+    };
+    std::env::set_var("TESSERA_RUN_DIR", machine.dir());
+    let mut scenario = tessera_experiments::subject::music::seed_scenario(2.0, true).unwrap();
+    scenario.configurations.truncate(1);
+    scenario.configurations[0].why = true;
+    let dir = machine.dir().join("report");
+    let outcome = runner::run(&scenario, &dir, |_| {}).unwrap();
+    let config = &outcome.results.configurations[0];
+    let notes = config.notes.join("; ");
+    let why = config.why.as_ref().expect("traced: the configuration asks");
+    assert_eq!(why.unavailable, None, "{notes}");
+    assert!(!why.watched.is_empty(), "the synth's threads: {why:?}");
+    assert!(
+        why.watched.iter().all(|w| w.metric == "Δt (t2 − t1)"),
+        "{why:?}"
+    );
+    assert!(why.cycles > 0, "{why:?}");
+    let busy = config
+        .counters
+        .iter()
+        .find(|c| c.name == tessera_measure::machine::MACHINE_BUSY)
+        .unwrap_or_else(|| panic!("the machine's busy CPU: {:?}", config.counters));
+    assert!(busy.value > 0.0 && busy.value <= 100.0, "{busy:?}");
+}

@@ -132,65 +132,95 @@ fn non_empty_or_unknown(text: &str) -> String {
     }
 }
 
-/// Steal time per vCPU when a run started: [`StealWatch::stolen`] says
-/// how much CPU time the hypervisor ran something else while a vCPU had
-/// work since then — stalls no scheduling inside the machine can prevent.
-pub struct StealWatch {
-    before: Option<Vec<(usize, u64)>>,
+/// The machine's CPU time when a run started: [`MachineWatch::taken`]
+/// says how much of it the hypervisor ran something else while a vCPU
+/// had work since then (steal time: stalls no scheduling inside the
+/// machine can prevent), and how busy its CPUs were (what a tool beside
+/// the run, a tracer, costs the whole machine).
+pub struct MachineWatch {
+    steal_before: Option<Vec<(usize, u64)>>,
+    busy_before: Option<u64>,
+    started: std::time::Instant,
 }
 
-/// Steal time per vCPU over a run (/proc/stat, in clock ticks).
+/// The machine's CPU time over a run (/proc/stat, in clock ticks).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Stolen {
-    /// (cpu, ns stolen)
-    pub per_cpu_ns: Vec<(usize, u64)>,
+pub struct MachineTime {
+    /// (cpu, ns stolen); empty when /proc/stat was unreadable.
+    pub steal_per_cpu_ns: Vec<(usize, u64)>,
+    /// Busy time of all CPUs (user, nice, system, interrupts) as a share
+    /// of all of them over the run, in %.
+    pub busy_pct: Option<f64>,
 }
 
-impl StealWatch {
-    pub fn start() -> StealWatch {
-        StealWatch {
-            before: tessera_sys::proc::cpu_steal_ns().ok(),
+impl MachineWatch {
+    pub fn start() -> MachineWatch {
+        MachineWatch {
+            steal_before: tessera_sys::proc::cpu_steal_ns().ok(),
+            busy_before: tessera_sys::proc::cpus_busy_ns().ok(),
+            started: std::time::Instant::now(),
         }
     }
 
-    /// The steal time since [`StealWatch::start`]; `None` if /proc/stat was
-    /// unreadable.
-    pub fn stolen(&self) -> Option<Stolen> {
-        let after = tessera_sys::proc::cpu_steal_ns().ok()?;
-        let per_cpu_ns = self
-            .before
-            .as_ref()?
-            .iter()
-            .zip(&after)
-            .map(|(&(cpu, b), &(_, a))| (cpu, a.saturating_sub(b)))
-            .collect();
-        Some(Stolen { per_cpu_ns })
+    /// The machine's time since [`MachineWatch::start`].
+    pub fn taken(&self) -> MachineTime {
+        let steal_per_cpu_ns = match (&self.steal_before, tessera_sys::proc::cpu_steal_ns()) {
+            (Some(before), Ok(after)) => before
+                .iter()
+                .zip(&after)
+                .map(|(&(cpu, b), &(_, a))| (cpu, a.saturating_sub(b)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        let elapsed_ns = self.started.elapsed().as_nanos() as f64;
+        let cpus = tessera_sys::kernel::online_cpus().map_or(0, |c| c.len()) as f64;
+        let busy_pct = match (self.busy_before, tessera_sys::proc::cpus_busy_ns()) {
+            (Some(before), Ok(after)) if elapsed_ns > 0.0 && cpus > 0.0 => {
+                Some(after.saturating_sub(before) as f64 / (elapsed_ns * cpus) * 100.0)
+            }
+            _ => None,
+        };
+        MachineTime {
+            steal_per_cpu_ns,
+            busy_pct,
+        }
     }
 }
 
-impl Stolen {
-    /// "steal time …: cpu0 12 ms, cpu1 40 ms".
-    pub fn note(&self) -> String {
+impl MachineTime {
+    /// "steal time …: cpu0 12 ms, cpu1 40 ms" (none when unread).
+    pub fn note(&self) -> Option<String> {
+        if self.steal_per_cpu_ns.is_empty() {
+            return None;
+        }
         let per_cpu: Vec<String> = self
-            .per_cpu_ns
+            .steal_per_cpu_ns
             .iter()
             .map(|(cpu, ns)| format!("cpu{cpu} {:.0} ms", *ns as f64 / 1e6))
             .collect();
-        format!(
+        Some(format!(
             "steal time (the hypervisor running something else while a vCPU had work; \
              /proc/stat, in clock ticks): {}",
             per_cpu.join(", ")
-        )
+        ))
     }
 
-    /// A counter per vCPU: "steal time cpuN", in ms.
+    /// A counter per vCPU, "steal time cpuN" in ms, and "machine CPU busy"
+    /// in % of all CPUs.
     pub fn counters(&self) -> Vec<Counter> {
-        self.per_cpu_ns
+        let steal = self
+            .steal_per_cpu_ns
             .iter()
-            .map(|(cpu, ns)| Counter::new(format!("steal time cpu{cpu}"), *ns as f64 / 1e6, "ms"))
-            .collect()
+            .map(|(cpu, ns)| Counter::new(format!("steal time cpu{cpu}"), *ns as f64 / 1e6, "ms"));
+        let busy = self
+            .busy_pct
+            .map(|pct| Counter::new(MACHINE_BUSY, pct, "%"));
+        steal.chain(busy).collect()
     }
 }
+
+/// The counter of all CPUs' busy time over a configuration.
+pub const MACHINE_BUSY: &str = "machine CPU busy";
 
 #[cfg(test)]
 mod tests {

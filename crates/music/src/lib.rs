@@ -35,7 +35,7 @@ use std::time::Duration;
 use std::sync::Arc;
 use tessera_broker::paths::Paths;
 use tessera_broker::{BrokerError, Mode, Session};
-use tessera_measure::machine::{StealWatch, Stolen};
+use tessera_measure::machine::MachineWatch;
 use tessera_measure::{ConfigurationResult, LatencyHistogram, Metric, RunResults, Summary};
 use tessera_policy::{CellRequest, CoreRequest, Placement};
 use tessera_runtime::CellJoin;
@@ -198,17 +198,17 @@ pub fn run(options: &Options) -> Result<Outcome, MusicError> {
         timings: options.timings,
     })?;
     emulator_config.to = app.local_addr();
-    let steal = StealWatch::start();
+    let machine = MachineWatch::start();
     let emulator = lan::spawn_slabs(lan.as_ref(), move || emulator::run(&emulator_config))?
         .join()
         .map_err(|_| MusicError::Panicked)???;
     let app = app.stop()?;
-    let stolen = steal.stolen();
-    notes.extend(stolen.as_ref().map(Stolen::note));
+    let taken = machine.taken();
+    notes.extend(taken.note());
     drop((cells, lan));
     let mut results = results(options, &app, &emulator, &notes);
     if let Some(c) = results.configurations.first_mut() {
-        c.counters.extend(stolen.iter().flat_map(Stolen::counters));
+        c.counters.extend(taken.counters());
     }
     if let Some(dir) = &options.out_dir {
         write(&results, dir)?;

@@ -325,6 +325,10 @@ pub struct Configuration {
     /// Where a desktop subject's real-time rights come from (None for
     /// other subjects).
     pub desktop: Option<Rights>,
+    /// Its threads traced and each miss attributed (`tessera run --why`
+    /// does it for every configuration): a scenario that runs the same
+    /// configuration traced and not measures what attribution costs.
+    pub why: bool,
 }
 
 /// A validated scenario.
@@ -706,6 +710,8 @@ struct RawConfiguration {
     cut: Option<Spanned<String>>,
     /// When an aes67 subject's slaves lose PTP, into the measured window.
     ptp_lost: Option<Spanned<String>>,
+    /// Trace this configuration's threads and say why each miss was late.
+    why: Option<bool>,
 }
 
 /// A configuration's subject: one scheduling for every thread, or (music)
@@ -1568,6 +1574,7 @@ impl Validator {
             netphone: netphone.map(|phone| phone.settings),
             aes67: aes.map(|a| a.settings),
             desktop,
+            why: c.why.unwrap_or(false),
         };
         self.feasible(&configuration, scenario, &table)?;
         Ok(configuration)

@@ -139,7 +139,7 @@ pub fn run(options: &Options, mut progress: impl FnMut(&Progress)) -> Result<Out
     }
     let mut cells = Cells::default();
     let outcome = create_cells(&scenario, config, &mut cells).and_then(|()| {
-        let steal = tessera_measure::machine::StealWatch::start();
+        let machine = tessera_measure::machine::MachineWatch::start();
         let mut live = Live::default();
         let t0 = live.start(&scenario, config);
         let driven = t0.and_then(|t0| {
@@ -149,10 +149,9 @@ pub fn run(options: &Options, mut progress: impl FnMut(&Progress)) -> Result<Out
         let finished = live.finish();
         let t0 = driven?;
         let (mut configuration, windows) = collect(&scenario, config, t0, finished);
-        if let Some(stolen) = steal.stolen() {
-            configuration.notes.push(stolen.note());
-            configuration.counters.extend(stolen.counters());
-        }
+        let taken = machine.taken();
+        configuration.notes.extend(taken.note());
+        configuration.counters.extend(taken.counters());
         Ok((configuration, windows))
     });
     let destroyed = cells.destroy();
