@@ -139,6 +139,7 @@ fn shipped_scenarios_parse() {
         "probe",
         "seed-003-a",
         "seed-003-b",
+        "why-overhead",
     ] {
         let path = repo(&format!("scenarios/{name}.toml"));
         let s = Scenario::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
