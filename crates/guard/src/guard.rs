@@ -91,7 +91,8 @@ pub enum Cores {
     /// for (`tessera_policy::application::place`): one core when they fit
     /// there (an audio graph's threads mostly run one after another, and on
     /// one core a woken thread never waits for an inter-processor
-    /// interrupt), several, or global EDF. `preferred` is tried first.
+    /// interrupt), several, or global EDF. `preferred` is tried first;
+    /// until the first measurement, global EDF.
     Auto { preferred: usize },
     /// All on this core, as asked.
     Core(usize),
@@ -687,7 +688,13 @@ impl Guard {
 
     /// Where a new reservation goes: the core asked for, or the current
     /// layout's (a several-core layout's first, the graph's; the next
-    /// layout moves it if it belongs elsewhere). The guard's own loop is
+    /// layout moves it if it belongs elsewhere). Before the first measured
+    /// layout, global EDF: a core partitioned before anything was measured
+    /// squeezed the rest of a busy machine onto the other cores — the
+    /// guarded programs' own threads not yet reserved with it — and the
+    /// first layout moved everything back a second later (a network
+    /// client's ~50 underruns a host while its guard started, 0 once it
+    /// had). The guard's own loop is
     /// under global EDF: on the graph's core it took a share of the room
     /// the graph's threads are squeezed into (§4.5's staircase: 20 xruns
     /// before, 3 663 with it).
@@ -697,8 +704,7 @@ impl Guard {
         }
         match (self.settings.cores, &self.layout) {
             (Cores::Core(core), _) => Some(core),
-            (Cores::Global, _) => None,
-            (Cores::Auto { preferred }, None) => Some(preferred),
+            (Cores::Global, _) | (Cores::Auto { .. }, None) => None,
             (Cores::Auto { .. }, Some(layout)) => match &layout.spread {
                 Spread::One { core } => Some(*core),
                 Spread::Several { cores } if kind.is_graph() => cores.first().copied(),
@@ -1158,12 +1164,12 @@ impl Guard {
     /// The one core every reservation shares now, if there is one.
     fn single_core(&self) -> Option<usize> {
         match (self.settings.cores, &self.layout) {
-            (Cores::Core(core), _) | (Cores::Auto { preferred: core }, None) => Some(core),
+            (Cores::Core(core), _) => Some(core),
             (Cores::Auto { .. }, Some(layout)) => match layout.spread {
                 Spread::One { core } => Some(core),
                 _ => None,
             },
-            (Cores::Global, _) => None,
+            (Cores::Global, _) | (Cores::Auto { .. }, None) => None,
         }
     }
 
@@ -1219,9 +1225,9 @@ impl Guard {
     /// Whether every reservation is under global EDF now.
     fn is_global(&self) -> bool {
         match (self.settings.cores, &self.layout) {
-            (Cores::Global, _) => true,
+            (Cores::Global, _) | (Cores::Auto { .. }, None) => true,
             (Cores::Auto { .. }, Some(layout)) => layout.spread == Spread::Global,
-            _ => false,
+            (Cores::Core(_), _) => false,
         }
     }
 
@@ -1477,9 +1483,7 @@ impl Guard {
         match (self.settings.cores, &self.layout) {
             (Cores::Core(core), _) => format!("cpu{core} (as asked)"),
             (Cores::Global, _) => "global EDF (as asked)".to_string(),
-            (Cores::Auto { preferred }, None) => {
-                format!("cpu{preferred} until the threads are measured")
-            }
+            (Cores::Auto { .. }, None) => "global EDF until the threads are measured".to_string(),
             (Cores::Auto { .. }, Some(layout)) => share::describe(layout),
         }
     }
