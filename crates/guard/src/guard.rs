@@ -183,6 +183,8 @@ struct Reserved {
     used_ns: u64,
     /// When its budget was last made smaller.
     shrunk_at: Option<Instant>,
+    /// An application share's idle windows in a row.
+    idle: share::Idleness,
 }
 
 /// The cores as the broker last told them, and what the guard held then
@@ -640,6 +642,7 @@ impl Guard {
             count_wakes: false,
             used_ns: 0,
             shrunk_at: None,
+            idle: share::Idleness::default(),
         };
         // Squeezed with the others (see `reserve`), or raised alone.
         if self.room().is_none() {
@@ -1021,7 +1024,8 @@ impl Guard {
     /// decision (`resize-cells`): one request and one save however many
     /// threads are guarded.
     fn adapt(&mut self, log: &mut Vec<String>) {
-        self.observe();
+        let idle = self.observe();
+        self.give_back(idle, log);
         self.bump_for_overruns();
         self.apply_targets(log);
     }
@@ -1104,8 +1108,10 @@ impl Guard {
     /// held short of its need runs fewer cycles, and per period it would
     /// seem to need less and less, its budget following it down.
     /// A shared thread that does not cycle is sampled once a
-    /// [`share::WINDOW`], per reservation period.
-    fn observe(&mut self) {
+    /// [`share::WINDOW`], per reservation period. Returns the application
+    /// shares idle long enough to be given back ([`share::Idleness`]).
+    fn observe(&mut self) -> Vec<Tid> {
+        let mut idle = Vec::new();
         for r in self.reserved.values_mut() {
             let since = r.usage.age();
             if !r.kind.is_graph() && since < share::WINDOW {
@@ -1129,6 +1135,26 @@ impl Guard {
             r.controller.observe(delta.cpu_ns, cycles);
             r.used_ns = delta.cpu_ns.div_ceil(elapsed) * r.controller.fragments();
             r.count_wakes = r.kind.is_graph() && may_be_held_short(&delta, elapsed, r.set);
+            let used = Bandwidth::of(delta.cpu_ns, delta.elapsed_ns.max(1));
+            if r.kind == Kind::Share && r.idle.is_idle_after(used) {
+                idle.push(r.tid);
+            }
+        }
+        idle
+    }
+
+    /// Gives the application shares of `idle` threads back to their
+    /// programs' own scheduling (the broker restores it with the cell).
+    fn give_back(&mut self, idle: Vec<Tid>, log: &mut Vec<String>) {
+        for tid in idle {
+            if let Some(r) = self.reserved.remove(&tid) {
+                let why = format!(
+                    "idle for {} s (below {} % of a CPU): its share given back until it is busy again",
+                    share::IDLE_WINDOWS,
+                    share::BUSY / 2.0 * 100.0
+                );
+                self.release_because(r, &why, log);
+            }
         }
     }
 

@@ -44,6 +44,34 @@ use tessera_sys::sched::Tid;
 pub const WINDOW: Duration = Duration::from_secs(1);
 /// The least use, of a CPU, that makes a thread busy: 5 ms a second.
 pub const BUSY: f64 = 0.005;
+/// Windows in a row a shared thread stays idle before its share is given
+/// back.
+pub const IDLE_WINDOWS: u32 = 5;
+
+/// Whether a shared thread still keeps its share. One that used less than
+/// half of [`BUSY`] for [`IDLE_WINDOWS`] windows in a row — a program's
+/// start-up work done, a loader that finished — is given back to its
+/// program's own scheduling, and adopted again if it turns busy: kept, it
+/// held its part of the application's floor for nothing (reserved 50–180 ×
+/// what it used in `bench lowest`'s trials).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Idleness {
+    windows: u32,
+}
+
+impl Idleness {
+    /// Counts a window in which the thread used `used`; true once its share
+    /// is to be given back.
+    pub fn is_idle_after(&mut self, used: Bandwidth) -> bool {
+        if used < Bandwidth::from_fraction(BUSY / 2.0) {
+            self.windows = self.windows.saturating_add(1);
+        } else {
+            self.windows = 0;
+        }
+        self.windows >= IDLE_WINDOWS
+    }
+}
+
 /// The reservation period of a shared thread that does not cycle with the
 /// graph: short enough that a thread woken by a packet runs within it,
 /// long enough for the kernel's tick to enforce its budget.
@@ -257,6 +285,21 @@ mod tests {
         }
         let busy = machine.sample().expect("a second sample");
         assert!(busy >= Bandwidth::from_fraction(0.5), "{busy}");
+    }
+
+    #[test]
+    fn a_share_is_given_back_after_idle_windows_in_a_row_only() {
+        let idle = Bandwidth::from_fraction(BUSY / 4.0);
+        let busy = Bandwidth::from_fraction(BUSY);
+        let mut idleness = Idleness::default();
+        for _ in 1..IDLE_WINDOWS {
+            assert!(!idleness.is_idle_after(idle));
+        }
+        assert!(!idleness.is_idle_after(busy), "a busy window starts again");
+        for _ in 1..IDLE_WINDOWS {
+            assert!(!idleness.is_idle_after(idle));
+        }
+        assert!(idleness.is_idle_after(idle));
     }
 
     #[test]
