@@ -1151,7 +1151,7 @@ impl Guard {
                 let why = format!(
                     "idle for {} s (below {} % of a CPU): its share given back until it is busy again",
                     share::IDLE_WINDOWS,
-                    share::BUSY / 2.0 * 100.0
+                    share::IDLE * 100.0
                 );
                 self.release_because(r, &why, log);
             }

@@ -46,10 +46,14 @@ pub const WINDOW: Duration = Duration::from_secs(1);
 pub const BUSY: f64 = 0.005;
 /// Windows in a row a shared thread stays idle before its share is given
 /// back.
-pub const IDLE_WINDOWS: u32 = 5;
+pub const IDLE_WINDOWS: u32 = 10;
+
+/// Below this use, of a CPU, a shared thread is idle: 1 ms a second, a
+/// fifth of [`BUSY`] (a network thread fed 750 packets a second uses more).
+pub const IDLE: f64 = BUSY / 5.0;
 
 /// Whether a shared thread still keeps its share. One that used less than
-/// half of [`BUSY`] for [`IDLE_WINDOWS`] windows in a row — a program's
+/// [`IDLE`] for [`IDLE_WINDOWS`] windows in a row — a program's
 /// start-up work done, a loader that finished — is given back to its
 /// program's own scheduling, and adopted again if it turns busy: kept, it
 /// held its part of the application's floor for nothing (a jackd thread
@@ -64,7 +68,7 @@ impl Idleness {
     /// Counts a window in which the thread used `used`; true once its share
     /// is to be given back.
     pub fn is_idle_after(&mut self, used: Bandwidth) -> bool {
-        if used < Bandwidth::from_fraction(BUSY / 2.0) {
+        if used < Bandwidth::from_fraction(IDLE) {
             self.windows = self.windows.saturating_add(1);
         } else {
             self.windows = 0;
@@ -290,7 +294,7 @@ mod tests {
 
     #[test]
     fn a_share_is_given_back_after_idle_windows_in_a_row_only() {
-        let idle = Bandwidth::from_fraction(BUSY / 4.0);
+        let idle = Bandwidth::from_fraction(IDLE / 2.0);
         let busy = Bandwidth::from_fraction(BUSY);
         let mut idleness = Idleness::default();
         for _ in 1..IDLE_WINDOWS {
