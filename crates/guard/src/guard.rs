@@ -42,6 +42,7 @@ use crate::share::{self, AppShare, Busy, MachineBusy, Sampled};
 use crate::watch::{ThreadEvent, Watch};
 use crate::{fail, GuardError};
 use serde::Serialize;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -705,15 +706,11 @@ impl Guard {
         if kind == Kind::Guard {
             return None;
         }
-        match (self.settings.cores, &self.layout) {
-            (Cores::Core(core), _) => Some(core),
-            (Cores::Global, _) | (Cores::Auto { .. }, None) => None,
-            (Cores::Auto { .. }, Some(layout)) => match &layout.spread {
-                Spread::One { core } => Some(*core),
-                Spread::Several { cores } if kind.is_graph() => cores.first().copied(),
-                Spread::Several { cores } => cores.last().copied(),
-                Spread::Global => None,
-            },
+        match self.spread().as_ref() {
+            Spread::One { core } => Some(*core),
+            Spread::Several { cores } if kind.is_graph() => cores.first().copied(),
+            Spread::Several { cores } => cores.last().copied(),
+            Spread::Global => None,
         }
     }
 
@@ -1187,15 +1184,21 @@ impl Guard {
             .collect()
     }
 
+    /// Where the reservations are now: as asked, or as last measured —
+    /// global EDF until the first measurement (see [`Self::core_for_new`]).
+    fn spread(&self) -> Cow<'_, Spread> {
+        match (self.settings.cores, &self.layout) {
+            (Cores::Core(core), _) => Cow::Owned(Spread::One { core }),
+            (Cores::Global, _) | (Cores::Auto { .. }, None) => Cow::Owned(Spread::Global),
+            (Cores::Auto { .. }, Some(layout)) => Cow::Borrowed(&layout.spread),
+        }
+    }
+
     /// The one core every reservation shares now, if there is one.
     fn single_core(&self) -> Option<usize> {
-        match (self.settings.cores, &self.layout) {
-            (Cores::Core(core), _) => Some(core),
-            (Cores::Auto { .. }, Some(layout)) => match layout.spread {
-                Spread::One { core } => Some(core),
-                _ => None,
-            },
-            (Cores::Global, _) | (Cores::Auto { .. }, None) => None,
+        match self.spread().as_ref() {
+            Spread::One { core } => Some(*core),
+            _ => None,
         }
     }
 
@@ -1250,11 +1253,7 @@ impl Guard {
 
     /// Whether every reservation is under global EDF now.
     fn is_global(&self) -> bool {
-        match (self.settings.cores, &self.layout) {
-            (Cores::Global, _) | (Cores::Auto { .. }, None) => true,
-            (Cores::Auto { .. }, Some(layout)) => layout.spread == Spread::Global,
-            (Cores::Core(_), _) => false,
-        }
+        *self.spread() == Spread::Global
     }
 
     /// Decides again where the reservations go (with `Cores::Auto`), from
