@@ -136,9 +136,10 @@ impl Broker {
         &self.facts.mode
     }
 
-    /// Lets budget changes (`resize-cells`) wait up to `delay` to be saved,
-    /// [`Broker::save_if_due`] saving them: a daemon serving a guard of 64
-    /// threads would otherwise write its whole state ten times a second.
+    /// Lets budget changes (`resize-cell`, `resize-cells`) wait up to
+    /// `delay` to be saved, [`Broker::save_if_due`] saving them: a daemon
+    /// serving a guard of 64 threads, or a workgroup's controller fed every
+    /// cycle, would otherwise write its whole state several times a second.
     /// A crash loses at most `delay` of budget changes; recovery re-admits
     /// the cells at the budgets saved, and their owners adapt them again.
     pub fn defer_budget_saves(&mut self, delay: Duration) {
@@ -480,7 +481,7 @@ impl Broker {
         uid: u32,
     ) -> Outcome<ResizeReply> {
         let reply = self.resize_unsaved(name, budget, degrade, uid)?;
-        self.persist()?;
+        self.persist_soon()?;
         Ok(reply)
     }
 

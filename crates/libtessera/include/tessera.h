@@ -195,13 +195,28 @@ int32_t tessera_workgroup_join_deferred(struct tessera_workgroup *wg,
                                         struct tessera_join_token *token);
 
 /*
- Ends the calling thread's membership (`token` from its join).
+ Ends the calling thread's membership (`token` from its join): when
+ this returns, its reservation has ended and its scheduling is what it
+ was before the join.
 
  # Safety
  `wg` is null or a live handle; `token` is null or readable.
  */
 int32_t tessera_workgroup_leave(struct tessera_workgroup *wg,
                                 const struct tessera_join_token *token);
+
+/*
+ As `tessera_workgroup_leave`, without asking the broker: the calling
+ thread is no longer a member at once (it marks no more cycles), and
+ the workgroup's control thread ends its reservation within a few
+ milliseconds. For a thread that leaves from inside a cycle (an audio
+ callback), where the broker's answer would make that cycle late.
+
+ # Safety
+ `wg` is null or a live handle; `token` is null or readable.
+ */
+int32_t tessera_workgroup_leave_deferred(struct tessera_workgroup *wg,
+                                         const struct tessera_join_token *token);
 
 /*
  A cycle starts at `start_ns` and must end by `deadline_ns`, both

@@ -9,8 +9,8 @@
 use crate::{
     tessera_join_token, tessera_member_stats, tessera_workgroup, tessera_workgroup_close,
     tessera_workgroup_interval_finish, tessera_workgroup_interval_start, tessera_workgroup_join,
-    tessera_workgroup_join_deferred, tessera_workgroup_leave, tessera_workgroup_member_stats,
-    tessera_workgroup_open_for, TESSERA_ERR_INVALID, TESSERA_OK,
+    tessera_workgroup_join_deferred, tessera_workgroup_leave, tessera_workgroup_leave_deferred,
+    tessera_workgroup_member_stats, tessera_workgroup_open_for, TESSERA_ERR_INVALID, TESSERA_OK,
 };
 use std::ffi::CString;
 use std::ptr::NonNull;
@@ -76,6 +76,13 @@ impl WorkgroupHandle {
     pub fn leave(&self, token: JoinToken) -> i32 {
         // SAFETY: a live handle and the token its join filled.
         unsafe { tessera_workgroup_leave(self.raw.as_ptr(), &token.0) }
+    }
+
+    /// `tessera_workgroup_leave_deferred`: no longer a member at once, its
+    /// reservation ended by the control thread within a tick.
+    pub fn leave_deferred(&self, token: JoinToken) -> i32 {
+        // SAFETY: a live handle and the token its join filled.
+        unsafe { tessera_workgroup_leave_deferred(self.raw.as_ptr(), &token.0) }
     }
 
     /// `tessera_workgroup_interval_start` (CLOCK_MONOTONIC ns). Real-time safe.

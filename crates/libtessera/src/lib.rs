@@ -315,7 +315,9 @@ unsafe fn join_with(wg: *mut tessera_workgroup, token: *mut tessera_join_token, 
     }
 }
 
-/// Ends the calling thread's membership (`token` from its join).
+/// Ends the calling thread's membership (`token` from its join): when
+/// this returns, its reservation has ended and its scheduling is what it
+/// was before the join.
 ///
 /// # Safety
 /// `wg` is null or a live handle; `token` is null or readable.
@@ -323,6 +325,39 @@ unsafe fn join_with(wg: *mut tessera_workgroup, token: *mut tessera_join_token, 
 pub unsafe extern "C" fn tessera_workgroup_leave(
     wg: *mut tessera_workgroup,
     token: *const tessera_join_token,
+) -> i32 {
+    // SAFETY: the caller's contract (null or live; token null or readable).
+    unsafe { leave_with(wg, token, Workgroup::leave) }
+}
+
+/// As `tessera_workgroup_leave`, without asking the broker: the calling
+/// thread is no longer a member at once (it marks no more cycles), and
+/// the workgroup's control thread ends its reservation within a few
+/// milliseconds. For a thread that leaves from inside a cycle (an audio
+/// callback), where the broker's answer would make that cycle late.
+///
+/// # Safety
+/// `wg` is null or a live handle; `token` is null or readable.
+#[no_mangle]
+pub unsafe extern "C" fn tessera_workgroup_leave_deferred(
+    wg: *mut tessera_workgroup,
+    token: *const tessera_join_token,
+) -> i32 {
+    // SAFETY: the caller's contract (null or live; token null or readable).
+    unsafe { leave_with(wg, token, Workgroup::leave_deferred) }
+}
+
+/// A way to leave: [`Workgroup::leave`] or [`Workgroup::leave_deferred`].
+type Leave = fn(&Workgroup, usize) -> Result<(), i32>;
+
+/// A leave by `leave`, checked against `token`.
+///
+/// # Safety
+/// `wg` is null or a live handle; `token` is null or readable.
+unsafe fn leave_with(
+    wg: *mut tessera_workgroup,
+    token: *const tessera_join_token,
+    leave: Leave,
 ) -> i32 {
     guarded(|| {
         // SAFETY: the caller's contract (null or live).
@@ -337,7 +372,7 @@ pub unsafe extern "C" fn tessera_workgroup_leave(
         if token.opaque[0] != tid as u64 || token.opaque[1] != wg as u64 {
             return TESSERA_ERR_INVALID;
         }
-        match w.leave(wg as usize) {
+        match leave(w, wg as usize) {
             Ok(()) => TESSERA_OK,
             Err(code) => code,
         }

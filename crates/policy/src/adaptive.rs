@@ -326,6 +326,21 @@ impl Adaptive {
         self.config.predictor.predict(&self.samples)
     }
 
+    /// The least runtime per reservation period that holds what the window
+    /// saw — the prediction with half the increment — and any standing
+    /// bump, clamped to the bounds: a budget below it is short already,
+    /// one between it and [`Adaptive::wanted`] still holds every recent
+    /// period.
+    pub fn needed(&self) -> u64 {
+        let half = self.config.increment_pct / 2;
+        let predicted = self.prediction().map_or(0, |p| {
+            let q = p as u128 * self.fragments as u128 * (100 + half) as u128 / 100;
+            q.min(u64::MAX as u128) as u64
+        });
+        let (min, max) = self.bounds();
+        predicted.max(self.hold_ns.unwrap_or(0)).clamp(min, max)
+    }
+
     /// The budget the load needs: the prediction scaled by the fragments
     /// and the increment, not below a standing bump, clamped to [min, max].
     pub fn wanted(&self) -> Budget {

@@ -133,8 +133,14 @@ impl WorkgroupControl {
 
     /// One member's cycle. Unknown members are ignored (a sample that
     /// arrives after its member left). A sample of another period moves
-    /// the workgroup to that period first. A miss bumps the member's budget
-    /// as an xrun does.
+    /// the workgroup to that period first. A miss in which the member
+    /// overran its budget (or before any was granted) bumps the member's
+    /// budget as an xrun does; a member late with budget to spare was held
+    /// up elsewhere — a cycle that started late, a member before it, a
+    /// thread outside the workgroup — and more budget would not have made
+    /// it on time, only taken admission room from the threads that might
+    /// (in a chain near a full core, bumping every late member raised each
+    /// budget 20 % a miss until the guard's own threads were degraded).
     pub fn observe(&mut self, member: MemberId, sample: CycleSample) -> Result<(), RequestError> {
         if sample.period_ns != self.period_ns && self.members.contains_key(&member) {
             self.set_period(sample.period_ns)?;
@@ -145,13 +151,16 @@ impl WorkgroupControl {
         };
         m.cycles += 1;
         m.last_cpu_ns = Some(sample.cpu_ns);
-        if per_cycle.is_some_and(|b| sample.cpu_ns > b) {
+        let overran = per_cycle.is_some_and(|b| sample.cpu_ns > b);
+        if overran {
             m.overruns += 1;
         }
         m.adaptive.observe(sample.cpu_ns, 1);
         if sample.late {
             m.misses += 1;
-            m.adaptive.on_xrun();
+            if overran || per_cycle.is_none() {
+                m.adaptive.on_xrun();
+            }
         }
         Ok(())
     }
@@ -181,18 +190,28 @@ impl WorkgroupControl {
             .max_by_key(|b| (b.period_ns, b.runtime_ns))
     }
 
-    /// The budget to ask admission for, when it differs from what is held
-    /// beyond any member's hysteresis (see [`Adaptive::update_to`]).
+    /// The budget to ask admission for, if the one held must change: it
+    /// grows when it no longer holds some member's [`Adaptive::needed`]
+    /// (its largest recent cycle with half the increment, or a bump), and
+    /// shrinks when it is above what every member wants by more than the
+    /// hysteresis. Between the two it stays: fed a sample a cycle, the
+    /// largest of ten members' predictions moves up and down every few
+    /// cycles, and following each move had the broker retune every member
+    /// several times a second (§4.5's chain, near a full period, lost
+    /// cycles to the hand-offs those retunes delayed).
     pub fn update(&self) -> Option<Budget> {
         let target = self.wanted()?;
         let Some(held) = self.granted else {
             return Some(target);
         };
-        let any = self
-            .members
-            .values()
-            .any(|m| m.adaptive.update_to(target).is_some());
-        (any && target != held).then_some(target)
+        if held.period_ns != target.period_ns {
+            return Some(target);
+        }
+        let needed = self.members.values().map(|m| m.adaptive.needed()).max()?;
+        let band = held.runtime_ns * self.config.hysteresis_pct as u64 / 100;
+        let short = held.runtime_ns < needed;
+        let over = held.runtime_ns > target.runtime_ns.saturating_add(band);
+        (short || over).then_some(target)
     }
 
     /// Records what admission gave the cell (every member holds it).
@@ -279,6 +298,29 @@ mod tests {
     }
 
     #[test]
+    fn only_a_miss_that_overran_its_budget_bumps_it() {
+        let mut wg = control();
+        wg.join(1);
+        for _ in 0..16 {
+            wg.observe(1, sample(500_000, false)).unwrap();
+        }
+        let steady = wg.wanted().unwrap();
+        wg.granted(steady, false);
+        // Late with budget to spare: held up elsewhere, nothing to bump.
+        wg.observe(1, sample(500_000, true)).unwrap();
+        assert_eq!(wg.wanted(), Some(steady));
+        // Late after using more than its budget: bumped 20 % over what
+        // that cycle alone asks.
+        let over = steady.runtime_ns + 1;
+        wg.observe(1, sample(over, true)).unwrap();
+        assert_eq!(
+            wg.wanted().unwrap().runtime_ns,
+            over * 120 / 100 * 120 / 100
+        );
+        assert_eq!(wg.report()[0].misses, 2);
+    }
+
+    #[test]
     fn a_new_period_moves_every_reservation() {
         let mut wg = control();
         wg.join(1);
@@ -349,6 +391,31 @@ mod tests {
             let held = wg.granted_budget().unwrap().runtime_ns;
             prop_assert!(held.abs_diff(expected) <= held * 5 / 100, "{held} vs {expected}");
             prop_assert_eq!(wg.update(), None);
+        }
+
+        #[test]
+        fn a_held_budget_changes_only_when_short_or_well_over(
+            cpus in proptest::collection::vec(100_000u64..1_000_000, 16),
+            held in 50_000u64..2_000_000,
+        ) {
+            let mut wg = control();
+            wg.join(1);
+            for &cpu in &cpus {
+                wg.observe(1, sample(cpu, false)).unwrap();
+            }
+            wg.granted(Budget::new(held, PERIOD), false);
+            let bounds = Adaptive::new(AdaptiveConfig::default(), PERIOD).unwrap().bounds();
+            let largest = *cpus.iter().max().unwrap();
+            let needed = (largest * 110 / 100).clamp(bounds.0, bounds.1);
+            let wanted = (largest * 120 / 100).clamp(bounds.0, bounds.1);
+            let update = wg.update();
+            if held < needed {
+                prop_assert_eq!(update.map(|b| b.runtime_ns), Some(wanted), "short: grows to what is wanted");
+            } else if held > wanted + held * 5 / 100 {
+                prop_assert_eq!(update.map(|b| b.runtime_ns), Some(wanted), "well over: shrinks");
+            } else {
+                prop_assert_eq!(update, None, "held {} within [{}, {}]", held, needed, wanted);
+            }
         }
     }
 }

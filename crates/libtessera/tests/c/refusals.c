@@ -33,10 +33,14 @@ static void *join_one(void *arg) {
 
 /* A deferred join: its code at once, then what became of it within 2 s —
  * the stats' join_code once the control thread saw it, and whether the
- * thread ended SCHED_DEADLINE — then it leaves. */
+ * thread ended SCHED_DEADLINE — then it leaves, deferred too, and whether
+ * its reservation ended within 2 s. */
 struct deferred {
-    int rc, join_code, deadline, left;
+    int rc, join_code, deadline, left, released;
 };
+
+/* SCHED_DEADLINE (6), less the flag SCHED_RESET_ON_FORK the broker sets. */
+static int on_deadline(void) { return (sched_getscheduler(0) & ~0x40000000) == 6; }
 
 static void *join_deferred_one(void *arg) {
     struct deferred *d = arg;
@@ -46,13 +50,14 @@ static void *join_deferred_one(void *arg) {
     struct timespec ms = {0, 1000000};
     for (int i = 0; i < 2000; i++) {
         int seen = tessera_workgroup_member_stats(wg, (int)token.opaque[0], &stats);
-        /* SCHED_DEADLINE (6), less the flag SCHED_RESET_ON_FORK the broker sets */
-        d->deadline = (sched_getscheduler(0) & ~0x40000000) == 6;
+        d->deadline = on_deadline();
         if (seen == TESSERA_OK && (stats.join_code != TESSERA_OK || d->deadline)) break;
         nanosleep(&ms, NULL);
     }
     d->join_code = stats.join_code;
-    d->left = tessera_workgroup_leave(wg, &token);
+    d->left = tessera_workgroup_leave_deferred(wg, &token);
+    for (int i = 0; i < 2000 && on_deadline(); i++) nanosleep(&ms, NULL);
+    d->released = !on_deadline();
     return NULL;
 }
 
@@ -63,12 +68,13 @@ static void expect_deferred(const char *what, int reserved, int join_code) {
     pthread_t thread;
     pthread_create(&thread, NULL, join_deferred_one, &d);
     pthread_join(thread, NULL);
-    printf("%s: code %d, reserved %d, join_code %d, leave %d\n", what, d.rc, d.deadline,
-           d.join_code, d.left);
+    printf("%s: code %d, reserved %d, join_code %d, leave %d, released %d\n", what, d.rc,
+           d.deadline, d.join_code, d.left, d.released);
     expect(what, d.rc, TESSERA_OK);
     expect(what, d.deadline, reserved);
     expect(what, d.join_code, join_code);
     expect(what, d.left, TESSERA_OK);
+    expect(what, d.released, 1);
 }
 
 static void wait_answers(int n) {

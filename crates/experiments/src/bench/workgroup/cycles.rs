@@ -140,7 +140,8 @@ pub(super) struct Cycle {
     pub start_ns: u64,
     /// The callback finished after the deadline, or the cycle was skipped.
     pub missed: bool,
-    /// The chain's work asked, and the CPU time the threads used.
+    /// The plug-ins' work asked, and the CPU time the threads used for
+    /// the cycle (the plug-ins and everything around them).
     pub demand_ns: u64,
     pub used_ns: u64,
     /// The members' budgets per cycle, summed.

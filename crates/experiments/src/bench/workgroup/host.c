@@ -14,7 +14,9 @@
  *   thread cycle start_ns end_ns deadline_ns demand_ns cpu_ns budget_ns budget_period_ns call_ns
  * thread 0 is the callback: its end is the cycle's (all workers done) and
  * a cycle it could not start before its deadline has cpu_ns 0 and end_ns
- * 0 (skipped); budget_* are the thread's SCHED_DEADLINE runtime and period
+ * 0 (skipped); cpu_ns is all the CPU time the thread used for the cycle,
+ * from the end of its previous one — the plug-ins, the wake-ups, the
+ * semaphores and calls around them: what its reservation pays; budget_* are the thread's SCHED_DEADLINE runtime and period
  * after the cycle (0: not reserved); call_ns is interval_start plus
  * interval_finish, timed around the calls (0 without a workgroup).
  *
@@ -55,6 +57,8 @@ static tessera_workgroup *wg;
 static uint64_t period, t0, step, low_pct, high_pct, cycles;
 static struct row *rows[THREADS];
 static int joined[THREADS];
+/* Each thread's CPU clock when its last cycle ended (0: none yet). */
+static uint64_t cpu_mark[THREADS];
 static sem_t go[THREADS], done;
 static volatile int stopping;
 /* The cycle the callback hands its workers (published by sem_post). */
@@ -108,9 +112,8 @@ static void run_part(int thread, uint64_t k, uint64_t start, uint64_t deadline, 
         c1 = now();
         call += c1 - c0;
     }
-    uint64_t cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    if (cpu_mark[thread] == 0) cpu_mark[thread] = clock_ns(CLOCK_THREAD_CPUTIME_ID);
     for (int p = 0; p < PLUGINS_PER_THREAD; p++) plugin(demand / PLUGINS_PER_THREAD);
-    uint64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
     if (wait) wait();
     if (marking) {
         c0 = now();
@@ -118,6 +121,9 @@ static void run_part(int thread, uint64_t k, uint64_t start, uint64_t deadline, 
         c1 = now();
         call += c1 - c0;
     }
+    uint64_t cpu_end = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    uint64_t cpu = cpu_end - cpu_mark[thread];
+    cpu_mark[thread] = cpu_end;
     r->start = start;
     r->end = now();
     r->deadline = deadline;

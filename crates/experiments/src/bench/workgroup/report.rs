@@ -206,11 +206,13 @@ fn readme_text(results: &WorkgroupResults) -> String {
          those from an up-step until the summed budget per cycle stays within 10 % of its median \
          over the step's second half.\n\
          - Reserved ÷ p99 demand: over the second halves of the high phases, the median of the \
-         members' budgets per cycle (summed) over the sum of each member's p99 CPU time per cycle.\n\
+         members' budgets per cycle (summed) over the sum of each member's p99 CPU time per cycle \
+         (all the CPU time a thread used for its cycle, from the end of its last one: the plug-ins, \
+         the wake-ups, the semaphores and the calls around them — what its reservation pays).\n\
          - The interval calls' cost is timed around them in the host (CLOCK_MONOTONIC); {}.\n\
          - Per cycle, summed over the threads: `cycles-<configuration>.csv` (budget set = \
          `reserved_ns`, read back with sched_getattr after each cycle; used = `used_ns`, the \
-         threads' CPU time; demand = `demand_ns`, the chain's work asked).\n\n\
+         threads' CPU time for the cycle; demand = `demand_ns`, the plug-ins' work asked).\n\n\
          ## Configurations\n\n",
         goals(),
         plot_link(results),

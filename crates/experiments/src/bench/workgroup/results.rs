@@ -144,7 +144,8 @@ pub struct ConfigResult {
     pub converge_up_cycles: Option<u64>,
     /// In the second half of the high phases: the members' reserved budget
     /// per cycle (summed, median) ÷ the sum of each member's p99 CPU time
-    /// per cycle. None when nothing is reserved.
+    /// per cycle (all of it, from the end of its last cycle: what its
+    /// reservation pays). None when nothing is reserved.
     pub reserved_per_p99_demand: Option<f64>,
     /// `interval_start` + `interval_finish`, ns, per member and cycle
     /// (workgroup only).
