@@ -12,10 +12,9 @@
 //! lateness would hold the whole graph (20–100 ms with a broker's answer
 //! in it: an xrun at each client's start). So is the leave
 //! (`tessera_workgroup_leave_deferred`: ten loads leaving with a broker
-//! round trip each had 101–104 xrun notifications in 30 ms; deferred, 30
-//! in 7 ms). Marking a cycle is two
-//! real-time-safe calls. It must never print or allocate in a cycle: what
-//! became of the member goes to atomics the main thread reads.
+//! round trip each had 101–104 xrun notifications in 30 ms). Marking a
+//! cycle is two real-time-safe calls. It must never print or allocate in a
+//! cycle: what became of the member goes to atomics the main thread reads.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::Arc;

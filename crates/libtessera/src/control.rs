@@ -172,32 +172,40 @@ impl Control {
     }
 
     fn take_roster(&mut self) {
-        let mut roster = self.shared.roster();
-        // The broker joins under the roster's lock: a member leaving
-        // meanwhile is either still pending (and dropped from it) or waits
-        // for its join, so its leave never comes before its join. A thread
-        // joining meanwhile waits too (two first cycles joining at once):
-        // not yet made lock-free.
-        for tid in std::mem::take(&mut roster.pending) {
-            if let Some(session) = self.session.as_mut() {
-                if let Err(e) = session.join_workgroup(&self.shared.name, tid) {
-                    roster.refused.push((tid, crate::status::of_broker(&e)));
+        let leaving = {
+            let mut roster = self.shared.roster();
+            // The broker joins under the roster's lock: a member leaving
+            // meanwhile is either still pending (and dropped from it) or
+            // waits for its join, so its leave never comes before its join.
+            // A thread joining meanwhile waits too (two first cycles joining
+            // at once): not yet made lock-free.
+            for tid in std::mem::take(&mut roster.pending) {
+                if let Some(session) = self.session.as_mut() {
+                    if let Err(e) = session.join_workgroup(&self.shared.name, tid) {
+                        roster.refused.push((tid, crate::status::of_broker(&e)));
+                    }
                 }
             }
-        }
-        for tid in std::mem::take(&mut roster.leaving) {
+            for tid in roster.left.drain(..) {
+                self.control.leave(tid);
+                self.rings.retain(|(t, _)| *t != tid);
+            }
+            for (tid, ring) in roster.joined.drain(..) {
+                self.control.join(tid);
+                self.rings.push((tid, ring));
+            }
+            std::mem::take(&mut roster.leaving)
+        };
+        // Left outside the lock: the members of a graph leave one after the
+        // other within a cycle, and each would wait for the broker's answer
+        // to the one before. A deferred leave is only of a thread the broker
+        // holds, so it never comes before its join; a join of the same
+        // thread again comes on a later tick.
+        for tid in leaving {
             if let Some(session) = self.session.as_mut() {
                 // A thread that exited meanwhile the broker drops itself.
                 let _ = session.leave_workgroup(&self.shared.name, tid);
             }
-        }
-        for tid in roster.left.drain(..) {
-            self.control.leave(tid);
-            self.rings.retain(|(t, _)| *t != tid);
-        }
-        for (tid, ring) in roster.joined.drain(..) {
-            self.control.join(tid);
-            self.rings.push((tid, ring));
         }
     }
 

@@ -182,8 +182,8 @@ impl Workgroup {
     /// control thread's next tick, so the call makes no broker request: for
     /// a member that leaves from inside a cycle, where a broker round trip
     /// per member held the whole graph (a JACK peer's ten loads leaving:
-    /// 101–104 xrun notifications in 30 ms, 30 in 7 ms deferred). The thread
-    /// keeps its reservation until then.
+    /// 101–104 xrun notifications in 30 ms). The thread keeps its
+    /// reservation until then.
     pub fn leave_deferred(&self, handle: usize) -> Result<(), i32> {
         self.part(handle, true)
     }

@@ -333,22 +333,24 @@ impl Adaptive {
     /// period.
     pub fn needed(&self) -> u64 {
         let half = self.config.increment_pct / 2;
-        let predicted = self.prediction().map_or(0, |p| {
-            let q = p as u128 * self.fragments as u128 * (100 + half) as u128 / 100;
-            q.min(u64::MAX as u128) as u64
-        });
+        let predicted = self.prediction().map_or(0, |p| self.per_period(p, half));
         let (min, max) = self.bounds();
         predicted.max(self.hold_ns.unwrap_or(0)).clamp(min, max)
+    }
+
+    /// `per_cycle` over the reservation period's fragments, with `pct` % on
+    /// top.
+    fn per_period(&self, per_cycle: u64, pct: u32) -> u64 {
+        let q = per_cycle as u128 * self.fragments as u128 * (100 + pct) as u128 / 100;
+        q.min(u64::MAX as u128) as u64
     }
 
     /// The budget the load needs: the prediction scaled by the fragments
     /// and the increment, not below a standing bump, clamped to [min, max].
     pub fn wanted(&self) -> Budget {
-        let predicted = self.prediction().map(|p| {
-            let q = p as u128 * self.fragments as u128 * (100 + self.config.increment_pct) as u128
-                / 100;
-            q.min(u64::MAX as u128) as u64
-        });
+        let predicted = self
+            .prediction()
+            .map(|p| self.per_period(p, self.config.increment_pct));
         let runtime = match (predicted, self.hold_ns) {
             (Some(q), Some(h)) => q.max(h),
             (Some(q), None) => q,

@@ -16,9 +16,10 @@
  * a cycle it could not start before its deadline has cpu_ns 0 and end_ns
  * 0 (skipped); cpu_ns is all the CPU time the thread used for the cycle,
  * from the end of its previous one — the plug-ins, the wake-ups, the
- * semaphores and calls around them: what its reservation pays; budget_* are the thread's SCHED_DEADLINE runtime and period
- * after the cycle (0: not reserved); call_ns is interval_start plus
- * interval_finish, timed around the calls (0 without a workgroup).
+ * semaphores and calls around them: what its reservation pays; budget_*
+ * are the thread's SCHED_DEADLINE runtime and period after the cycle (0:
+ * not reserved); call_ns is interval_start plus interval_finish, timed
+ * around the calls (0 without a workgroup).
  *
  * Run: ./host MODE NAME PRIORITY PERIOD_NS T0_NS SECONDS STEP_S LOW_PCT HIGH_PCT OUT */
 #define _GNU_SOURCE
