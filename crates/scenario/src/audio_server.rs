@@ -3,9 +3,10 @@
 //! load clients in a chain — listed one by one (`[[subject.client]]`) or
 //! started as a staircase (`[subject.staircase]`) — and how a
 //! configuration schedules it: `fifo:P` / `fifo` (as the server sets
-//! itself), or `guard[:no-reclaim|fixed=PCT|increment=PCT|rt-only|app-share=PCT|workgroup]`
+//! itself), or `guard[:no-reclaim|fixed=PCT|increment=PCT|rt-only|app-share=PCT|workgroup|global]`
 //! (the same, plus `tessera guard`; with `workgroup` the load clients mark
-//! their cycles in a workgroup). With `[subject.network_app]`
+//! their cycles in a workgroup; with `global` the guard's reservations are
+//! under global EDF instead of on the scenario's core). With `[subject.network_app]`
 //! ([`network_app`]) the subject is two hosts instead, each a jackd with a
 //! network-audio client.
 //!
@@ -123,6 +124,10 @@ pub struct GuardSettings {
     /// and mark every cycle: their budgets follow each cycle's work, not
     /// the guard's sampling, which leaves them to the workgroup.
     pub workgroup: bool,
+    /// The guard's reservations under global EDF (`--core global`) rather
+    /// than on the scenario's core, as a workgroup's members always are:
+    /// the comparison with them on the same placement.
+    pub global: bool,
 }
 
 impl GuardSettings {
@@ -150,7 +155,7 @@ impl GuardSettings {
 
 const SCHED_FORMS: &str = "fifo:P (jackd -P P), fifo (the server's own priority), guard, \
                            guard:no-reclaim, guard:fixed=PCT, guard:increment=PCT, guard:rt-only, guard:app-share=PCT, \
-                           guard:workgroup (options joined by commas)";
+                           guard:workgroup, guard:global (options joined by commas)";
 /// Lowest jackd -P: JACK2 runs its clients 5 below the server.
 const MIN_JACK_PRIORITY: u32 = 6;
 const MAX_JACK_PRIORITY: u32 = 94;
@@ -204,6 +209,9 @@ impl ServerSched {
                 if g.workgroup {
                     options.push("workgroup".to_string());
                 }
+                if g.global {
+                    options.push("global".to_string());
+                }
                 match options.is_empty() {
                     true => "guard".into(),
                     false => format!("guard:{}", options.join(",")),
@@ -250,13 +258,14 @@ fn guard_settings(options: &str) -> Result<GuardSettings, String> {
             None if option == "no-reclaim" => settings.no_reclaim = true,
             None if option == "rt-only" => settings.rt_only = true,
             None if option == "workgroup" => settings.workgroup = true,
+            None if option == "global" => settings.global = true,
             Some(("app-share", v)) => settings.app_share = Some(percent("app-share", v, 1..101)?),
             Some(("fixed", v)) => settings.fixed = Some(percent("fixed", v, 1..101)?),
             Some(("increment", v)) => settings.increment = Some(percent("increment", v, 0..1001)?),
             _ => {
                 return Err(format!(
                     "unknown guard option {option:?} (no-reclaim, fixed=PCT, increment=PCT, \
-                     rt-only, app-share=PCT, workgroup)"
+                     rt-only, app-share=PCT, workgroup, global)"
                 ))
             }
         }

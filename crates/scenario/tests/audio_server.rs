@@ -55,7 +55,8 @@ fn an_audio_server_parses_with_its_clients_and_schedulings() {
     let text = format!(
         "{JACK}\n[[configuration]]\nname = \"g\"\nsubject = \"guard:no-reclaim,fixed=95\"\n\n\
          [[configuration]]\nname = \"plain default\"\n\n\
-         [[configuration]]\nname = \"w\"\nsubject = \"guard:workgroup\"\n"
+         [[configuration]]\nname = \"w\"\nsubject = \"guard:workgroup\"\n\n\
+         [[configuration]]\nname = \"f\"\nsubject = \"guard:fixed=95,global\"\n"
     );
     let s = Scenario::parse(&text, "audio.toml").unwrap();
     let Subject::AudioServer(a) = &s.subject else {
@@ -79,7 +80,8 @@ fn an_audio_server_parses_with_its_clients_and_schedulings() {
             "fifo:15",
             "guard:no-reclaim,fixed=95",
             "fifo:15",
-            "guard:workgroup"
+            "guard:workgroup",
+            "guard:fixed=95,global"
         ]
     );
     let Some(ServerSched::Guard(g)) = &s.configurations[1].server else {
@@ -91,6 +93,11 @@ fn an_audio_server_parses_with_its_clients_and_schedulings() {
     };
     // The clients' option: the guard's command line is its default.
     assert!(w.workgroup && w.args().is_empty());
+    let Some(ServerSched::Guard(f)) = &s.configurations[4].server else {
+        panic!()
+    };
+    // Its placement is the guard's `--core`, chosen where it starts.
+    assert!(f.global && f.args() == ["--fixed", "95"]);
     assert!(s.configurations.iter().all(|c| c.needs_privilege()));
     let Subject::AudioServer(short) = s.scaled(0.5).subject else {
         panic!()

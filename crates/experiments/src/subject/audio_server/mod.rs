@@ -82,11 +82,12 @@ impl AudioServerRun {
         // A workgroup's members are under global EDF on the shared cores:
         // a core partitioned for the guard would leave them the others
         // only (§4.5's ten clients on one core, throttled in a third of
-        // their cycles), so their server's threads join them there.
-        let workgroup = matches!(&sched, ServerSched::Guard(g) if g.workgroup);
+        // their cycles), so their server's threads join them there; a
+        // guard asked for `global` goes there too.
+        let global = matches!(&sched, ServerSched::Guard(g) if g.workgroup || g.global);
         let guard = GuardPlace {
             core: match scenario.core {
-                _ if workgroup => Some("global".to_string()),
+                _ if global => Some("global".to_string()),
                 core => core.map(|c| c.to_string()),
             },
             broker_dir: None,
