@@ -186,7 +186,9 @@ int32_t tessera_workgroup_join(struct tessera_workgroup *wg, struct tessera_join
  a few milliseconds, made by the workgroup's control thread. For a
  thread that joins from inside its first cycle (an audio callback),
  where the broker's answer would make that cycle late. A refusal shows
- in `tessera_member_stats.join_code`.
+ in `tessera_member_stats.join_code`. Not yet lock-free: it takes the
+ workgroup's roster lock, which the control thread holds while it makes
+ a deferred join (two threads joining at once wait for each other).
 
  # Safety
  `wg` is null or a live handle; `token` is null or writable.
@@ -210,7 +212,8 @@ int32_t tessera_workgroup_leave(struct tessera_workgroup *wg,
  thread is no longer a member at once (it marks no more cycles), and
  the workgroup's control thread ends its reservation within a few
  milliseconds. For a thread that leaves from inside a cycle (an audio
- callback), where the broker's answer would make that cycle late.
+ callback), where the broker's answer would make that cycle late. Not
+ yet lock-free, as `tessera_workgroup_join_deferred`.
 
  # Safety
  `wg` is null or a live handle; `token` is null or readable.
