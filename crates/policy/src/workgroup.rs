@@ -192,7 +192,7 @@ impl WorkgroupControl {
 
     /// The budget to ask admission for, if the one held must change: it
     /// grows when it no longer holds some member's [`Adaptive::needed`]
-    /// (its largest recent cycle with half the increment, or a bump), and
+    /// (its predicted cycle with half the increment, or a bump), and
     /// shrinks when it is above what every member wants by more than the
     /// hysteresis. Between the two it stays: fed a sample a cycle, the
     /// largest of ten members' predictions moves up and down every few
