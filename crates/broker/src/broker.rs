@@ -14,14 +14,19 @@ use crate::layout::Layout;
 use crate::monitor::{CellFacts, CellSample, Monitor, Sample, UnguaranteedThread};
 use crate::paths::Paths;
 use crate::placement::{self, Enforcement};
-use crate::protocol::{BudgetChange, CellInfo, ResizeCellsReply, ResizeReply, StatusReport};
+use crate::protocol::{
+    BudgetChange, CellInfo, MemberBudget, ResizeCellsReply, ResizeMembersReply, ResizeReply,
+    StatusReport,
+};
 use crate::registry::{self, ServiceEntry, ServiceInfo};
 use crate::state::{CellState, Member, Owner, ProcessId, Reported, State};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use tessera_policy::rap::{self, CellView, RapConfig};
-use tessera_policy::{Bandwidth, Budget, CellPolicy, CellRequest, Ledger, Placement, Refusal};
+use tessera_policy::{
+    largest_fitting, Bandwidth, Budget, CellPolicy, CellRequest, Ledger, Placement, Refusal,
+};
 use tessera_sys::cgroup::Hierarchy;
 use tessera_sys::ipc::PeerCredentials;
 use tessera_sys::proc::{self, Liveness};
@@ -507,6 +512,148 @@ impl Broker {
         })
     }
 
+    /// Gives members of an event-triggered cell budgets of their own (a
+    /// workgroup's callback and its workers), through admission as one
+    /// decision; a reservation no member named keeps room for the next
+    /// member at the largest budget given. With `degrade`, budgets that do
+    /// not fit (the ledger's room or the owner's quota) are capped at the
+    /// largest runtime that does. On a kernel failure the ledger and the
+    /// members go back to the old budgets and the error is returned.
+    pub fn resize_members(
+        &mut self,
+        name: &str,
+        budgets: &[MemberBudget],
+        degrade: bool,
+        uid: u32,
+    ) -> Outcome<ResizeMembersReply> {
+        let cell = self.cell_owned_by(name, uid)?;
+        let slots = self.slot_budgets(name, cell, budgets)?;
+        let (slots, capped) = self.members_within_quota(name, slots, degrade, uid)?;
+        let before = self.state.ledger.clone();
+        let (grant, degraded) = self
+            .state
+            .ledger
+            .resize_each(name, &slots, degrade)
+            .map_err(refused)?;
+        if let Err(e) = self.retune_members(name) {
+            self.state.ledger = before;
+            let _ = self.retune_members(name);
+            return Err(e);
+        }
+        let cell = &self.state.cells[name];
+        let budgets = budgets
+            .iter()
+            .filter_map(|b| {
+                let slot = cell.members.iter().find(|m| m.tid == b.tid)?.slot?;
+                Some(MemberBudget {
+                    tid: b.tid,
+                    budget: grant.reservations[slot].budget,
+                })
+            })
+            .collect();
+        self.persist_soon()?;
+        Ok(ResizeMembersReply {
+            budgets,
+            degraded: degraded || capped,
+        })
+    }
+
+    /// One budget per reservation of `cell`: each named member's for its
+    /// slot; another member's slot keeps its budget (a workgroup's members
+    /// in another process have their own controller), at the named
+    /// period; a slot no member holds, the largest named, ready for the
+    /// next member.
+    fn slot_budgets(
+        &self,
+        name: &str,
+        cell: &CellState,
+        budgets: &[MemberBudget],
+    ) -> Outcome<Vec<Budget>> {
+        let grant = self
+            .state
+            .ledger
+            .grant(name)
+            .ok_or_else(|| unknown_cell(name))?;
+        let largest = budgets
+            .iter()
+            .map(|b| b.budget)
+            .max_by_key(|b| b.runtime_ns)
+            .ok_or_else(|| {
+                BrokerError::new(
+                    ErrorCode::Invalid,
+                    format!("no member's budget given for cell {name:?}"),
+                    "name at least one member and its budget",
+                )
+            })?;
+        let held: Vec<usize> = cell.members.iter().filter_map(|m| m.slot).collect();
+        let mut slots: Vec<Budget> = grant
+            .reservations
+            .iter()
+            .enumerate()
+            .map(|(k, r)| match held.contains(&k) {
+                true => at_period(r.budget, largest.period_ns),
+                false => largest,
+            })
+            .collect();
+        for b in budgets {
+            let slot = cell
+                .members
+                .iter()
+                .find(|m| m.tid == b.tid)
+                .and_then(|m| m.slot)
+                .ok_or_else(|| {
+                    BrokerError::new(
+                        ErrorCode::NotFound,
+                        format!("thread {} holds no reservation of cell {name:?}", b.tid),
+                        "name the cell's members (`tessera cell show`)",
+                    )
+                })?;
+            slots[slot] = b.budget;
+        }
+        Ok(slots)
+    }
+
+    /// `slots` if the owner's quota allows them beside their other cells;
+    /// with `degrade`, each capped at the largest runtime the quota allows
+    /// (`true` when capped).
+    fn members_within_quota(
+        &self,
+        name: &str,
+        slots: Vec<Budget>,
+        degrade: bool,
+        uid: u32,
+    ) -> Outcome<(Vec<Budget>, bool)> {
+        let Some((quota, others)) = self.quota_beside(name, uid) else {
+            return Ok((slots, false));
+        };
+        let room = quota.saturating_sub(others);
+        let capped = |cap: u64| -> Vec<Budget> {
+            let cut = |b: &Budget| Budget {
+                runtime_ns: b.runtime_ns.min(cap),
+                ..*b
+            };
+            slots.iter().map(cut).collect()
+        };
+        let total = |s: &[Budget]| s.iter().map(Budget::bandwidth).sum::<Bandwidth>();
+        if total(&slots) <= room {
+            return Ok((slots, false));
+        }
+        let min = tessera_policy::cell::MIN_RUNTIME_NS;
+        let top = slots.iter().map(|b| b.runtime_ns).max().unwrap_or(min);
+        let cap = largest_fitting(min, top, |cap| total(&capped(cap)) <= room);
+        if let (true, Some(cap)) = (degrade, cap) {
+            return Ok((capped(cap), true));
+        }
+        Err(BrokerError::new(
+            ErrorCode::Quota,
+            format!(
+                "cell {name:?} cannot grow to {}: uid {uid}'s other cells hold {others} of a quota of {quota}",
+                total(&slots)
+            ),
+            "ask for less, or with degrade for what the quota allows",
+        ))
+    }
+
     /// A resize through admission and onto the members, not yet saved.
     fn resize_unsaved(
         &mut self,
@@ -572,21 +719,12 @@ impl Broker {
         degrade: bool,
         uid: u32,
     ) -> Outcome<(Budget, bool)> {
-        let Some(quota) = self.config.quota_of(uid) else {
-            return Ok((budget, false));
-        };
-        let Some(grant) = self.state.ledger.grant(name) else {
+        let (Some((quota, others)), Some(grant)) =
+            (self.quota_beside(name, uid), self.state.ledger.grant(name))
+        else {
             return Ok((budget, false));
         };
         let n = grant.reservations.len().max(1) as u64;
-        let others: Bandwidth = self
-            .state
-            .cells
-            .iter()
-            .filter(|(other, c)| c.owner.uid == uid && other.as_str() != name)
-            .filter_map(|(other, _)| self.state.ledger.grant(other))
-            .flat_map(|g| g.reservations.iter().map(|r| r.budget.bandwidth()))
-            .sum();
         let room = quota.saturating_sub(others);
         if budget.bandwidth().times(n) <= room {
             return Ok((budget, false));
@@ -603,6 +741,21 @@ impl Broker {
             ),
             "ask for less, or with --degrade for what the quota allows",
         ))
+    }
+
+    /// `uid`'s quota and what its cells other than `name` hold of it;
+    /// None when `uid` has no quota.
+    fn quota_beside(&self, name: &str, uid: u32) -> Option<(Bandwidth, Bandwidth)> {
+        let quota = self.config.quota_of(uid)?;
+        let others: Bandwidth = self
+            .state
+            .cells
+            .iter()
+            .filter(|(other, c)| c.owner.uid == uid && other.as_str() != name)
+            .filter_map(|(other, _)| self.state.ledger.grant(other))
+            .flat_map(|g| g.reservations.iter().map(|r| r.budget.bandwidth()))
+            .sum();
+        Some((quota, others))
     }
 
     /// Moves every member to where the current layout wants it.
@@ -1124,6 +1277,15 @@ impl Broker {
 }
 
 /// An admission refusal as the protocol reports it: the fix is what would fit.
+/// `budget`'s bandwidth at another period (a workgroup's cycle changed).
+fn at_period(budget: Budget, period_ns: u64) -> Budget {
+    if budget.period_ns == period_ns {
+        return budget;
+    }
+    let runtime = budget.bandwidth().runtime_in(period_ns);
+    Budget::new(runtime.max(tessera_policy::cell::MIN_RUNTIME_NS), period_ns)
+}
+
 fn refused(r: Refusal) -> BrokerError {
     BrokerError::new(
         ErrorCode::Refused,

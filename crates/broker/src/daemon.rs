@@ -88,6 +88,13 @@ pub fn handle(
         Request::ResizeCells { changes, degrade } => json(serde_json::to_value(
             broker.resize_cells(changes, degrade, peer.uid)?,
         )),
+        Request::ResizeMembers {
+            name,
+            budgets,
+            degrade,
+        } => json(serde_json::to_value(
+            broker.resize_members(&name, &budgets, degrade, peer.uid)?,
+        )),
         Request::Status => json(serde_json::to_value(broker.status())),
         Request::Reset => json(serde_json::to_value(broker.reset(peer.uid)?)),
         Request::RegisterService {

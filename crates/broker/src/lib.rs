@@ -39,7 +39,10 @@ pub mod workgroup;
 pub use broker::Broker;
 pub use error::{BrokerError, ErrorCode};
 pub use facts::{Facts, Mode};
-pub use protocol::{BudgetChange, CellInfo, Request, ResizeCellsReply, Response, StatusReport};
+pub use protocol::{
+    BudgetChange, CellInfo, MemberBudget, Request, ResizeCellsReply, ResizeMembersReply, Response,
+    StatusReport,
+};
 pub use registry::{ServiceEntry, ServiceInfo, ServicePolicy};
 pub use session::{ServiceRegistration, Session};
 pub use workgroup::{WorkgroupInfo, WorkgroupShape};

@@ -9,7 +9,7 @@
 use crate::layout::Layout;
 use crate::state::{Member, Original};
 use std::time::Duration;
-use tessera_policy::{CellPolicy, CoreMode, Grant, Ledger, Placement};
+use tessera_policy::{CellPolicy, CoreMode, Grant, Ledger, Placement, Reservation};
 use tessera_sys::cgroup::{Group, Hierarchy, Version};
 use tessera_sys::sched::{self, DeadlineFlags, DeadlineParams, Policy};
 use tessera_sys::{affinity, proc, Error, ErrorKind, Result};
@@ -74,9 +74,10 @@ pub fn weighted(grant: &Grant) -> bool {
 
 pub const DEFAULT_WEIGHT: u32 = 100;
 
-/// The SCHED_DEADLINE parameters of a grant's reservations.
-pub fn deadline_policy(grant: &Grant) -> Option<Policy> {
-    let budget = grant.request.budget?;
+/// The SCHED_DEADLINE parameters of `reservation` of `grant` (a
+/// workgroup's members each hold a budget of their own).
+fn deadline_policy(grant: &Grant, reservation: &Reservation) -> Policy {
+    let budget = reservation.budget;
     // RESET_ON_FORK: a deadline thread may not fork without it, and its
     // children must not inherit a reservation the ledger never granted.
     let mut flags = DeadlineFlags::RESET_ON_FORK;
@@ -86,12 +87,12 @@ pub fn deadline_policy(grant: &Grant) -> Option<Policy> {
     if grant.request.overrun_signal {
         flags = flags | DeadlineFlags::DL_OVERRUN;
     }
-    Some(Policy::Deadline(DeadlineParams {
+    Policy::Deadline(DeadlineParams {
         runtime: Duration::from_nanos(budget.runtime_ns),
         deadline: Duration::from_nanos(budget.deadline_ns),
         period: Duration::from_nanos(budget.period_ns),
         flags,
-    }))
+    })
 }
 
 /// Where member `slot` of `grant` belongs under the current ledger. In a
@@ -143,7 +144,7 @@ pub fn target(
                 _ => t.affinity = Some(ledger.machine.limits.cores.clone()),
             }
             if enf.deadline && slot.is_some() {
-                t.policy = deadline_policy(grant);
+                t.policy = Some(deadline_policy(grant, reservation));
             }
         }
     }

@@ -74,6 +74,17 @@ pub enum Request {
         #[serde(default)]
         degrade: bool,
     },
+    /// Give members of an event-triggered cell budgets of their own (a
+    /// workgroup's callback and workers), one admission decision; the
+    /// cell's reservations no member named hold the largest. With
+    /// `degrade`, budgets that do not fit are capped at the largest
+    /// runtime that does.
+    ResizeMembers {
+        name: String,
+        budgets: Vec<MemberBudget>,
+        #[serde(default)]
+        degrade: bool,
+    },
     Status,
     /// Destroy every cell and restore the machine (root only).
     Reset,
@@ -213,6 +224,21 @@ pub struct ResizeReply {
 pub struct BudgetChange {
     pub name: String,
     pub budget: Budget,
+}
+
+/// A member's budget in a `ResizeMembers`, and in its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberBudget {
+    pub tid: i32,
+    pub budget: Budget,
+}
+
+/// The answer to `ResizeMembers`: each member's budget now in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResizeMembersReply {
+    pub budgets: Vec<MemberBudget>,
+    /// Less than asked: capped at what fit.
+    pub degraded: bool,
 }
 
 /// The answer to `ResizeCells`: each change's outcome, in order, and the

@@ -15,8 +15,8 @@ use crate::error::{BrokerError, ErrorCode};
 use crate::monitor::Sample;
 use crate::paths::Paths;
 use crate::protocol::{
-    BudgetChange, CellInfo, HelloReply, Request, RequestLine, ResizeCellsReply, ResizeReply,
-    Response, StatusReport, PROTOCOL_VERSION,
+    BudgetChange, CellInfo, HelloReply, MemberBudget, Request, RequestLine, ResizeCellsReply,
+    ResizeMembersReply, ResizeReply, Response, StatusReport, PROTOCOL_VERSION,
 };
 use crate::registry::{ServiceEntry, ServiceInfo, ServicePolicy};
 use crate::state::Reported;
@@ -362,6 +362,21 @@ impl Session {
             })
             .collect();
         self.typed(Request::ResizeCells { changes, degrade })
+    }
+
+    /// Budgets of their own for members of a cell (see
+    /// `Request::ResizeMembers`); with `degrade`, capped at what fits.
+    pub fn resize_members(
+        &mut self,
+        name: &str,
+        budgets: Vec<MemberBudget>,
+        degrade: bool,
+    ) -> Result<ResizeMembersReply, BrokerError> {
+        self.typed(Request::ResizeMembers {
+            name: name.into(),
+            budgets,
+            degrade,
+        })
     }
 
     pub fn status(&mut self) -> Result<StatusReport, BrokerError> {

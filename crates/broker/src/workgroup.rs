@@ -1,14 +1,15 @@
 //! Workgroups: a cell whose members (the threads of one audio cycle: the
 //! server's callback and its workers, a host's plug-in threads) share one
-//! deadline per cycle, each holding a reservation of the cell's budget.
+//! deadline per cycle, each holding a reservation with a budget of its own.
 //!
 //! A workgroup is opened by name — created on first open, bound to the
 //! process that created it — and joined by threads of any process of the
 //! same user, or of root: a host joins its audio server's workgroup with
 //! its own credentials, as it joins Apple's `kAudioDevicePropertyIOThreadOSWorkgroup`.
 //! Any bandwidth cell can be opened as a workgroup; its capacity is its
-//! number of reservations. The budget is changed with `resize-cell` by the
-//! members' process (libtessera's controller). A thread that joins leaves
+//! number of reservations. Each member's budget is changed with
+//! `resize-members` by its process (libtessera's controller), which names
+//! only its own members. A thread that joins leaves
 //! the cell it was in (a guard's reservation of its own): its program's
 //! choice wins, as when it sets its own policy.
 //!
@@ -51,7 +52,8 @@ pub struct WorkgroupInfo {
     pub capacity: usize,
     /// The members' thread ids.
     pub members: Vec<i32>,
-    /// The budget each member's reservation has.
+    /// The cell's budget: the largest of its reservations' (a new member's
+    /// until its process gives it its own).
     pub budget: Budget,
     /// Whether reservations are enforced, or the broker runs best-effort.
     pub mode: Mode,

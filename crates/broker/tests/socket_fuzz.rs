@@ -28,7 +28,7 @@ const KEPT: &str = "keep-me";
 /// A cell that does not exist: the harmless requests' target.
 const GHOST: &str = "ghost";
 /// Every operation's name, to make up unknown ones.
-const OPS: [&str; 16] = [
+const OPS: [&str; 17] = [
     "hello",
     "create-cell",
     "destroy-cell",
@@ -37,6 +37,7 @@ const OPS: [&str; 16] = [
     "attach",
     "detach",
     "resize-cell",
+    "resize-members",
     "status",
     "reset",
     "register-service",
@@ -156,6 +157,18 @@ fn harmless(id: u64) -> Vec<Value> {
             &[
                 ("name", GHOST.into()),
                 ("budget", budget(1_000_000, 10_000_000, 10_000_000)),
+                ("degrade", true.into()),
+            ],
+        ),
+        request(
+            id,
+            "resize-members",
+            &[
+                ("name", GHOST.into()),
+                (
+                    "budgets",
+                    serde_json::json!([{"tid": pid, "budget": budget(1_000_000, 10_000_000, 10_000_000)}]),
+                ),
                 ("degrade", true.into()),
             ],
         ),
@@ -339,6 +352,10 @@ fn wrong_type(rng: &mut Rng, id: u64) -> Vec<u8> {
             .to_string(),
         Value::Bool(_) => rng
             .pick(&["\"true\"", "1", "0", "null", "[]", "{}"])
+            .to_string(),
+        // An empty list is a list of anything.
+        Value::Array(_) => rng
+            .pick(&["\"x\"", "7", "true", "null", "{}", "[1]"])
             .to_string(),
         _ => rng
             .pick(&["\"x\"", "7", "true", "null", "[]", "[1]"])

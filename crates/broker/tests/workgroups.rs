@@ -4,13 +4,14 @@
 //! capacity, to another user, by an unknown name and for a cell without
 //! reservations; a member that leaves gets its scheduling back; a thread
 //! that held a reservation of its own leaves it to join; under global EDF
-//! a workgroup holds more members than the machine has cores.
+//! a workgroup holds more members than the machine has cores; each member
+//! holds a budget of its own, and an empty reservation the largest.
 
 use std::time::Duration;
 use tessera_broker::config::Config;
 use tessera_broker::daemon::handle;
 use tessera_broker::session::hold_lock;
-use tessera_broker::{Broker, ErrorCode, Request, WorkgroupInfo, WorkgroupShape};
+use tessera_broker::{Broker, ErrorCode, MemberBudget, Request, WorkgroupInfo, WorkgroupShape};
 use tessera_policy::{Budget, CellRequest};
 use tessera_sys::ipc::PeerCredentials;
 use tessera_sys::sched::{self, Policy};
@@ -165,4 +166,101 @@ fn a_thread_in_a_cell_of_its_own_moves_in_and_members_may_outnumber_the_cores() 
         sched::get_policy(tid).unwrap(),
         Policy::Deadline(_)
     ));
+}
+
+/// The runtime thread `tid` reads back.
+fn runtime_of(tid: i32) -> Duration {
+    let Policy::Deadline(params) = sched::get_policy(tid).unwrap() else {
+        panic!("thread {tid} reads back SCHED_DEADLINE");
+    };
+    params.runtime
+}
+
+#[test]
+fn each_member_holds_a_budget_of_its_own() {
+    let Some(machine) = privileged("each_member_holds_a_budget_of_its_own") else {
+        return;
+    };
+    let mut session = machine.session();
+    session.open_workgroup("wg-each", Some(shape(3))).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let worker = std::thread::spawn(move || {
+        let _ = tx.send(tessera_sys::proc::current_tid());
+        let _ = stop_rx.recv_timeout(Duration::from_secs(30));
+    });
+    let (callback, worker_tid) = (tessera_sys::proc::current_tid(), rx.recv().unwrap());
+    session.join_workgroup("wg-each", callback).unwrap();
+    session.join_workgroup("wg-each", worker_tid).unwrap();
+
+    let budget = |tid, runtime| MemberBudget {
+        tid,
+        budget: Budget::new(runtime, PERIOD),
+    };
+    let reply = session
+        .resize_members(
+            "wg-each",
+            vec![budget(callback, 3_000_000), budget(worker_tid, 1_500_000)],
+            false,
+        )
+        .unwrap();
+    assert!(!reply.degraded);
+    assert_eq!(
+        reply.budgets,
+        [budget(callback, 3_000_000), budget(worker_tid, 1_500_000)]
+    );
+    assert_eq!(runtime_of(callback), Duration::from_micros(3000));
+    assert_eq!(runtime_of(worker_tid), Duration::from_micros(1500));
+    let cell = session.show("wg-each").unwrap();
+    let mut runtimes: Vec<u64> = cell
+        .grant
+        .reservations
+        .iter()
+        .map(|r| r.budget.runtime_ns)
+        .collect();
+    runtimes.sort();
+    assert_eq!(
+        runtimes,
+        [1_500_000, 3_000_000, 3_000_000],
+        "the empty one holds the largest"
+    );
+    assert_eq!(
+        session.open_workgroup("wg-each", None).unwrap().budget,
+        Budget::new(3_000_000, PERIOD)
+    );
+
+    // Naming one member leaves the other's budget as it was.
+    session
+        .resize_members("wg-each", vec![budget(worker_tid, 1_000_000)], false)
+        .unwrap();
+    assert_eq!(runtime_of(callback), Duration::from_micros(3000));
+    assert_eq!(runtime_of(worker_tid), Duration::from_micros(1000));
+
+    // A thread that is no member, and no budget at all, are refused and change nothing.
+    let stranger = session
+        .resize_members("wg-each", vec![budget(1, 1_000_000)], false)
+        .unwrap_err();
+    assert_eq!(stranger.code, ErrorCode::NotFound, "{stranger}");
+    let none = session
+        .resize_members("wg-each", vec![], false)
+        .unwrap_err();
+    assert_eq!(none.code, ErrorCode::Invalid, "{none}");
+    // More than the machine has: refused, or with degrade capped.
+    let huge = vec![budget(callback, PERIOD), budget(worker_tid, 1_000_000)];
+    let refused = session.resize_members("wg-each", huge.clone(), false);
+    let capped = session.resize_members("wg-each", huge, true);
+    if let Err(e) = refused {
+        assert_eq!(e.code, ErrorCode::Refused, "{e}");
+        let capped = capped.unwrap();
+        assert!(capped.degraded);
+        assert!(capped.budgets[0].budget.runtime_ns < PERIOD);
+        assert_eq!(
+            capped.budgets[1],
+            budget(worker_tid, 1_000_000),
+            "below the cap: its own"
+        );
+    }
+    assert_eq!(runtime_of(worker_tid), Duration::from_micros(1000));
+    let _ = stop_tx.send(());
+    worker.join().unwrap();
 }

@@ -94,7 +94,7 @@ typedef struct tessera_member_stats {
    */
   uint64_t misses;
   /*
-   The runtime of each member's reservation, per reservation period.
+   The runtime of this member's reservation, per reservation period.
    */
   uint64_t budget_ns;
   /*
@@ -254,7 +254,7 @@ int32_t tessera_hint_report_actual_work_duration(struct tessera_workgroup *wg, i
 int32_t tessera_hint_update_target_work_duration(struct tessera_workgroup *wg, int64_t target_ns);
 
 /*
- Member `tid`'s counts and the workgroup's budget, into `out`.
+ Member `tid`'s counts and its budget, into `out`.
  `TESSERA_ERR_NOT_FOUND` until the control thread saw the member.
 
  # Safety

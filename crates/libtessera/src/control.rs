@@ -13,17 +13,17 @@
 //! the broker save its state 20 times a second and retune every member as
 //! often — its CPU, not the members', was the workgroup's cost.
 //!
-//! When several processes share a workgroup, each controls from its own
-//! members' samples; one that did not create the workgroup only ever grows
-//! its budget (the creator's controller also shrinks it), so neither takes
-//! from the other what its members need.
+//! Each member holds a budget of its own; when several processes share a
+//! workgroup, each controls its own members' budgets from their samples
+//! and names only them, so neither takes from the other what its members
+//! need.
 
 use rtrb::Consumer;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use tessera_broker::Session;
+use tessera_broker::{MemberBudget, Session};
 use tessera_policy::{
     AdaptiveConfig, Budget, CycleSample, MemberReport, PredictorConfig, PredictorKind,
     WorkgroupControl,
@@ -55,7 +55,8 @@ pub struct Roster {
     pub refused: Vec<(i32, i32)>,
     /// The control thread's last report, per member.
     pub report: Vec<MemberReport>,
-    /// The budget in force (granted, or the workgroup's initial one).
+    /// The workgroup's opening budget: what a member holds until the
+    /// controller gives it its own.
     pub budget: Option<Budget>,
 }
 
@@ -131,7 +132,6 @@ pub fn spawn(
     shared: Arc<Shared>,
     session: Option<Session>,
     period_ns: u64,
-    grows_only: bool,
 ) -> std::io::Result<JoinHandle<()>> {
     let control = WorkgroupControl::new(config(), period_ns)
         .expect("the library's config and the broker's period are valid");
@@ -140,7 +140,6 @@ pub fn spawn(
         session,
         control,
         rings: Vec::new(),
-        grows_only,
         backoff: 0,
         last_shrink: None,
     };
@@ -154,7 +153,6 @@ struct Control {
     session: Option<Session>,
     control: WorkgroupControl,
     rings: Vec<(i32, Consumer<CycleSample>)>,
-    grows_only: bool,
     backoff: u32,
     /// When a budget was last made smaller.
     last_shrink: Option<Instant>,
@@ -219,17 +217,34 @@ impl Control {
         }
     }
 
+    /// Asks the broker for the members' budgets that must change (those
+    /// it holds: not a deferred join still pending or refused), at once
+    /// when one grows, at most every [`SHRINK_EVERY`] when all shrink.
     fn resize(&mut self) {
         if self.backoff > 0 {
             self.backoff -= 1;
             return;
         }
-        let (Some(session), Some(mut wanted)) = (self.session.as_mut(), self.control.update())
-        else {
+        let (Some(session), Some(next)) = (self.session.as_mut(), self.control.update()) else {
             return;
         };
-        let held = self.shared.roster().budget;
-        let shrinks = held.is_some_and(|h| h.shrinks_to(wanted));
+        let changes: Vec<MemberBudget> = {
+            let roster = self.shared.roster();
+            next.into_iter()
+                .filter(|&(tid, budget)| {
+                    roster.broker_holds(tid) && self.control.granted_budget(tid) != Some(budget)
+                })
+                .map(|(tid, budget)| MemberBudget { tid, budget })
+                .collect()
+        };
+        if changes.is_empty() {
+            return;
+        }
+        let shrinks = changes.iter().all(|c| {
+            self.control
+                .granted_budget(c.tid)
+                .is_some_and(|held| held.shrinks_to(c.budget))
+        });
         if shrinks
             && self
                 .last_shrink
@@ -237,22 +252,13 @@ impl Control {
         {
             return;
         }
-        if self.grows_only {
-            if let Some(held) = held.filter(|h| h.period_ns == wanted.period_ns) {
-                if wanted.runtime_ns <= held.runtime_ns {
-                    self.control.granted(held, false);
-                    return;
-                }
-                wanted.runtime_ns = wanted.runtime_ns.max(held.runtime_ns);
-            }
-        }
-        match session.resize_cell(&self.shared.name, wanted, true) {
+        match session.resize_members(&self.shared.name, changes, true) {
             Ok(reply) => {
                 if shrinks {
                     self.last_shrink = Some(Instant::now());
                 }
-                self.control.granted(reply.budget, reply.degraded);
-                self.shared.roster().budget = Some(reply.budget);
+                let granted: Vec<_> = reply.budgets.iter().map(|b| (b.tid, b.budget)).collect();
+                self.control.granted(&granted, reply.degraded);
             }
             Err(_) => self.backoff = BACKOFF_TICKS,
         }

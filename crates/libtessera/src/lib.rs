@@ -67,7 +67,7 @@ pub struct tessera_member_stats {
     pub overruns: u64,
     /// Cycles that finished after their deadline.
     pub misses: u64,
-    /// The runtime of each member's reservation, per reservation period.
+    /// The runtime of this member's reservation, per reservation period.
     pub budget_ns: u64,
     /// The reservation period (a whole number of cycles).
     pub period_ns: u64,
@@ -432,7 +432,7 @@ pub extern "C" fn tessera_hint_update_target_work_duration(
     on_member(wg, |handle| member::update_target(handle, target_ns))
 }
 
-/// Member `tid`'s counts and the workgroup's budget, into `out`.
+/// Member `tid`'s counts and its budget, into `out`.
 /// `TESSERA_ERR_NOT_FOUND` until the control thread saw the member.
 ///
 /// # Safety
@@ -447,7 +447,7 @@ pub unsafe extern "C" fn tessera_workgroup_member_stats(
     unsafe {
         answer_into(wg, out, |w| {
             let report = w.member_report(tid).ok_or(TESSERA_ERR_NOT_FOUND)?;
-            let budget = w.budget();
+            let budget = w.budget_of(tid);
             let stats = tessera_member_stats {
                 cycles: report.cycles,
                 overruns: report.overruns,

@@ -77,13 +77,8 @@ impl Workgroup {
             .is_ok_and(|c| c.bound_to_pid == Some(pid));
         let guaranteed = info.mode != Mode::BestEffort;
         let shared = Arc::new(Shared::new(name.to_string(), Some(info.budget)));
-        let control = control::spawn(
-            shared.clone(),
-            Some(session),
-            info.budget.period_ns,
-            !created,
-        )
-        .map_err(|_| TESSERA_ERR_BROKER)?;
+        let control = control::spawn(shared.clone(), Some(session), info.budget.period_ns)
+            .map_err(|_| TESSERA_ERR_BROKER)?;
         Ok(Workgroup {
             shared,
             capacity: info.capacity,
@@ -98,7 +93,7 @@ impl Workgroup {
     /// nothing is reserved.
     fn best_effort(name: &str, capacity: usize) -> Workgroup {
         let shared = Arc::new(Shared::new(name.to_string(), None));
-        let control = control::spawn(shared.clone(), None, INITIAL_PERIOD_NS, true).ok();
+        let control = control::spawn(shared.clone(), None, INITIAL_PERIOD_NS).ok();
         Workgroup {
             shared,
             capacity,
@@ -244,9 +239,12 @@ impl Workgroup {
             .map(|(_, code)| *code)
     }
 
-    /// The budget each member's reservation has now.
-    pub fn budget(&self) -> Option<Budget> {
-        self.shared.roster().budget
+    /// The budget member `tid`'s reservation has now: its own once the
+    /// controller gave it one, else the workgroup's opening budget.
+    pub fn budget_of(&self, tid: i32) -> Option<Budget> {
+        let roster = self.shared.roster();
+        let own = roster.report.iter().find(|r| r.member == tid);
+        own.and_then(|r| r.budget).or(roster.budget)
     }
 
     /// Stops the control thread; members still joined through this handle

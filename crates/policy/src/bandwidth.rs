@@ -76,6 +76,25 @@ impl std::fmt::Display for Bandwidth {
     }
 }
 
+/// The largest value in `lo..=hi` for which `fits` holds, if it holds for
+/// `lo`. `fits` must only grow as the value falls (a runtime that fits
+/// still fits when smaller), which lets a binary search find it.
+pub fn largest_fitting(lo: u64, hi: u64, fits: impl Fn(u64) -> bool) -> Option<u64> {
+    if hi < lo || !fits(lo) {
+        return None;
+    }
+    let (mut lo, mut hi) = (lo, hi);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if fits(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Some(lo)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +111,15 @@ mod tests {
             399_999
         );
         assert_eq!(Bandwidth::of(5, 0), Bandwidth::ZERO);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn largest_fitting_finds_the_threshold(lo in 0u64..1000, span in 0u64..1000, limit in 0u64..3000) {
+            let hi = lo + span;
+            let found = largest_fitting(lo, hi, |v| v <= limit);
+            let expected = (limit >= lo).then(|| limit.min(hi));
+            proptest::prop_assert_eq!(found, expected);
+        }
     }
 }

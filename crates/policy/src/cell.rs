@@ -404,7 +404,11 @@ fn validate_name(name: &str) -> Result<(), RequestError> {
     }
 }
 
-fn validate_budget(b: &Budget, policy: CellPolicy, limits: &Limits) -> Result<(), RequestError> {
+pub(crate) fn validate_budget(
+    b: &Budget,
+    policy: CellPolicy,
+    limits: &Limits,
+) -> Result<(), RequestError> {
     if b.period_ns < limits.min_period_ns || b.period_ns > limits.max_period_ns {
         return Err(bad(
             "period",

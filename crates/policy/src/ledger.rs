@@ -15,10 +15,10 @@
 //!
 //! It must never touch the kernel: the broker applies what the ledger decided.
 
-use crate::bandwidth::Bandwidth;
+use crate::bandwidth::{largest_fitting, Bandwidth};
 use crate::cell::{
-    fmt_us, Budget, CellPolicy, CellRequest, CoreRequest, Limits, Placement, RequestError,
-    MIN_RUNTIME_NS,
+    fmt_us, validate_budget, Budget, CellPolicy, CellRequest, CoreRequest, Limits, Placement,
+    RequestError, MIN_RUNTIME_NS,
 };
 use crate::edf::{self, Overload};
 use serde::{Deserialize, Serialize};
@@ -236,6 +236,91 @@ impl Ledger {
         Ok((grant, true))
     }
 
+    /// Gives each reservation of an event-triggered cell a budget of its
+    /// own — `budgets[k]` for reservation `k`, all of one period (a
+    /// workgroup's members share the cycle, not its work) — through
+    /// admission; the cell's budget becomes the largest. With `degrade`,
+    /// when they do not fit, every runtime is capped at the largest value
+    /// that fits (the largest members give up what is missing; the
+    /// smallest keep theirs); `true` with a degraded grant. Refused, and
+    /// nothing changed, when they do not fit without degrading or the cell
+    /// may not be resized.
+    pub fn resize_each(
+        &mut self,
+        name: &str,
+        budgets: &[Budget],
+        degrade: bool,
+    ) -> Result<(Grant, bool), Refusal> {
+        let grant = self.resized_each(name, budgets)?;
+        let Some(reason) = self.resize_violation(&grant) else {
+            self.grants.insert(name.to_string(), grant.clone());
+            return Ok((grant, false));
+        };
+        let cap = self.largest_cap(&grant);
+        let (true, Some(cap)) = (degrade, cap) else {
+            let fit = cap.map_or("nothing would fit now".into(), |c| {
+                format!("each runtime capped at {}", fmt_us(c))
+            });
+            return Err(refuse_resize(name, reason, Some(fit)));
+        };
+        let grant = capped(grant, cap);
+        self.grants.insert(name.to_string(), grant.clone());
+        Ok((grant, true))
+    }
+
+    /// The cell's grant with a budget of its own on each reservation, if
+    /// the cell may be resized to them (capacity is not checked here).
+    fn resized_each(&self, name: &str, budgets: &[Budget]) -> Result<Grant, Refusal> {
+        let refuse = |reason: String| refuse_resize(name, reason, None);
+        let old = self
+            .grants
+            .get(name)
+            .ok_or_else(|| refuse("no such cell".into()))?;
+        if old.request.policy != CellPolicy::EventTriggered {
+            return Err(refuse(format!(
+                "a {} cell has one budget for all its reservations",
+                old.request.policy
+            )));
+        }
+        if budgets.len() != old.reservations.len() {
+            return Err(refuse(format!(
+                "{} budget(s) given for its {} reservation(s)",
+                budgets.len(),
+                old.reservations.len()
+            )));
+        }
+        let largest = budgets
+            .iter()
+            .copied()
+            .max_by_key(|b| b.runtime_ns)
+            .expect("a bandwidth cell has a reservation");
+        if budgets.iter().any(|b| b.period_ns != largest.period_ns) {
+            return Err(refuse(
+                "its reservations' budgets have different periods: give them one".into(),
+            ));
+        }
+        let mut grant = self.resized(name, largest)?;
+        for (r, b) in grant.reservations.iter_mut().zip(budgets) {
+            validate_budget(b, grant.request.policy, &self.machine.limits)
+                .map_err(|e| refuse_invalid(name, e))?;
+            r.budget = *b;
+        }
+        Ok(grant)
+    }
+
+    /// The largest runtime every reservation of `grant` could be capped at
+    /// (a reservation below it keeps its own) with no invariant broken, if
+    /// at least the kernel's minimum fits.
+    fn largest_cap(&self, grant: &Grant) -> Option<u64> {
+        let fits = |cap: u64| self.resize_violation(&capped(grant.clone(), cap)).is_none();
+        let top = grant
+            .reservations
+            .iter()
+            .map(|r| r.budget.runtime_ns)
+            .max()?;
+        largest_fitting(MIN_RUNTIME_NS, top, fits)
+    }
+
     /// The cell's grant with `budget` on all its reservations, if the cell
     /// may be resized to it (the ledger's capacity is not checked here).
     fn resized(&self, name: &str, budget: Budget) -> Result<Grant, Refusal> {
@@ -347,19 +432,7 @@ impl Ledger {
             }
             self.resize_violation(&g).is_none()
         };
-        let (mut lo, mut hi) = (MIN_RUNTIME_NS, budget.runtime_ns);
-        if hi < lo || !fits(lo) {
-            return None;
-        }
-        while lo < hi {
-            let mid = lo + (hi - lo).div_ceil(2);
-            if fits(mid) {
-                lo = mid;
-            } else {
-                hi = mid - 1;
-            }
-        }
-        Some(lo)
+        largest_fitting(MIN_RUNTIME_NS, budget.runtime_ns, fits)
     }
 
     /// Every core's mode and reservations.
@@ -732,6 +805,18 @@ impl Ledger {
     }
 }
 
+/// `grant` with every reservation's runtime at most `cap` (the cell's
+/// budget, the largest, too).
+fn capped(mut grant: Grant, cap: u64) -> Grant {
+    for r in &mut grant.reservations {
+        r.budget.runtime_ns = r.budget.runtime_ns.min(cap);
+    }
+    if let Some(b) = grant.request.budget.as_mut() {
+        b.runtime_ns = b.runtime_ns.min(cap);
+    }
+    grant
+}
+
 fn is_window(grant: &Grant) -> bool {
     grant.request.policy == CellPolicy::TimeTriggered
 }
@@ -876,5 +961,68 @@ mod tests {
                 prop_assert_eq!(ledger.violation(), None);
             }
         }
+
+        #[test]
+        fn a_budget_per_reservation_is_judged_as_the_whole_ledger_would_and_degrades_by_a_cap(
+            cells in proptest::collection::vec(arb_cell(), 0..8),
+            members in 1usize..6,
+            shares in proptest::collection::vec(1u64..900, 6),
+            degrade in any::<bool>(),
+        ) {
+            let mut ledger = Ledger::new(machine());
+            for (i, c) in cells.iter().enumerate() {
+                let _ = ledger.insert(&request(i, *c));
+            }
+            let mut wg = CellRequest::event_triggered("wg", MIN_RUNTIME_NS, 1_333_000);
+            wg.placement = Placement::Global;
+            wg.cores = CoreRequest::Count(members);
+            prop_assume!(ledger.insert(&wg).is_ok());
+            let budgets: Vec<Budget> = shares[..members]
+                .iter()
+                .map(|p| Budget::new((1_333_000 * p / 1000).max(MIN_RUNTIME_NS), 1_333_000))
+                .collect();
+            let grant = ledger.resized_each("wg", &budgets).unwrap();
+            let whole = ledger.with_grant(&grant).err();
+            prop_assert_eq!(ledger.resize_violation(&grant), whole.clone());
+            let before = ledger.clone();
+            match ledger.resize_each("wg", &budgets, degrade) {
+                Ok((g, degraded)) => {
+                    prop_assert_eq!(degraded, whole.is_some());
+                    let cap = g.reservations.iter().map(|r| r.budget.runtime_ns).max().unwrap();
+                    for (r, asked) in g.reservations.iter().zip(&budgets) {
+                        // Each keeps its own below the cap, and is cut to it above.
+                        prop_assert_eq!(r.budget.runtime_ns, asked.runtime_ns.min(cap));
+                    }
+                    prop_assert_eq!(g.request.budget.map(|b| b.runtime_ns), Some(cap));
+                }
+                Err(_) => prop_assert_eq!(&ledger, &before),
+            }
+            prop_assert_eq!(ledger.violation(), None);
+        }
+    }
+
+    #[test]
+    fn a_budget_per_reservation_needs_one_per_reservation_and_one_period() {
+        let mut ledger = Ledger::new(machine());
+        let mut wg = CellRequest::event_triggered("wg", 100_000, 1_000_000);
+        wg.placement = Placement::Global;
+        wg.cores = CoreRequest::Count(2);
+        ledger.insert(&wg).unwrap();
+        let b = |runtime, period| Budget::new(runtime, period);
+        let one = ledger.resize_each("wg", &[b(100_000, 1_000_000)], false);
+        assert!(one
+            .unwrap_err()
+            .reason
+            .contains("1 budget(s) given for its 2"));
+        let mixed =
+            ledger.resize_each("wg", &[b(100_000, 1_000_000), b(100_000, 2_000_000)], false);
+        assert!(mixed.unwrap_err().reason.contains("different periods"));
+        let (g, degraded) = ledger
+            .resize_each("wg", &[b(300_000, 1_000_000), b(100_000, 1_000_000)], false)
+            .unwrap();
+        assert!(!degraded);
+        let runtimes: Vec<u64> = g.reservations.iter().map(|r| r.budget.runtime_ns).collect();
+        assert_eq!(runtimes, [300_000, 100_000]);
+        assert_eq!(g.request.budget, Some(b(300_000, 1_000_000)));
     }
 }

@@ -42,7 +42,7 @@ pub mod workgroup;
 pub use adaptive::{
     compress, Adaptive, AdaptiveConfig, AdaptiveReport, PredictorConfig, PredictorKind,
 };
-pub use bandwidth::Bandwidth;
+pub use bandwidth::{largest_fitting, Bandwidth};
 pub use cell::{
     Budget, CellPolicy, CellRequest, CoreRequest, Placement, RequestError, MAX_GLOBAL_RESERVATIONS,
 };

@@ -9,11 +9,13 @@
 //! It owns the per-member arithmetic and the counts: per member the cycles
 //! seen, the overruns (a cycle that used more CPU than the member's budget
 //! per cycle) and the misses (a cycle that finished after its deadline).
-//! The cell's budget is the largest member's: mainline SCHED_DEADLINE gives
-//! each member its own reservation and the broker gives every reservation
-//! of a cell the same budget. It must never measure, sleep or call the
-//! broker: the caller (libtessera's control thread) feeds it samples,
-//! asks it what to request and tells it what admission granted.
+//! Each member holds a budget of its own (mainline SCHED_DEADLINE gives
+//! each member its own reservation, and the broker a budget per
+//! reservation): a host's callback, which wakes and waits for its workers,
+//! uses more than a worker, and one budget for all, the largest member's,
+//! reserved the difference in every worker. It must never measure, sleep
+//! or call the broker: the caller (libtessera's control thread) feeds it
+//! samples, asks it what to request and tells it what admission granted.
 //!
 //! Invariants (property-tested): every budget it asks for lies within the
 //! members' bounds; a member's budget covers its predicted cycle with the
@@ -51,6 +53,8 @@ pub struct MemberReport {
     pub last_cpu_ns: Option<u64>,
     /// What this member's load needs, per reservation period.
     pub wanted: Budget,
+    /// What admission granted it, once it did.
+    pub budget: Option<Budget>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +64,31 @@ struct Member {
     overruns: u64,
     misses: u64,
     last_cpu_ns: Option<u64>,
+    granted: Option<Budget>,
+}
+
+impl Member {
+    /// Its granted runtime per cycle (a reservation period spans
+    /// `fragments` cycles of `period_ns`).
+    fn budget_per_cycle(&self, period_ns: u64) -> Option<u64> {
+        let g = self.granted?;
+        let fragments = g.period_ns / period_ns.max(1);
+        Some(g.runtime_ns / fragments.max(1))
+    }
+
+    /// Whether the budget it holds must change: none yet, another period,
+    /// short of its [`Adaptive::needed`] (its predicted cycle with half
+    /// the increment, or a bump), or over what it wants by more than the
+    /// hysteresis.
+    fn must_change(&self, hysteresis_pct: u32) -> bool {
+        let target = self.adaptive.wanted();
+        let Some(held) = self.granted.filter(|h| h.period_ns == target.period_ns) else {
+            return true;
+        };
+        let band = held.runtime_ns * u64::from(hysteresis_pct) / 100;
+        held.runtime_ns < self.adaptive.needed()
+            || held.runtime_ns > target.runtime_ns.saturating_add(band)
+    }
 }
 
 /// The per-cycle controller of one workgroup.
@@ -68,7 +97,6 @@ pub struct WorkgroupControl {
     config: AdaptiveConfig,
     period_ns: u64,
     members: BTreeMap<MemberId, Member>,
-    granted: Option<Budget>,
 }
 
 impl WorkgroupControl {
@@ -80,7 +108,6 @@ impl WorkgroupControl {
             config,
             period_ns,
             members: BTreeMap::new(),
-            granted: None,
         })
     }
 
@@ -112,6 +139,7 @@ impl WorkgroupControl {
                 overruns: 0,
                 misses: 0,
                 last_cpu_ns: None,
+                granted: None,
             },
         );
     }
@@ -145,10 +173,11 @@ impl WorkgroupControl {
         if sample.period_ns != self.period_ns && self.members.contains_key(&member) {
             self.set_period(sample.period_ns)?;
         }
-        let per_cycle = self.budget_per_cycle();
+        let period_ns = self.period_ns;
         let Some(m) = self.members.get_mut(&member) else {
             return Ok(());
         };
+        let per_cycle = m.budget_per_cycle(period_ns);
         m.cycles += 1;
         m.last_cpu_ns = Some(sample.cpu_ns);
         let overran = per_cycle.is_some_and(|b| sample.cpu_ns > b);
@@ -165,65 +194,50 @@ impl WorkgroupControl {
         Ok(())
     }
 
-    /// The granted runtime per cycle (a reservation period spans
-    /// `fragments` cycles).
-    fn budget_per_cycle(&self) -> Option<u64> {
-        let g = self.granted?;
-        let fragments = g.period_ns / self.period_ns.max(1);
-        Some(g.runtime_ns / fragments.max(1))
+    /// What member `member`'s load needs.
+    pub fn wanted(&self, member: MemberId) -> Option<Budget> {
+        Some(self.members.get(&member)?.adaptive.wanted())
     }
 
-    /// What each member's load needs.
-    pub fn wanted_per_member(&self) -> Vec<(MemberId, Budget)> {
-        self.members
-            .iter()
-            .map(|(&id, m)| (id, m.adaptive.wanted()))
-            .collect()
-    }
-
-    /// The cell's budget: the largest member's (each member holds a
-    /// reservation of the cell's one budget). None without members.
-    pub fn wanted(&self) -> Option<Budget> {
-        self.members
-            .values()
-            .map(|m| m.adaptive.wanted())
-            .max_by_key(|b| (b.period_ns, b.runtime_ns))
-    }
-
-    /// The budget to ask admission for, if the one held must change: it
-    /// grows when it no longer holds some member's [`Adaptive::needed`]
-    /// (its predicted cycle with half the increment, or a bump), and
-    /// shrinks when it is above what every member wants by more than the
-    /// hysteresis. Between the two it stays: fed a sample a cycle, the
-    /// largest of ten members' predictions moves up and down every few
-    /// cycles, and following each move had the broker retune every member
-    /// several times a second (§4.5's chain, near a full period, lost
-    /// cycles to the hand-offs those retunes delayed).
-    pub fn update(&self) -> Option<Budget> {
-        let target = self.wanted()?;
-        let Some(held) = self.granted else {
-            return Some(target);
+    /// Every member's budget to ask admission for, if one must change
+    /// (none yet, short, or well over: [`Member::must_change`]): those
+    /// that must, what they want; the others, what they hold. Between
+    /// short and well over a budget stays: fed a sample a cycle, a
+    /// member's prediction moves up and down every few cycles, and
+    /// following each move had the broker retune the members several times
+    /// a second (§4.5's chain, near a full period, lost cycles to the
+    /// hand-offs those retunes delayed).
+    pub fn update(&self) -> Option<Vec<(MemberId, Budget)>> {
+        let hysteresis = self.config.hysteresis_pct;
+        if !self.members.values().any(|m| m.must_change(hysteresis)) {
+            return None;
+        }
+        let budget = |m: &Member| match m.granted {
+            Some(held) if !m.must_change(hysteresis) => held,
+            _ => m.adaptive.wanted(),
         };
-        if held.period_ns != target.period_ns {
-            return Some(target);
-        }
-        let needed = self.members.values().map(|m| m.adaptive.needed()).max()?;
-        let band = held.runtime_ns * self.config.hysteresis_pct as u64 / 100;
-        let short = held.runtime_ns < needed;
-        let over = held.runtime_ns > target.runtime_ns.saturating_add(band);
-        (short || over).then_some(target)
+        Some(
+            self.members
+                .iter()
+                .map(|(&id, m)| (id, budget(m)))
+                .collect(),
+        )
     }
 
-    /// Records what admission gave the cell (every member holds it).
-    pub fn granted(&mut self, budget: Budget, degraded: bool) {
-        self.granted = Some(budget);
-        for m in self.members.values_mut() {
-            m.adaptive.granted(budget, degraded);
+    /// Records what admission gave each member named (the others keep
+    /// theirs; one no longer a member is ignored).
+    pub fn granted(&mut self, budgets: &[(MemberId, Budget)], degraded: bool) {
+        for &(id, budget) in budgets {
+            if let Some(m) = self.members.get_mut(&id) {
+                m.granted = Some(budget);
+                m.adaptive.granted(budget, degraded);
+            }
         }
     }
 
-    pub fn granted_budget(&self) -> Option<Budget> {
-        self.granted
+    /// What admission gave member `member`.
+    pub fn granted_budget(&self, member: MemberId) -> Option<Budget> {
+        self.members.get(&member)?.granted
     }
 
     pub fn report(&self) -> Vec<MemberReport> {
@@ -236,6 +250,7 @@ impl WorkgroupControl {
                 misses: m.misses,
                 last_cpu_ns: m.last_cpu_ns,
                 wanted: m.adaptive.wanted(),
+                budget: m.granted,
             })
             .collect()
     }
@@ -260,8 +275,15 @@ mod tests {
         WorkgroupControl::new(AdaptiveConfig::default(), PERIOD).unwrap()
     }
 
+    /// Asks for what `update` says and is granted all of it.
+    fn settle(wg: &mut WorkgroupControl) {
+        if let Some(next) = wg.update() {
+            wg.granted(&next, false);
+        }
+    }
+
     #[test]
-    fn the_budget_follows_a_step_of_the_largest_member() {
+    fn each_member_gets_the_budget_of_its_own_work_and_follows_its_step() {
         let mut wg = control();
         wg.join(1);
         wg.join(2);
@@ -269,12 +291,22 @@ mod tests {
             wg.observe(1, sample(800_000, false)).unwrap();
             wg.observe(2, sample(300_000, false)).unwrap();
         }
+        settle(&mut wg);
         // Max predictor, 20 % increment, one fragment.
-        assert_eq!(wg.wanted(), Some(Budget::new(960_000, PERIOD)));
+        assert_eq!(wg.granted_budget(1), Some(Budget::new(960_000, PERIOD)));
+        assert_eq!(wg.granted_budget(2), Some(Budget::new(360_000, PERIOD)));
         for _ in 0..16 {
             wg.observe(1, sample(1_600_000, false)).unwrap();
         }
-        assert_eq!(wg.wanted(), Some(Budget::new(1_920_000, PERIOD)));
+        let next = wg.update().unwrap();
+        assert_eq!(
+            next,
+            [
+                (1, Budget::new(1_920_000, PERIOD)),
+                (2, Budget::new(360_000, PERIOD))
+            ],
+            "the member that stepped grows; the other keeps what it holds"
+        );
     }
 
     #[test]
@@ -282,7 +314,8 @@ mod tests {
         let mut wg = control();
         wg.join(7);
         wg.join(8);
-        wg.granted(Budget::new(1_000_000, PERIOD), false);
+        let budget = Budget::new(1_000_000, PERIOD);
+        wg.granted(&[(7, budget), (8, budget)], false);
         wg.observe(7, sample(1_200_000, true)).unwrap();
         wg.observe(7, sample(900_000, false)).unwrap();
         wg.observe(8, sample(500_000, true)).unwrap();
@@ -304,17 +337,17 @@ mod tests {
         for _ in 0..16 {
             wg.observe(1, sample(500_000, false)).unwrap();
         }
-        let steady = wg.wanted().unwrap();
-        wg.granted(steady, false);
+        let steady = wg.wanted(1).unwrap();
+        wg.granted(&[(1, steady)], false);
         // Late with budget to spare: held up elsewhere, nothing to bump.
         wg.observe(1, sample(500_000, true)).unwrap();
-        assert_eq!(wg.wanted(), Some(steady));
+        assert_eq!(wg.wanted(1), Some(steady));
         // Late after using more than its budget: bumped 20 % over what
         // that cycle alone asks.
         let over = steady.runtime_ns + 1;
         wg.observe(1, sample(over, true)).unwrap();
         assert_eq!(
-            wg.wanted().unwrap().runtime_ns,
+            wg.wanted(1).unwrap().runtime_ns,
             over * 120 / 100 * 120 / 100
         );
         assert_eq!(wg.report()[0].misses, 2);
@@ -332,7 +365,7 @@ mod tests {
         wg.observe(1, short).unwrap();
         assert_eq!(wg.period_ns(), 666_666);
         // Two cycles per enforceable reservation period.
-        assert_eq!(wg.wanted().unwrap().period_ns, 1_333_332);
+        assert_eq!(wg.wanted(1).unwrap().period_ns, 1_333_332);
     }
 
     proptest! {
@@ -348,11 +381,13 @@ mod tests {
                 let member = member as MemberId;
                 wg.join(member);
                 wg.observe(member, sample(cpu, late)).unwrap();
-                let b = wg.wanted().unwrap();
+                let b = wg.wanted(member).unwrap();
                 prop_assert!(b.runtime_ns >= bounds.0 && b.runtime_ns <= bounds.1, "{b:?} outside {bounds:?}");
                 prop_assert!(b.runtime_ns >= (cpu * 120 / 100).min(bounds.1), "{b:?} below cycle {cpu}");
-                if let Some(next) = wg.update() {
-                    wg.granted(next, false);
+                settle(&mut wg);
+                for r in wg.report() {
+                    let held = r.budget.unwrap();
+                    prop_assert!(held.runtime_ns >= bounds.0 && held.runtime_ns <= bounds.1, "member {}: {held:?}", r.member);
                 }
             }
         }
@@ -364,7 +399,7 @@ mod tests {
         ) {
             let mut wg = control();
             wg.join(1);
-            wg.granted(Budget::new(budget, PERIOD), false);
+            wg.granted(&[(1, Budget::new(budget, PERIOD))], false);
             for &(cpu, late) in &cycles {
                 wg.observe(1, sample(cpu, late)).unwrap();
             }
@@ -381,16 +416,36 @@ mod tests {
             let window = AdaptiveConfig::default().predictor.window;
             for _ in 0..window {
                 wg.observe(1, sample(cpu, false)).unwrap();
-                if let Some(next) = wg.update() {
-                    wg.granted(next, false);
-                }
+                settle(&mut wg);
             }
             let bounds = Adaptive::new(AdaptiveConfig::default(), PERIOD).unwrap().bounds();
             let expected = (cpu * 120 / 100).clamp(bounds.0, bounds.1);
             // Within the hysteresis band of what the load needs, and settled.
-            let held = wg.granted_budget().unwrap().runtime_ns;
+            let held = wg.granted_budget(1).unwrap().runtime_ns;
             prop_assert!(held.abs_diff(expected) <= held * 5 / 100, "{held} vs {expected}");
             prop_assert_eq!(wg.update(), None);
+        }
+
+        #[test]
+        fn a_members_budget_moves_only_with_its_own_cycles(
+            steady in 100_000u64..1_000_000,
+            cpus in proptest::collection::vec((0u64..2_500_000, any::<bool>()), 1..80),
+        ) {
+            let mut wg = control();
+            wg.join(1);
+            wg.join(2);
+            for _ in 0..64 {
+                wg.observe(2, sample(steady, false)).unwrap();
+            }
+            settle(&mut wg);
+            let held = wg.granted_budget(2);
+            for (cpu, late) in cpus {
+                wg.observe(1, sample(cpu, late)).unwrap();
+                if let Some(next) = wg.update() {
+                    prop_assert_eq!(Some(next[1]), held.map(|b| (2, b)));
+                    wg.granted(&next, false);
+                }
+            }
         }
 
         #[test]
@@ -403,12 +458,12 @@ mod tests {
             for &cpu in &cpus {
                 wg.observe(1, sample(cpu, false)).unwrap();
             }
-            wg.granted(Budget::new(held, PERIOD), false);
+            wg.granted(&[(1, Budget::new(held, PERIOD))], false);
             let bounds = Adaptive::new(AdaptiveConfig::default(), PERIOD).unwrap().bounds();
             let largest = *cpus.iter().max().unwrap();
             let needed = (largest * 110 / 100).clamp(bounds.0, bounds.1);
             let wanted = (largest * 120 / 100).clamp(bounds.0, bounds.1);
-            let update = wg.update();
+            let update = wg.update().map(|next| next[0].1);
             if held < needed {
                 prop_assert_eq!(update.map(|b| b.runtime_ns), Some(wanted), "short: grows to what is wanted");
             } else if held > wanted + held * 5 / 100 {

@@ -7,7 +7,9 @@
 //! It only reads and computes; it must never run anything, and never judge
 //! a figure against its goal (the report states both).
 
-use super::results::{Config, ConfigResult, StepResult, HIGH_PCT, LOW_PCT, PERIOD_NS, THREADS};
+use super::results::{
+    Config, ConfigResult, StepResult, ThreadFigures, HIGH_PCT, LOW_PCT, PERIOD_NS, THREADS,
+};
 use tessera_measure::Summary;
 
 /// A budget within this share of its settled value has converged.
@@ -100,8 +102,9 @@ impl HostRecord {
             c.demand_ns += r.demand_ns;
             c.used_ns += r.cpu_ns;
             c.reserved_ns += r.budget_per_cycle();
-            if let Some(cpu) = c.cpu_ns.get_mut(r.thread) {
-                *cpu = r.cpu_ns;
+            if r.thread < THREADS {
+                c.cpu_ns[r.thread] = r.cpu_ns;
+                c.budget_ns[r.thread] = r.budget_per_cycle();
             }
         }
         cycles
@@ -146,8 +149,9 @@ pub(super) struct Cycle {
     pub used_ns: u64,
     /// The members' budgets per cycle, summed.
     pub reserved_ns: u64,
-    /// Each thread's CPU time.
+    /// Each thread's CPU time, and its budget per cycle.
     pub cpu_ns: [u64; THREADS],
+    pub budget_ns: [u64; THREADS],
 }
 
 impl Cycle {
@@ -160,6 +164,7 @@ impl Cycle {
             used_ns: 0,
             reserved_ns: 0,
             cpu_ns: [0; THREADS],
+            budget_ns: [0; THREADS],
         }
     }
 }
@@ -214,6 +219,7 @@ pub(super) fn figures(
         steps,
         converge_up_cycles,
         reserved_per_p99_demand: reserved_per_p99_demand(&high),
+        threads: thread_figures(&high),
         call_ns: (!calls.is_empty()).then(|| Summary::from_samples(&calls, None)),
         joined: record.joined.clone(),
         notes,
@@ -257,13 +263,28 @@ fn converged_after(cycles: &[Cycle]) -> Option<u64> {
 
 fn reserved_per_p99_demand(cycles: &[&Cycle]) -> Option<f64> {
     let reserved = median(cycles.iter().map(|c| c.reserved_ns)).filter(|&r| r > 0)?;
-    let demand: f64 = (0..THREADS)
-        .map(|t| {
-            let cpu: Vec<f64> = cycles.iter().map(|c| c.cpu_ns[t] as f64).collect();
-            Summary::from_samples(&cpu, None).p99
-        })
-        .sum();
+    let demand: f64 = (0..THREADS).map(|t| p99_cpu_ns(cycles, t)).sum();
     (demand > 0.0).then(|| reserved as f64 / demand)
+}
+
+fn p99_cpu_ns(cycles: &[&Cycle], thread: usize) -> f64 {
+    let cpu: Vec<f64> = cycles.iter().map(|c| c.cpu_ns[thread] as f64).collect();
+    Summary::from_samples(&cpu, None).p99
+}
+
+/// Each thread's p99 CPU time and median budget per cycle over `cycles`
+/// (empty when nothing was measured).
+fn thread_figures(cycles: &[&Cycle]) -> Vec<ThreadFigures> {
+    if cycles.is_empty() {
+        return Vec::new();
+    }
+    (0..THREADS)
+        .map(|t| ThreadFigures {
+            thread: t,
+            p99_cpu_ns: p99_cpu_ns(cycles, t),
+            median_budget_ns: median(cycles.iter().map(|c| c.budget_ns[t])).unwrap_or(0),
+        })
+        .collect()
 }
 
 fn median(values: impl Iterator<Item = u64>) -> Option<u64> {

@@ -10,7 +10,7 @@
 
 use super::cycles::Cycle;
 use super::results::{
-    Config, ConfigResult, WorkgroupResults, GOAL_CALL_P99_NS, GOAL_CONVERGE_CYCLES,
+    Config, ConfigResult, ThreadFigures, WorkgroupResults, GOAL_CALL_P99_NS, GOAL_CONVERGE_CYCLES,
     GOAL_MISSES_PER_STEP, GOAL_RESERVED_PER_DEMAND, PERIOD_NS,
 };
 use crate::bench::output::{stopped_early, write_file, write_json};
@@ -236,6 +236,7 @@ fn readme_text(results: &WorkgroupResults) -> String {
                 opt(s.converged_after, |n| n.to_string())
             );
         }
+        text.push_str(&thread_table(&c.threads));
         if let Some(calls) = &c.call_ns {
             let _ = writeln!(
                 text,
@@ -247,6 +248,35 @@ fn readme_text(results: &WorkgroupResults) -> String {
             let _ = writeln!(text, "\n- {note}");
         }
         text.push('\n');
+    }
+    text
+}
+
+/// Each thread's p99 CPU time and median budget per cycle in the high
+/// phases' second halves (empty without figures).
+fn thread_table(threads: &[ThreadFigures]) -> String {
+    if threads.is_empty() {
+        return String::new();
+    }
+    let mut text = "\nPer thread, second halves of the 70 % phases:\n\n\
+        | thread | p99 CPU per cycle (µs) | median budget per cycle (µs) | budget ÷ p99 |\n|---|--:|--:|--:|\n"
+        .to_string();
+    for t in threads {
+        let name = match t.thread {
+            0 => "callback".to_string(),
+            n => format!("worker {n}"),
+        };
+        let ratio = if t.p99_cpu_ns > 0.0 && t.median_budget_ns > 0 {
+            format!("{:.2}", t.median_budget_ns as f64 / t.p99_cpu_ns)
+        } else {
+            "–".into()
+        };
+        let _ = writeln!(
+            text,
+            "| {name} | {:.0} | {:.0} | {ratio} |",
+            t.p99_cpu_ns / 1e3,
+            t.median_budget_ns as f64 / 1e3
+        );
     }
     text
 }

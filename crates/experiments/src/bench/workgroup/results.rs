@@ -147,6 +147,8 @@ pub struct ConfigResult {
     /// per cycle (all of it, from the end of its last cycle: what its
     /// reservation pays). None when nothing is reserved.
     pub reserved_per_p99_demand: Option<f64>,
+    /// Per thread (0 the callback), over the same cycles.
+    pub threads: Vec<ThreadFigures>,
     /// `interval_start` + `interval_finish`, ns, per member and cycle
     /// (workgroup only).
     pub call_ns: Option<Summary>,
@@ -154,6 +156,17 @@ pub struct ConfigResult {
     pub joined: Vec<i32>,
     /// What did not go as planned, and the interference's own summaries.
     pub notes: Vec<String>,
+}
+
+/// One thread's figures over the second halves of the high phases.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ThreadFigures {
+    /// 0: the callback; 1–3: the workers.
+    pub thread: usize,
+    /// Its CPU time per cycle, p99.
+    pub p99_cpu_ns: f64,
+    /// Its budget per cycle, median (0: none reserved).
+    pub median_budget_ns: u64,
 }
 
 /// The whole run.
