@@ -385,7 +385,8 @@ mod tests {
                 name: "jack".into(),
                 create: Some(WorkgroupShape {
                     capacity: 4,
-                    budget: Budget::new(500_000, 2_666_666)
+                    budget: Budget::new(500_000, 2_666_666),
+                    core: None,
                 })
             }
         );

@@ -41,6 +41,12 @@ pub struct WorkgroupShape {
     pub capacity: usize,
     /// Each member's budget until its cycles are measured.
     pub budget: Budget,
+    /// Every member's reservation on this core, partitioned (a chain of
+    /// members that run one after the other, beside their server's threads
+    /// on the same core); None: global EDF on the shared cores (members
+    /// that run in parallel).
+    #[serde(default)]
+    pub core: Option<usize>,
 }
 
 /// A workgroup as its members see it.
@@ -144,8 +150,9 @@ pub fn leave(broker: &mut Broker, name: &str, tid: i32, peer: &PeerCredentials) 
     broker.detach(tid, peer.uid)
 }
 
-/// The cell a workgroup is: global EDF over the shared cores, one
-/// reservation per member, its budget adapted by its owner, reclaiming
+/// The cell a workgroup is: global EDF over the shared cores (or, asked
+/// for, EDF on one partitioned core), one reservation per member, its
+/// budgets adapted by its owner, reclaiming
 /// what the others leave unused (GRUB, as the guard's reservations). A
 /// member's wake-ups drift with its graph (each client starts when the one
 /// before it finishes), so two of its cycles can fall in one reservation
@@ -153,13 +160,16 @@ pub fn leave(broker: &mut Broker, name: &str, tid: i32, peer: &PeerCredentials) 
 /// §4.5's staircase of ten members, throttled in 355 of 430 misses with a
 /// budget of 228 µs for 124 µs of work.
 fn request(name: &str, shape: WorkgroupShape) -> CellRequest {
-    let mut req = CellRequest::new(
-        name,
-        CellPolicy::EventTriggered,
-        CoreRequest::Count(shape.capacity.max(1)),
-        Some(shape.budget),
-    );
-    req.placement = Placement::Global;
+    let capacity = shape.capacity.max(1);
+    let cores = match shape.core {
+        // One reservation on it per member: a stacked cell.
+        Some(core) => CoreRequest::List(vec![core; capacity]),
+        None => CoreRequest::Count(capacity),
+    };
+    let mut req = CellRequest::new(name, CellPolicy::EventTriggered, cores, Some(shape.budget));
+    if shape.core.is_none() {
+        req.placement = Placement::Global;
+    }
     req.owner_adapts = true;
     req.reclaim = true;
     req

@@ -23,6 +23,7 @@ fn shape(capacity: usize) -> WorkgroupShape {
     WorkgroupShape {
         capacity,
         budget: Budget::new(1_000_000, PERIOD),
+        core: None,
     }
 }
 
@@ -263,4 +264,67 @@ fn each_member_holds_a_budget_of_its_own() {
     assert_eq!(runtime_of(worker_tid), Duration::from_micros(1000));
     let _ = stop_tx.send(());
     worker.join().unwrap();
+}
+
+#[test]
+fn a_workgroup_on_one_core_holds_its_members_there() {
+    let Some(machine) = privileged("a_workgroup_on_one_core_holds_its_members_there") else {
+        return;
+    };
+    let online = tessera_sys::kernel::online_cpus().unwrap();
+    if online.len() < 2 {
+        eprintln!(
+            "a workgroup on one core: this machine has one core, which stays with the system"
+        );
+        return;
+    }
+    let mut session = machine.session();
+    let core = *online.last().unwrap();
+    let on_core = WorkgroupShape {
+        core: Some(core),
+        ..shape(2)
+    };
+    let wg = session.open_workgroup("wg-core", Some(on_core)).unwrap();
+    assert_eq!(wg.capacity, 2);
+    let cell = session.show("wg-core").unwrap();
+    assert!(
+        cell.grant.reservations.iter().all(|r| r.core == Some(core)),
+        "both reservations on core {core}: {:?}",
+        cell.grant.reservations
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    // It wakes every millisecond, as a periodic thread does: a thread of
+    // the broker's own process is moved to a partitioned core as it wakes.
+    let other = std::thread::spawn(move || {
+        let _ = tx.send(tessera_sys::proc::current_tid());
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        while stop_rx.try_recv().is_err() && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let tids = [tessera_sys::proc::current_tid(), rx.recv().unwrap()];
+    for tid in tids {
+        session.join_workgroup("wg-core", tid).unwrap();
+        assert!(matches!(
+            sched::get_policy(tid).unwrap(),
+            Policy::Deadline(_)
+        ));
+        assert_eq!(tessera_sys::affinity::get_affinity(tid).unwrap(), [core]);
+    }
+    // A third is past its capacity, and a core that cannot take the budgets refuses the workgroup.
+    let too_much = WorkgroupShape {
+        core: Some(core),
+        capacity: 64,
+        budget: Budget::new(PERIOD / 10, PERIOD),
+    };
+    let refused = session
+        .open_workgroup("wg-core-full", Some(too_much))
+        .unwrap_err();
+    assert_eq!(refused.code, ErrorCode::Refused, "{refused}");
+    for tid in tids {
+        session.leave_workgroup("wg-core", tid).unwrap();
+    }
+    let _ = stop_tx.send(());
+    other.join().unwrap();
 }

@@ -174,13 +174,17 @@ fn run(options: &Options) -> Result<(), String> {
 }
 
 /// The workgroup of `--workgroup`, for as many members as there are loads
-/// when it is created here.
+/// when it is created here (on `--workgroup-core`'s core, if given).
 fn open_workgroup(options: &Options) -> Result<Option<Arc<WorkgroupHandle>>, String> {
     let Some(name) = &options.workgroup else {
         return Ok(None);
     };
     let message = |code| tessera::status::message(code).to_string_lossy();
-    match WorkgroupHandle::open(name, options.loads) {
+    let opened = match options.workgroup_core {
+        Some(core) => WorkgroupHandle::open_on(name, options.loads, core),
+        None => WorkgroupHandle::open(name, options.loads),
+    };
+    match opened {
         Ok((workgroup, code)) => {
             eprintln!("tessera-jack-peer: workgroup {name}: {}", message(code));
             Ok(Some(Arc::new(workgroup)))

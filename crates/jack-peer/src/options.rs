@@ -3,7 +3,8 @@
 //! times, `--starts 15,30 --stops 60,60`), the time origin shared with the
 //! caller (`--t0-ns`, CLOCK_MONOTONIC, given or read from stdin once the
 //! clients that open at launch are open), the recording's length and the
-//! workgroup whose members the loads become (`--workgroup NAME`). Or,
+//! workgroup whose members the loads become (`--workgroup NAME`, on one
+//! core with `--workgroup-core N`). Or,
 //! with `--net-listen` and `--net-send-to`, one network-audio client
 //! instead of loads ([`NetOptions`]).
 //!
@@ -21,7 +22,8 @@ pub const WARM_UP: Duration = Duration::from_millis(500);
 
 pub const USAGE: &str = "usage: tessera-jack-peer --topology chain|fan-out [--loads 10] \
      [--load 0.05 | --load 0.1,0.1,...] [--start-every S | --starts S1,S2,...] [--stops T1,-,...] \
-     [--t0-ns NS|stdin] [--monitor] [--workgroup NAME] [--seconds 20] --out FILE\n  \
+     [--t0-ns NS|stdin] [--monitor] [--workgroup NAME [--workgroup-core N]] [--seconds 20] \
+     --out FILE\n  \
      or: tessera-jack-peer --net-listen ADDR:PORT --net-send-to ADDR:PORT [--jitter 4] \
      [--t0-ns NS|stdin] [--seconds 20] --out FILE (one network-audio client)\n  \
      (server: $JACK_DEFAULT_SERVER; under PipeWire run it through pw-jack; times in s from t0)";
@@ -44,6 +46,9 @@ pub struct Options {
     /// Every load's process thread joins this workgroup and marks its
     /// cycles (libtessera; the JACK bridge).
     pub workgroup: Option<String>,
+    /// The workgroup's reservations on this core, partitioned (created
+    /// with `tessera_workgroup_open_on`); None: global EDF.
+    pub workgroup_core: Option<usize>,
     pub seconds: f64,
     pub out: PathBuf,
     /// One network-audio client instead of the loads.
@@ -102,6 +107,7 @@ struct Raw {
     t0: Origin,
     monitor: bool,
     workgroup: Option<String>,
+    workgroup_core: Option<usize>,
     seconds: Option<f64>,
     out: Option<PathBuf>,
     listen: Option<SocketAddr>,
@@ -140,6 +146,13 @@ impl Raw {
             "--t0-ns" => self.t0 = Origin::At(value.parse().map_err(|e| format!("{flag}: {e}"))?),
             "--seconds" => self.seconds = Some(number(&value)?),
             "--workgroup" => self.workgroup = Some(value),
+            "--workgroup-core" => {
+                let core = value
+                    .trim()
+                    .parse()
+                    .map_err(|e| format!("{flag} {value}: {e}"))?;
+                self.workgroup_core = Some(core);
+            }
             "--out" => self.out = Some(value.into()),
             "--net-listen" => self.listen = Some(address(flag, &value)?),
             "--net-send-to" => self.send_to = Some(address(flag, &value)?),
@@ -184,6 +197,9 @@ impl Raw {
         if net.is_some() && self.workgroup.is_some() {
             return Err("--workgroup is for load clients, not the network client".into());
         }
+        if self.workgroup_core.is_some() && self.workgroup.is_none() {
+            return Err("--workgroup-core places a workgroup: give --workgroup NAME too".into());
+        }
         Ok(Options {
             topology: self.topology.unwrap_or(Topology::Chain),
             loads,
@@ -193,6 +209,7 @@ impl Raw {
             t0: self.t0,
             monitor: self.monitor,
             workgroup: self.workgroup,
+            workgroup_core: self.workgroup_core,
             seconds: self.seconds.unwrap_or(20.0),
             out,
             net,

@@ -147,6 +147,24 @@ struct tessera_workgroup *tessera_workgroup_open(const char *name);
 struct tessera_workgroup *tessera_workgroup_open_for(const char *name, int32_t max_threads);
 
 /*
+ Opens workgroup `name` as `tessera_workgroup_open_for` does; when it
+ creates it, every member's reservation is on CPU `core`, partitioned
+ (EDF on that core alone, with nothing else of the machine on it): for
+ members that run one after the other — a chain of JACK clients — beside
+ their audio server's threads on the same core. Members that run in
+ parallel (a host's workers) belong under `tessera_workgroup_open_for`'s
+ global EDF. `TESSERA_ERR_INVALID` for a core that is not online or
+ `max_threads` outside 1–64; `TESSERA_ERR_REFUSED` when the core cannot
+ take the members' opening budgets.
+
+ # Safety
+ `name` is null or a NUL-terminated string.
+ */
+struct tessera_workgroup *tessera_workgroup_open_on(const char *name,
+                                                    int32_t max_threads,
+                                                    int32_t core);
+
+/*
  Closes a workgroup handle: its control thread stops, members joined
  through it leave, and a workgroup this process created is destroyed.
 

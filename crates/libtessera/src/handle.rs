@@ -10,7 +10,8 @@ use crate::{
     tessera_join_token, tessera_member_stats, tessera_workgroup, tessera_workgroup_close,
     tessera_workgroup_interval_finish, tessera_workgroup_interval_start, tessera_workgroup_join,
     tessera_workgroup_join_deferred, tessera_workgroup_leave, tessera_workgroup_leave_deferred,
-    tessera_workgroup_member_stats, tessera_workgroup_open_for, TESSERA_ERR_INVALID, TESSERA_OK,
+    tessera_workgroup_member_stats, tessera_workgroup_open_for, tessera_workgroup_open_on,
+    TESSERA_ERR_INVALID, TESSERA_OK,
 };
 use std::ffi::CString;
 use std::ptr::NonNull;
@@ -37,10 +38,35 @@ impl WorkgroupHandle {
     /// `max_threads` members when none exists, with the open's code
     /// (`TESSERA_OK`, or `TESSERA_BEST_EFFORT` when nothing backs it).
     pub fn open(name: &str, max_threads: usize) -> Result<(WorkgroupHandle, i32), i32> {
+        Self::open_where(name, max_threads, None)
+    }
+
+    /// `tessera_workgroup_open_on`: as [`WorkgroupHandle::open`], every
+    /// member's reservation on CPU `core`, partitioned.
+    pub fn open_on(
+        name: &str,
+        max_threads: usize,
+        core: usize,
+    ) -> Result<(WorkgroupHandle, i32), i32> {
+        Self::open_where(name, max_threads, Some(core))
+    }
+
+    fn open_where(
+        name: &str,
+        max_threads: usize,
+        core: Option<usize>,
+    ) -> Result<(WorkgroupHandle, i32), i32> {
         let name = CString::new(name).map_err(|_| TESSERA_ERR_INVALID)?;
         let max_threads = i32::try_from(max_threads).map_err(|_| TESSERA_ERR_INVALID)?;
-        // SAFETY: a NUL-terminated name that lives through the call.
-        let raw = unsafe { tessera_workgroup_open_for(name.as_ptr(), max_threads) };
+        let raw = match core {
+            // SAFETY: a NUL-terminated name that lives through the call.
+            None => unsafe { tessera_workgroup_open_for(name.as_ptr(), max_threads) },
+            Some(core) => {
+                let core = i32::try_from(core).map_err(|_| TESSERA_ERR_INVALID)?;
+                // SAFETY: as above.
+                unsafe { tessera_workgroup_open_on(name.as_ptr(), max_threads, core) }
+            }
+        };
         match NonNull::new(raw) {
             Some(raw) => Ok((WorkgroupHandle { raw }, crate::tessera_last_error())),
             None => Err(crate::tessera_last_error()),

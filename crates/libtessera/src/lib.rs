@@ -157,7 +157,7 @@ pub extern "C" fn tessera_last_error() -> i32 {
 #[no_mangle]
 pub unsafe extern "C" fn tessera_workgroup_open(name: *const c_char) -> *mut tessera_workgroup {
     // SAFETY: the caller's contract, passed on.
-    unsafe { open_handle(name, None) }
+    unsafe { open_handle(name, None, None) }
 }
 
 /// Opens workgroup `name` as `tessera_workgroup_open` does; when it creates
@@ -172,23 +172,59 @@ pub unsafe extern "C" fn tessera_workgroup_open_for(
     name: *const c_char,
     max_threads: i32,
 ) -> *mut tessera_workgroup {
-    let members = 1..=tessera_policy::MAX_GLOBAL_RESERVATIONS;
-    let Some(capacity) = usize::try_from(max_threads)
-        .ok()
-        .filter(|n| members.contains(n))
-    else {
+    let Some(capacity) = members(max_threads) else {
         LAST_ERROR.with(|e| e.set(TESSERA_ERR_INVALID));
         return std::ptr::null_mut();
     };
     // SAFETY: the caller's contract, passed on.
-    unsafe { open_handle(name, Some(capacity)) }
+    unsafe { open_handle(name, Some(capacity), None) }
 }
 
-/// Both opens: the handle, or NULL with the thread's last error set.
+/// Opens workgroup `name` as `tessera_workgroup_open_for` does; when it
+/// creates it, every member's reservation is on CPU `core`, partitioned
+/// (EDF on that core alone, with nothing else of the machine on it): for
+/// members that run one after the other — a chain of JACK clients — beside
+/// their audio server's threads on the same core. Members that run in
+/// parallel (a host's workers) belong under `tessera_workgroup_open_for`'s
+/// global EDF. `TESSERA_ERR_INVALID` for a core that is not online or
+/// `max_threads` outside 1–64; `TESSERA_ERR_REFUSED` when the core cannot
+/// take the members' opening budgets.
 ///
 /// # Safety
 /// `name` is null or a NUL-terminated string.
-unsafe fn open_handle(name: *const c_char, capacity: Option<usize>) -> *mut tessera_workgroup {
+#[no_mangle]
+pub unsafe extern "C" fn tessera_workgroup_open_on(
+    name: *const c_char,
+    max_threads: i32,
+    core: i32,
+) -> *mut tessera_workgroup {
+    let online = tessera_sys::kernel::online_cpus().unwrap_or_default();
+    let core = usize::try_from(core).ok().filter(|c| online.contains(c));
+    let (Some(capacity), Some(core)) = (members(max_threads), core) else {
+        LAST_ERROR.with(|e| e.set(TESSERA_ERR_INVALID));
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the caller's contract, passed on.
+    unsafe { open_handle(name, Some(capacity), Some(core)) }
+}
+
+/// `max_threads` as a workgroup's capacity, if within 1–64.
+fn members(max_threads: i32) -> Option<usize> {
+    let members = 1..=tessera_policy::MAX_GLOBAL_RESERVATIONS;
+    usize::try_from(max_threads)
+        .ok()
+        .filter(|n| members.contains(n))
+}
+
+/// Every open: the handle, or NULL with the thread's last error set.
+///
+/// # Safety
+/// `name` is null or a NUL-terminated string.
+unsafe fn open_handle(
+    name: *const c_char,
+    capacity: Option<usize>,
+    core: Option<usize>,
+) -> *mut tessera_workgroup {
     let mut opened = None;
     let code = guarded(|| {
         if name.is_null() {
@@ -199,7 +235,7 @@ unsafe fn open_handle(name: *const c_char, capacity: Option<usize>) -> *mut tess
         let Ok(name) = name.to_str() else {
             return TESSERA_ERR_INVALID;
         };
-        match Workgroup::open(name, capacity) {
+        match Workgroup::open(name, capacity, core) {
             Ok(wg) => {
                 let code = if wg.guaranteed() {
                     TESSERA_OK

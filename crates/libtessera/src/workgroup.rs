@@ -43,20 +43,30 @@ pub struct Workgroup {
 
 impl Workgroup {
     /// Opens workgroup `name`, creating it (bound to this process, for up
-    /// to `capacity` members; None: as many as the machine has cores) when
-    /// none exists.
-    pub fn open(name: &str, capacity: Option<usize>) -> Result<Workgroup, i32> {
+    /// to `capacity` members — None: as many as the machine has cores —
+    /// under global EDF, or on `core` partitioned) when none exists.
+    pub fn open(
+        name: &str,
+        capacity: Option<usize>,
+        core: Option<usize>,
+    ) -> Result<Workgroup, i32> {
         let capacity = capacity.unwrap_or_else(cores);
         match Session::connect() {
-            Ok(session) => Self::through(name, session, capacity),
+            Ok(session) => Self::through(name, session, capacity, core),
             Err(_) => Ok(Self::best_effort(name, capacity)),
         }
     }
 
-    fn through(name: &str, mut session: Session, capacity: usize) -> Result<Workgroup, i32> {
+    fn through(
+        name: &str,
+        mut session: Session,
+        capacity: usize,
+        core: Option<usize>,
+    ) -> Result<Workgroup, i32> {
         let mut pct = initial_pct(capacity);
         let info = loop {
             let shape = WorkgroupShape {
+                core,
                 capacity,
                 budget: Budget::new(INITIAL_PERIOD_NS * u64::from(pct) / 100, INITIAL_PERIOD_NS),
             };

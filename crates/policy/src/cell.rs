@@ -69,7 +69,9 @@ pub enum Placement {
 }
 
 /// Which cores: any `n`, or exactly these. For a bandwidth cell under
-/// global EDF, `Count` is its number of reservations in the shared domain.
+/// global EDF, `Count` is its number of reservations in the shared domain;
+/// an event-triggered partitioned cell may name one core several times
+/// ([`CellRequest::stacked_core`]): that many reservations on that core.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CoreRequest {
@@ -217,8 +219,9 @@ impl std::error::Error for RequestError {}
 
 pub const MIN_RUNTIME_NS: u64 = 1024;
 
-/// The most reservations one global cell holds: a workgroup's members
-/// (a host's callback and worker threads), as many as a host runs.
+/// The most reservations one global cell (or one stacked on a core) holds:
+/// a workgroup's members (a host's callback and worker threads, a chain of
+/// clients), as many as a host runs.
 pub const MAX_GLOBAL_RESERVATIONS: usize = 64;
 
 fn bad(field: &'static str, problem: impl Into<String>, fix: impl Into<String>) -> RequestError {
@@ -335,6 +338,22 @@ impl CellRequest {
         Ok(())
     }
 
+    /// The core of an event-triggered partitioned cell whose list names one
+    /// core several times: that many reservations on it, EDF on one core
+    /// (a workgroup whose members run one after the other, a chain of
+    /// clients, beside their server's threads).
+    pub fn stacked_core(&self) -> Option<usize> {
+        let CoreRequest::List(list) = &self.cores else {
+            return None;
+        };
+        let stackable =
+            self.policy == CellPolicy::EventTriggered && self.placement == Placement::Partitioned;
+        match list.as_slice() {
+            [first, _, ..] if stackable && list.iter().all(|c| c == first) => Some(*first),
+            _ => None,
+        }
+    }
+
     /// A bandwidth cell under global EDF: its count is of reservations in
     /// the shared domain, which may outnumber the cores (admission is by
     /// their sum, as the kernel's).
@@ -370,11 +389,22 @@ impl CellRequest {
                         "name online cores",
                     ));
                 }
+                if self.stacked_core().is_some() && list.len() > MAX_GLOBAL_RESERVATIONS {
+                    return Err(bad(
+                        "cores",
+                        format!("asks for {} reservations on one core", list.len()),
+                        format!("ask for at most {MAX_GLOBAL_RESERVATIONS}"),
+                    ));
+                }
                 let mut sorted = list.clone();
                 sorted.sort_unstable();
                 sorted.dedup();
-                if sorted.len() != list.len() {
-                    return Err(bad("cores", "a core is named twice", "name each core once"));
+                if sorted.len() != list.len() && self.stacked_core().is_none() {
+                    return Err(bad(
+                        "cores",
+                        "a core is named twice",
+                        "name each core once (an event-triggered partitioned cell may name one core only, several times: that many reservations on it)",
+                    ));
                 }
                 if list.is_empty() && self.policy != CellPolicy::BestEffort {
                     return Err(bad("cores", "empty core list", "name at least one core"));

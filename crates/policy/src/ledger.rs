@@ -683,6 +683,9 @@ impl Ledger {
         req: &CellRequest,
         budget: Budget,
     ) -> Result<Grant, (String, Option<String>)> {
+        if let Some(core) = req.stacked_core() {
+            return self.admit_stacked(req, budget, core);
+        }
         let n = req.cores.count();
         let candidates = self.partition_candidates(req);
         let chosen: Vec<usize> = candidates
@@ -705,6 +708,61 @@ impl Ledger {
             request: req.clone(),
             dedicated: Vec::new(),
             reservations,
+        })
+    }
+
+    /// A stacked cell's reservations, all of `budget` on `core`, if the
+    /// core may be partitioned and they pass its EDF test together with
+    /// what is there.
+    fn admit_stacked(
+        &self,
+        req: &CellRequest,
+        budget: Budget,
+        core: usize,
+    ) -> Result<Grant, (String, Option<String>)> {
+        let n = req.cores.count();
+        if self
+            .keep_system_cores(self.partition_candidates(req), 1)
+            .is_empty()
+        {
+            return Err((
+                format!(
+                    "core {core} cannot take reservations (it is dedicated, or kept for the rest of the system: {} core(s))",
+                    self.machine.system_cores
+                ),
+                None,
+            ));
+        }
+        let fits = |b: Budget| {
+            let mut budgets = self.budgets_on(core);
+            budgets.extend(std::iter::repeat_n(b, n));
+            edf::feasible(&budgets, self.machine.capacity).is_ok()
+        };
+        if !fits(budget) {
+            let runtime = largest_fitting(MIN_RUNTIME_NS, budget.runtime_ns, |r| {
+                fits(budget.with_runtime(r, false))
+            });
+            return Err((
+                format!(
+                    "needs {} of core {core} ({n} × {}); {} is free there",
+                    budget.bandwidth().times(n as u64),
+                    budget.bandwidth(),
+                    self.core_usage(core).free()
+                ),
+                Some(match runtime {
+                    Some(r) => format!("{n} × {}", would_fit(r, &budget)),
+                    None => "nothing would fit now".into(),
+                }),
+            ));
+        }
+        let reservation = Reservation {
+            core: Some(core),
+            budget,
+        };
+        Ok(Grant {
+            request: req.clone(),
+            dedicated: Vec::new(),
+            reservations: vec![reservation; n],
         })
     }
 
@@ -968,14 +1026,20 @@ mod tests {
             members in 1usize..6,
             shares in proptest::collection::vec(1u64..900, 6),
             degrade in any::<bool>(),
+            stacked_on in proptest::option::of(1usize..3),
         ) {
             let mut ledger = Ledger::new(machine());
             for (i, c) in cells.iter().enumerate() {
                 let _ = ledger.insert(&request(i, *c));
             }
             let mut wg = CellRequest::event_triggered("wg", MIN_RUNTIME_NS, 1_333_000);
-            wg.placement = Placement::Global;
-            wg.cores = CoreRequest::Count(members);
+            match stacked_on {
+                Some(core) => wg.cores = CoreRequest::List(vec![core; members]),
+                None => {
+                    wg.placement = Placement::Global;
+                    wg.cores = CoreRequest::Count(members);
+                }
+            }
             prop_assume!(ledger.insert(&wg).is_ok());
             let budgets: Vec<Budget> = shares[..members]
                 .iter()
@@ -999,6 +1063,28 @@ mod tests {
             }
             prop_assert_eq!(ledger.violation(), None);
         }
+    }
+
+    #[test]
+    fn a_stacked_cell_puts_its_reservations_on_one_core_when_they_fit_together() {
+        let mut ledger = Ledger::new(machine());
+        let stacked = |name: &str, runtime, n| {
+            CellRequest::event_triggered(name, runtime, 1_000_000).on_cores(vec![2; n])
+        };
+        let g = ledger.insert(&stacked("chain", 200_000, 4)).unwrap();
+        assert_eq!(g.reservations.len(), 4);
+        assert!(g.reservations.iter().all(|r| r.core == Some(2)));
+        assert_eq!(ledger.core_usage(2).mode, CoreMode::Partitioned);
+        assert_eq!(ledger.violation(), None);
+        // 4 × 20 % is there; 2 × 10 % more would pass 90 %.
+        let refused = ledger.insert(&stacked("more", 100_000, 2)).unwrap_err();
+        assert!(refused.reason.contains("2 × "), "{refused}");
+        assert!(refused.would_fit.unwrap().contains("runtime ≤ 50 µs"));
+        // Only an event-triggered partitioned cell may name a core twice.
+        let mut global = stacked("global", 100_000, 2);
+        global.placement = Placement::Global;
+        let twice = ledger.insert(&global).unwrap_err();
+        assert!(twice.reason.contains("named twice"), "{twice}");
     }
 
     #[test]

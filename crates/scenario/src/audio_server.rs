@@ -3,10 +3,12 @@
 //! load clients in a chain — listed one by one (`[[subject.client]]`) or
 //! started as a staircase (`[subject.staircase]`) — and how a
 //! configuration schedules it: `fifo:P` / `fifo` (as the server sets
-//! itself), or `guard[:no-reclaim|fixed=PCT|increment=PCT|rt-only|app-share=PCT|workgroup|global]`
+//! itself), or `guard[:no-reclaim|fixed=PCT|increment=PCT|rt-only|app-share=PCT|workgroup|workgroup=core|global]`
 //! (the same, plus `tessera guard`; with `workgroup` the load clients mark
-//! their cycles in a workgroup; with `global` the guard's reservations are
-//! under global EDF instead of on the scenario's core). With `[subject.network_app]`
+//! their cycles in a workgroup, under global EDF, or with `workgroup=core`
+//! on the scenario's core beside the guard's reservations; with `global`
+//! the guard's reservations are under global EDF instead of on the
+//! scenario's core). With `[subject.network_app]`
 //! ([`network_app`]) the subject is two hosts instead, each a jackd with a
 //! network-audio client.
 //!
@@ -124,6 +126,10 @@ pub struct GuardSettings {
     /// and mark every cycle: their budgets follow each cycle's work, not
     /// the guard's sampling, which leaves them to the workgroup.
     pub workgroup: bool,
+    /// The workgroup's reservations on the scenario's core, partitioned,
+    /// beside the guard's (`--workgroup-core`), as a fixed share's
+    /// threads are; otherwise under global EDF.
+    pub workgroup_on_core: bool,
     /// The guard's reservations under global EDF (`--core global`) rather
     /// than on the scenario's core, as a workgroup's members always are:
     /// the comparison with them on the same placement.
@@ -155,7 +161,7 @@ impl GuardSettings {
 
 const SCHED_FORMS: &str = "fifo:P (jackd -P P), fifo (the server's own priority), guard, \
                            guard:no-reclaim, guard:fixed=PCT, guard:increment=PCT, guard:rt-only, guard:app-share=PCT, \
-                           guard:workgroup, guard:global (options joined by commas)";
+                           guard:workgroup, guard:workgroup=core, guard:global (options joined by commas)";
 /// Lowest jackd -P: JACK2 runs its clients 5 below the server.
 const MIN_JACK_PRIORITY: u32 = 6;
 const MAX_JACK_PRIORITY: u32 = 94;
@@ -206,8 +212,10 @@ impl ServerSched {
                     options.push("rt-only".to_string());
                 }
                 options.extend(g.app_share.map(|p| format!("app-share={p}")));
-                if g.workgroup {
-                    options.push("workgroup".to_string());
+                match (g.workgroup, g.workgroup_on_core) {
+                    (true, true) => options.push("workgroup=core".to_string()),
+                    (true, false) => options.push("workgroup".to_string()),
+                    _ => {}
                 }
                 if g.global {
                     options.push("global".to_string());
@@ -259,16 +267,27 @@ fn guard_settings(options: &str) -> Result<GuardSettings, String> {
             None if option == "rt-only" => settings.rt_only = true,
             None if option == "workgroup" => settings.workgroup = true,
             None if option == "global" => settings.global = true,
+            Some(("workgroup", "core")) => {
+                settings.workgroup = true;
+                settings.workgroup_on_core = true;
+            }
             Some(("app-share", v)) => settings.app_share = Some(percent("app-share", v, 1..101)?),
             Some(("fixed", v)) => settings.fixed = Some(percent("fixed", v, 1..101)?),
             Some(("increment", v)) => settings.increment = Some(percent("increment", v, 0..1001)?),
             _ => {
                 return Err(format!(
                     "unknown guard option {option:?} (no-reclaim, fixed=PCT, increment=PCT, \
-                     rt-only, app-share=PCT, workgroup, global)"
+                     rt-only, app-share=PCT, workgroup, workgroup=core, global)"
                 ))
             }
         }
+    }
+    if settings.workgroup_on_core && settings.global {
+        return Err(
+            "guard workgroup=core puts the workgroup beside the guard on the scenario's core: \
+             give it or global, not both"
+                .into(),
+        );
     }
     if settings.rt_only && settings.app_share.is_some() {
         return Err(

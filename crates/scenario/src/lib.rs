@@ -747,9 +747,14 @@ fn server_sched(
             )
         }
     };
-    ServerSched::parse(text, subject)
-        .map(Some)
-        .map_err(|e| (span, e))
+    let sched = ServerSched::parse(text, subject).map_err(|e| (span.clone(), e))?;
+    if matches!(&sched, ServerSched::Guard(g) if g.workgroup_on_core) && scenario.core.is_none() {
+        return refuse(
+            span,
+            "guard:workgroup=core puts the workgroup on the scenario's core: give `core = N` at the top of the file",
+        );
+    }
+    Ok(Some(sched))
 }
 
 /// A value that may depend on the machine's size: `3`, or a table keyed by

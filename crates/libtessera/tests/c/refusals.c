@@ -103,6 +103,13 @@ int main(int argc, char **argv) {
         expect("capacity of open_for", tessera_workgroup_max_parallel_threads(wide), 3);
         expect("close open_for", tessera_workgroup_close(wide), TESSERA_OK);
     }
+    /* On one core: a core that is not online, or none, is refused. */
+    expect("open_on(name, 2, 4096)",
+           tessera_workgroup_open_on("refusals-core", 2, 4096) == NULL ? tessera_last_error() : 0,
+           TESSERA_ERR_INVALID);
+    expect("open_on(name, 2, -1)",
+           tessera_workgroup_open_on("refusals-core", 2, -1) == NULL ? tessera_last_error() : 0,
+           TESSERA_ERR_INVALID);
 
     wg = tessera_workgroup_open(argc > 1 ? argv[1] : "refusals");
     if (wg == NULL) {

@@ -79,12 +79,14 @@ impl AudioServerRun {
             unreachable!("called for audio-server subjects only")
         };
         let sched = config.server.clone().expect("validated with the subject");
-        // A workgroup's members are under global EDF on the shared cores:
-        // a core partitioned for the guard would leave them the others
-        // only (§4.5's ten clients on one core, throttled in a third of
-        // their cycles), so their server's threads join them there; a
-        // guard asked for `global` goes there too.
-        let global = matches!(&sched, ServerSched::Guard(g) if g.workgroup || g.global);
+        // A workgroup's members are under global EDF on the shared cores
+        // unless placed on the scenario's core: a core partitioned for the
+        // guard would leave them the others only (§4.5's ten clients on
+        // one core, throttled in a third of their cycles), so their
+        // server's threads join them there; a guard asked for `global`
+        // goes there too.
+        let global = matches!(&sched, ServerSched::Guard(g)
+            if (g.workgroup && !g.workgroup_on_core) || g.global);
         let guard = GuardPlace {
             core: match scenario.core {
                 _ if global => Some("global".to_string()),
@@ -109,7 +111,18 @@ impl AudioServerRun {
         let scratch = Scratch::create("tessera-audio")?;
         let pinned = pinned_core(&sched, core);
         let server = start_server(subject, &sched, pinned, &scratch)?;
-        let peer = start_peer(&server, &program, subject, &sched, pinned, total, &scratch)?;
+        let peer = start_peer(
+            &server,
+            &program,
+            subject,
+            &sched,
+            Cores {
+                pinned,
+                scenario: core,
+            },
+            total,
+            &scratch,
+        )?;
         let guard = match &sched {
             ServerSched::Guard(settings) => {
                 let mut args = settings.args();
@@ -304,26 +317,38 @@ fn start_server(
     }
 }
 
+/// The cores of a configuration: the one its processes start pinned to,
+/// and the scenario's.
+struct Cores {
+    pinned: Option<usize>,
+    scenario: Option<usize>,
+}
+
 /// `tessera-jack-peer` (`program`) with the subject's clients, pinned like
 /// the server, waiting for t0 on its stdin; its loads in [`WORKGROUP`]
 /// when the configuration says so (the broker the guard asks, found the
-/// same way).
+/// same way), on the scenario's core under `workgroup=core`.
 fn start_peer(
     server: &AudioServer,
     program: &Path,
     subject: &AudioServerSubject,
     sched: &ServerSched,
-    core: Option<usize>,
+    cores: Cores,
     total: Duration,
     scratch: &Scratch,
 ) -> Result<PeerClients, String> {
     let mut command = server.client_command(program);
     command.args(peer_args(subject, total));
-    if matches!(sched, ServerSched::Guard(g) if g.workgroup) {
-        command.args(["--workgroup", WORKGROUP]);
+    if let ServerSched::Guard(g) = sched {
+        if g.workgroup {
+            command.args(["--workgroup", WORKGROUP]);
+        }
+        if let Some(core) = cores.scenario.filter(|_| g.workgroup_on_core) {
+            command.args(["--workgroup-core".to_string(), core.to_string()]);
+        }
     }
     command.arg("--out").arg(scratch.file("peer.tsv"));
-    PeerClients::start(&mut command, core, &scratch.file("peer.log"))
+    PeerClients::start(&mut command, cores.pinned, &scratch.file("peer.log"))
 }
 
 /// Where the guard of a configuration logs and records: its scratch
