@@ -1276,7 +1276,6 @@ impl Broker {
     }
 }
 
-/// An admission refusal as the protocol reports it: the fix is what would fit.
 /// `budget`'s bandwidth at another period (a workgroup's cycle changed).
 fn at_period(budget: Budget, period_ns: u64) -> Budget {
     if budget.period_ns == period_ns {
@@ -1286,6 +1285,7 @@ fn at_period(budget: Budget, period_ns: u64) -> Budget {
     Budget::new(runtime.max(tessera_policy::cell::MIN_RUNTIME_NS), period_ns)
 }
 
+/// An admission refusal as the protocol reports it: the fix is what would fit.
 fn refused(r: Refusal) -> BrokerError {
     BrokerError::new(
         ErrorCode::Refused,
