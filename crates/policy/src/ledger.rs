@@ -293,7 +293,7 @@ impl Ledger {
             .iter()
             .copied()
             .max_by_key(|b| b.runtime_ns)
-            .expect("a bandwidth cell has a reservation");
+            .ok_or_else(|| refuse("it has no reservation to give a budget".into()))?;
         if budgets.iter().any(|b| b.period_ns != largest.period_ns) {
             return Err(refuse(
                 "its reservations' budgets have different periods: give them one".into(),
@@ -508,17 +508,9 @@ impl Ledger {
     fn largest_runtime_on(&self, core: usize, budget: &Budget) -> Option<u64> {
         let window = budget.deadline_ns == budget.runtime_ns;
         let with = |runtime_ns: u64| budget.with_runtime(runtime_ns, window);
-        let (mut lo, mut hi) = (MIN_RUNTIME_NS, budget.runtime_ns);
-        self.fits_on(core, with(lo)).ok()?;
-        while lo < hi {
-            let mid = lo + (hi - lo).div_ceil(2);
-            if self.fits_on(core, with(mid)).is_ok() {
-                lo = mid;
-            } else {
-                hi = mid - 1;
-            }
-        }
-        Some(lo)
+        largest_fitting(MIN_RUNTIME_NS, budget.runtime_ns, |r| {
+            self.fits_on(core, with(r)).is_ok()
+        })
     }
 
     /// The first broken invariant, if any.
