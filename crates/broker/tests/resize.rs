@@ -155,24 +155,29 @@ fn a_kernel_refusal_rolls_the_resize_back() {
     let mut s = m.session();
     s.create_cell(global("synth", 100, 1000, 1), true).unwrap();
     let t = member(&m, "synth");
-    // Reservations the ledger does not know of take the kernel's room.
+    // Reservations the ledger does not know of take the kernel's room: small
+    // ones, added until the kernel refuses one, so less than one hog's
+    // bandwidth is left whatever exited threads still hold (the kernel
+    // frees a finished reservation only at its 0-lag time).
     let hog = Policy::Deadline(sched::DeadlineParams {
-        runtime: Duration::from_micros(800),
+        runtime: Duration::from_micros(100),
         deadline: Duration::from_millis(1),
         period: Duration::from_millis(1),
         flags: sched::DeadlineFlags::RESET_ON_FORK,
     });
     let cpus = tessera_sys::kernel::online_cpus().unwrap().len();
-    let hogs: Vec<Parked> = (0..cpus).map(|_| Parked::spawn(|| ())).collect();
-    let held = hogs
-        .iter()
-        .filter(|h| sched::set_policy(h.tid, &hog).is_ok())
-        .count();
+    let mut hogs: Vec<Parked> = Vec::new();
+    let mut refused = false;
+    while !refused && hogs.len() < cpus * 10 {
+        let h = Parked::spawn(|| ());
+        refused = sched::set_policy(h.tid, &hog).is_err();
+        hogs.push(h);
+    }
     let result = s.resize_cell("synth", Budget::new(600_000, 1_000_000), false);
     for h in &hogs {
         let _ = sched::set_policy(h.tid, &Policy::Other { nice: 0 });
     }
-    assert!(held > 0, "no hog got a reservation");
+    assert!(refused, "the kernel took {} hogs of 10 %", hogs.len());
     let err = result.unwrap_err();
     assert_eq!(err.code, ErrorCode::Kernel, "{err}");
     assert_eq!(runtime_of(t.tid), Duration::from_micros(100));

@@ -22,7 +22,9 @@ use tessera_aes67::{Encoding, HeardSession, SessionDescription, StreamFormat};
 use tessera_broker::{BrokerError, ErrorCode, Mode, Session};
 use tessera_policy::CellRequest;
 use tessera_runtime::CellJoin;
-use tessera_services::aes67::host::{Host, HostConfig, HostReport, Route};
+use tessera_services::aes67::host::{
+    buffer_for, buffer_short, Host, HostConfig, HostReport, Route, MIN_BUFFER_PACKETS,
+};
 use tessera_services::aes67::{origin_towards, MediaClock, Playout, StreamSpec, PAYLOAD_TYPE};
 use tessera_services::net::client::{self, Announcement};
 use tessera_sys::process::{catch_termination, take_termination};
@@ -83,9 +85,9 @@ pub struct RunArgs {
     /// How far behind the clock received streams play (AES67's link offset).
     #[arg(long, default_value = "2ms")]
     pub latency: String,
-    /// Packets each jitter buffer holds.
-    #[arg(long, default_value_t = 16)]
-    pub buffer: usize,
+    /// Packets each jitter buffer holds [default: twice the packets the latency spans, at least 16].
+    #[arg(long)]
+    pub buffer: Option<usize>,
     /// media-clock (senders on this media clock) or arrival (a sender with a clock of its own, as PipeWire).
     #[arg(long, default_value = "media-clock")]
     pub playout: String,
@@ -332,6 +334,31 @@ fn sent(args: &RunArgs, format: StreamFormat, payload_type: u8) -> Vec<StreamSpe
         .collect()
 }
 
+/// Packets each jitter buffer holds: `--buffer`, refused when a received
+/// stream's packets would not hold the latency, or by default room for the
+/// latency twice over in the smallest packets received.
+fn buffer(
+    args: &RunArgs,
+    latency_frames: u32,
+    receive: &[StreamSpec],
+) -> Result<usize, BrokerError> {
+    let smallest = receive.iter().map(|s| s.format.frames_per_packet).min();
+    let Some(given) = args.buffer else {
+        return Ok(smallest.map_or(MIN_BUFFER_PACKETS, |p| buffer_for(latency_frames, p)));
+    };
+    match smallest.and_then(|p| buffer_short(given, latency_frames, p)) {
+        Some(needed) => Err(invalid(
+            format!(
+                "--buffer {given} holds less than --latency {} and a packet: every packet would \
+                 come too early",
+                args.latency
+            ),
+            &format!("give --buffer {needed}, or leave it out"),
+        )),
+        None => Ok(given),
+    }
+}
+
 /// The graph's cell and its threads' hook, or why there is none.
 fn cell(args: &RunArgs, period_ns: u64) -> Result<(Option<RunCell>, String), BrokerError> {
     if args.no_cell {
@@ -402,6 +429,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Failure> {
     let send = sent(&args, format, payload_type);
     let latency_ns = time_ns(&args.latency, "--latency 2ms")?;
     let latency_frames = (latency_ns * u64::from(args.rate) / 1_000_000_000) as u32;
+    let buffer_packets = buffer(&args, latency_frames, &receive)?;
     let clock = match args.ptp_free_running {
         true => MediaClock::follow_free_running(&args.ptp_uds, 0),
         false => MediaClock::detect(&args.ptp_uds, 0),
@@ -424,7 +452,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode, Failure> {
         frames,
         sample_rate: args.rate,
         latency_frames,
-        buffer_packets: args.buffer,
+        buffer_packets,
         playout,
         clock: clock.clone(),
         workers: 0,

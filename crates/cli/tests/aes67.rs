@@ -24,6 +24,11 @@ fn refusal(args: &[&str]) -> String {
     said
 }
 
+/// An L24 stereo stream of 1 ms packets, as a device announces it.
+const SDP: &str = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=a device\r\nc=IN IP4 239.69.9.1/32\r\n\
+                   t=0 0\r\nm=audio 5004 RTP/AVP 96\r\na=rtpmap:96 L24/48000/2\r\n\
+                   a=ptime:1\r\n";
+
 #[test]
 fn bad_arguments_are_refused_with_the_fix() {
     let send = ["aes67", "run", "--send", "239.69.9.1:5004"];
@@ -45,6 +50,22 @@ fn bad_arguments_are_refused_with_the_fix() {
     assert!(said.contains("--playout arrival"), "{said}");
     let said = refusal(&["aes67", "run"]);
     assert!(said.contains("no streams"), "{said}");
+    // A stream of 1 ms packets from its session description (no service
+    // needed): 16 packets do not hold 20 ms.
+    let sdp = std::env::temp_dir().join(format!("tessera-cli-{}.sdp", std::process::id()));
+    std::fs::write(&sdp, SDP).unwrap();
+    let said = refusal(&[
+        "aes67",
+        "run",
+        "--sdp",
+        sdp.to_str().unwrap(),
+        "--latency",
+        "20ms",
+        "--buffer",
+        "16",
+    ]);
+    let _ = std::fs::remove_file(&sdp);
+    assert!(said.contains("give --buffer 42"), "{said}");
 }
 
 #[test]

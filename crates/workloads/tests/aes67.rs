@@ -315,9 +315,10 @@ fn a_foreign_sender_with_jitter_and_a_clock_50_ppm_off_is_followed_by_slips() {
         assert_eq!((stream.payload_type, stream.described), (101, true));
         let studio_host = Host::start(HostConfig {
             receive: vec![stream],
-            // 4 ms: the sender's 1 ms and this VM's stalls.
+            // 20 ms: the sender's 1 ms and this VM's stalls (its host
+            // stalls a vCPU for 10–20 ms at times).
             playout: Playout::Arrival { max_slip_ppm: 200 },
-            latency_frames: 192,
+            latency_frames: 960,
             buffer_packets: 64,
             ..host("studio", &socket, at_studio, Route::Tone)
         })
@@ -360,8 +361,7 @@ fn a_foreign_sender_with_jitter_and_a_clock_50_ppm_off_is_followed_by_slips() {
     assert_eq!(c.wrong_payload_type, 0, "{c:?}");
     // The drift itself never resyncs: a resync here needs a stall — the
     // receiver's graph skipped cycles (an xrun) or a packet came past the
-    // latency — and this VM's host stalls a vCPU for 10–20 ms at times,
-    // past any 4 ms latency. Stalls are rare: under 1 % of the packets.
+    // latency. Stalls are rare: under 1 % of the packets.
     assert!(
         c.resyncs <= report.xruns + c.jitter.late,
         "{c:?}; xruns {}",
@@ -370,12 +370,17 @@ fn a_foreign_sender_with_jitter_and_a_clock_50_ppm_off_is_followed_by_slips() {
     assert!(100 * (c.jitter.lost + c.jitter.late) <= sent.sent, "{c:?}");
     // 50 ppm fast: a frame dropped every 20 000 played, after the first
     // second's learning, give or take the slip band and the minimum's noise.
+    // A resync puts the position back on its target, so the drift then
+    // held in the band (up to a band's worth) is never dropped.
     let required = (PPM * 1e-6 * f64::from(RATE) * (SECONDS - 1) as f64) as u64;
     let band = SLIP_BAND_FRAMES as u64;
+    let absorbed = c.resyncs * (band + 1);
     assert!(
-        c.frames_dropped + 2 * band >= required && c.frames_dropped <= required + 2 * band,
-        "{} frames dropped where 50 ppm requires about {required}: {c:?}",
-        c.frames_dropped
+        c.frames_dropped + absorbed + 2 * band >= required
+            && c.frames_dropped <= required + 2 * band,
+        "{} frames dropped ({} resyncs) where 50 ppm requires about {required}: {c:?}",
+        c.frames_dropped,
+        c.resyncs
     );
     assert!(c.frames_repeated <= band, "{c:?}");
     assert_no_rt_allocations();

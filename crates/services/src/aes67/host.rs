@@ -68,13 +68,38 @@ pub struct HostConfig {
     /// How far behind the clock a received stream plays (AES67's link
     /// offset), frames.
     pub latency_frames: u32,
-    /// Packets each jitter buffer holds.
+    /// Packets each jitter buffer holds: at least the latency and a packet
+    /// ([`buffer_for`] gives room for a burst as long as the latency).
     pub buffer_packets: usize,
     pub playout: Playout,
     pub clock: MediaClock,
     /// Engine threads besides the driver.
     pub workers: usize,
     pub setup: Option<ThreadSetup>,
+}
+
+/// Fewest packets [`buffer_for`] gives a jitter buffer.
+pub const MIN_BUFFER_PACKETS: usize = 16;
+
+/// The jitter buffer for a latency: twice the packets the latency and one
+/// more packet span — a sender that bursts a latency's worth at once still
+/// fits — and at least [`MIN_BUFFER_PACKETS`].
+pub fn buffer_for(latency_frames: u32, frames_per_packet: u32) -> usize {
+    let packets = (latency_frames + frames_per_packet).div_ceil(frames_per_packet.max(1));
+    (packets as usize * 2).max(MIN_BUFFER_PACKETS)
+}
+
+/// The buffer a received stream needs when `buffer_packets` do not hold
+/// the latency and a packet (every packet would come too early); None when
+/// they do.
+pub fn buffer_short(
+    buffer_packets: usize,
+    latency_frames: u32,
+    frames_per_packet: u32,
+) -> Option<usize> {
+    let held = buffer_packets as u64 * u64::from(frames_per_packet);
+    (held < u64::from(latency_frames) + u64::from(frames_per_packet))
+        .then(|| buffer_for(latency_frames, frames_per_packet))
 }
 
 /// Missed cycles the host's graph runs late rather than skips: the graph
@@ -370,6 +395,20 @@ fn check(config: &HostConfig) -> Result<(), HostError> {
         return Err(HostError::Config(
             "a jitter buffer of fewer than 2 packets; fix: give 2 or more".into(),
         ));
+    }
+    for stream in &config.receive {
+        let packet = stream.format.frames_per_packet;
+        if let Some(needed) = buffer_short(config.buffer_packets, config.latency_frames, packet) {
+            return Err(HostError::Config(format!(
+                "stream {:?}: a jitter buffer of {} packets ({} frames) is shorter than the \
+                 latency ({} frames) and a packet, so every packet would come too early; fix: \
+                 a buffer of {needed} packets",
+                stream.name,
+                config.buffer_packets,
+                config.buffer_packets as u64 * u64::from(packet),
+                config.latency_frames,
+            )));
+        }
     }
     Ok(())
 }

@@ -59,7 +59,7 @@ use tessera_measure::{ConfigurationResult, Counter, Metric, RunResults};
 use tessera_scenario::{
     aes67_role, Aes67Subject, Configuration, Scenario, Sched, ServicePlan, Subject,
 };
-use tessera_services::aes67::host::{Host, HostConfig, HostReport, Route};
+use tessera_services::aes67::host::{buffer_for, Host, HostConfig, HostReport, Route};
 use tessera_services::aes67::OffsetRecord;
 use tessera_services::aes67::{MediaClock, Playout, StreamCounts, StreamSpec, PAYLOAD_TYPE};
 use tessera_services::aes67::{AGE_BUCKETS, AGE_BUCKET_NS};
@@ -81,8 +81,6 @@ const LINK_BPS: u64 = 1_000_000_000;
 const PORT: u16 = 5004;
 /// Shortest time between markers: ~100 a second per stream.
 const MIN_MARKER_INTERVAL: Duration = Duration::from_millis(10);
-/// Fewest packets a jitter buffer holds.
-const MIN_BUFFER_PACKETS: usize = 16;
 /// How often the marker latencies are taken (their rings hold 4096).
 const COLLECT_EVERY: Duration = Duration::from_millis(250);
 /// The network service's real-time thread (tessera_services::net).
@@ -398,8 +396,7 @@ fn host_config(
         },
         None => Playout::MediaClock,
     };
-    let packet = subject.format.packet_time_ns();
-    let buffer = (subject.latency.as_nanos() as u64 + packet).div_ceil(packet) as usize * 2;
+    let latency_frames = frames_of(subject, subject.latency) as u32;
     HostConfig {
         name: subject.host_names()[i].to_string(),
         service: service.to_path_buf(),
@@ -410,8 +407,8 @@ fn host_config(
         route,
         frames: cycle_frames(subject),
         sample_rate: subject.format.sample_rate,
-        latency_frames: frames_of(subject, subject.latency) as u32,
-        buffer_packets: buffer.max(MIN_BUFFER_PACKETS),
+        latency_frames,
+        buffer_packets: buffer_for(latency_frames, subject.format.frames_per_packet),
         playout,
         clock: clock.clone(),
         workers: 0,
