@@ -15,11 +15,21 @@
 //! leave a group behind when no cell needs one.
 
 use crate::state::Snapshot;
+use std::time::Duration;
 use tessera_policy::{CoreMode, Ledger};
 use tessera_sys::cgroup::{Group, Hierarchy, Version};
 use tessera_sys::{Error, ErrorKind, Result};
 
 const TOP: &str = "tessera";
+
+/// The waits before a layout change refused for SCHED_DEADLINE bandwidth is
+/// tried again (longer than the deadlines of the threads tessera reserves).
+const BANDWIDTH_RELEASE_WAITS: [Duration; 4] = [
+    Duration::from_millis(5),
+    Duration::from_millis(20),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+];
 
 #[derive(Debug, Clone)]
 pub struct Layout {
@@ -120,7 +130,24 @@ impl Layout {
 
     /// Makes the cpuset tree match the ledger: creates, resizes and removes
     /// groups; tears everything down when no core is partitioned or dedicated.
+    /// A kernel refusal for SCHED_DEADLINE bandwidth is tried again a few
+    /// times: the kernel frees a finished thread's reservation only at its
+    /// 0-lag time (up to a deadline after it exits), so a layout change right
+    /// after a cell's threads exit can be refused for bandwidth nobody holds.
     pub fn apply(&self, ledger: &Ledger, snapshot: &mut Snapshot) -> Result<()> {
+        let mut waits = BANDWIDTH_RELEASE_WAITS.iter();
+        loop {
+            match self.apply_once(ledger, snapshot) {
+                Err(e) if e.kind == ErrorKind::Busy => match waits.next() {
+                    Some(&wait) => std::thread::sleep(wait),
+                    None => return Err(e),
+                },
+                done => return done,
+            }
+        }
+    }
+
+    fn apply_once(&self, ledger: &Ledger, snapshot: &mut Snapshot) -> Result<()> {
         let wanted = Self::wanted(ledger);
         if wanted.is_empty() {
             return self.teardown(snapshot);

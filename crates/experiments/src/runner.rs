@@ -268,7 +268,8 @@ fn start_all(
 }
 
 /// Waits out the run: lets the subject do what is due (a graph's edits),
-/// refreshes progress; cuts the subject short when `interrupted`.
+/// traces the threads it started since (under `--why`), refreshes
+/// progress; cuts the subject short when `interrupted`.
 fn drive(
     scenario: &Scenario,
     live: &mut Live,
@@ -286,6 +287,9 @@ fn drive(
             Some(subject) => subject.advance(elapsed)?,
             None => None,
         };
+        if let (Some(tracing), Some(subject)) = (&mut live.tracing, &live.subject) {
+            tracing.refresh(subject.watched());
+        }
         progress(Duration::from_nanos(elapsed));
         if now >= end {
             return Ok(t0);

@@ -12,7 +12,28 @@
 use crate::subject::Watched;
 use std::time::Duration;
 use tessera_measure::{Metric, MetricCauses, WatchedThread, Why};
-use tessera_why::{Attribution, Causes, Recorder};
+use tessera_why::{Attribution, Causes, Recorder, Watch};
+
+/// The threads that can be watched, each with its metric, and why the
+/// others cannot.
+fn watchable(threads: Vec<Watched>) -> (Vec<WatchedThread>, Vec<String>) {
+    let ns = |d: Option<Duration>| d.map(|d| d.as_nanos() as u64);
+    let mut watched = Vec::new();
+    let mut refused = Vec::new();
+    for t in threads {
+        match tessera_why::watch(t.tid, ns(t.deadline), ns(t.period), ns(t.budget)) {
+            Ok(watch) => watched.push(WatchedThread {
+                metric: t.metric,
+                watch: Watch {
+                    chain: t.chain,
+                    ..watch
+                },
+            }),
+            Err(e) => refused.push(format!("thread {}: {e}", t.tid)),
+        }
+    }
+    (watched, refused)
+}
 
 /// A configuration's threads being traced.
 pub(crate) struct Tracing {
@@ -27,23 +48,16 @@ pub(crate) struct Traced {
     watched: Vec<WatchedThread>,
 }
 
+/// Room in the rings for threads a subject names after the start: 20
+/// threads of a 2.67 ms cycle (an audio server's clients).
+const ROOM_CYCLES_PER_S: f64 = 7_500.0;
+
 impl Tracing {
     /// Starts tracing `threads`; a thread that cannot be watched (gone,
     /// or without a deadline) is left out, and when none is left or the
     /// kernel's events cannot be read, the result says why.
     pub(crate) fn start(threads: Vec<Watched>) -> Tracing {
-        let ns = |d: Option<Duration>| d.map(|d| d.as_nanos() as u64);
-        let mut watched = Vec::new();
-        let mut refused = Vec::new();
-        for t in threads {
-            match tessera_why::watch(t.tid, ns(t.deadline), ns(t.period), ns(t.budget)) {
-                Ok(watch) => watched.push(WatchedThread {
-                    metric: t.metric,
-                    watch,
-                }),
-                Err(e) => refused.push(format!("thread {}: {e}", t.tid)),
-            }
-        }
+        let (watched, refused) = watchable(threads);
         if watched.is_empty() {
             let why = match refused.as_slice() {
                 [] => "the subject names no thread to trace".to_string(),
@@ -55,7 +69,7 @@ impl Tracing {
         let cells = tessera_broker::Session::connect()
             .map(|mut s| s.cell_of_threads())
             .unwrap_or_default();
-        match Recorder::start(&watches, cells) {
+        match Recorder::start(&watches, cells, ROOM_CYCLES_PER_S) {
             Ok(recorder) => Tracing {
                 recorder: Some(recorder),
                 unavailable: None,
@@ -65,6 +79,22 @@ impl Tracing {
                 Attribution::unavailable(&e).unavailable.unwrap_or_default(),
                 watched,
             ),
+        }
+    }
+
+    /// Traces those of `threads` not traced yet (gone ones are left out).
+    pub(crate) fn refresh(&mut self, threads: Vec<Watched>) {
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        let new = threads
+            .into_iter()
+            .filter(|t| !self.watched.iter().any(|w| w.watch.tid == t.tid))
+            .collect();
+        let (watched, _gone) = watchable(new);
+        if !watched.is_empty() {
+            recorder.watch_more(watched.iter().map(|w| w.watch).collect());
+            self.watched.extend(watched);
         }
     }
 
@@ -184,6 +214,7 @@ mod tests {
                 deadline_ns: 1000,
                 period_ns: None,
                 budget_ns: None,
+                chain: None,
             },
         }
     }

@@ -288,6 +288,7 @@ mod tests {
                     deadline_ns: 1_000_000,
                     period_ns: Some(1_000_000),
                     budget_ns: Some(300_000),
+                    chain: None,
                 },
             }],
             cycles: 5000,

@@ -27,6 +27,7 @@
 //! no I/O, no clock.
 
 use crate::causes::{micros, Cause, Holder, Miss, Parts};
+use crate::chain::ChainLink;
 use crate::timeline::Cycle;
 use std::collections::HashMap;
 
@@ -41,6 +42,11 @@ pub struct Watch {
     pub period_ns: Option<u64>,
     /// How long its own work may take (a reservation's runtime).
     pub budget_ns: Option<u64>,
+    /// Judged with a chain's other threads rather than alone
+    /// ([`crate::chain`]): then its deadline and period are the chain's
+    /// when it is the driver, and unused otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainLink>,
 }
 
 /// How the kernel's task clock treats interrupt time: with
@@ -195,7 +201,7 @@ impl Judge {
 }
 
 /// The threads that held the CPU, each once, longest first.
-fn holders(cycle: &Cycle, cells: &HashMap<i32, String>) -> Vec<Holder> {
+pub(crate) fn holders(cycle: &Cycle, cells: &HashMap<i32, String>) -> Vec<Holder> {
     let mut by_pid: Vec<(i32, u64, &crate::decode::Task)> = vec![];
     for w in &cycle.waits {
         match by_pid.iter_mut().find(|(pid, ..)| *pid == w.holder.pid) {
@@ -302,6 +308,7 @@ mod tests {
             let release = c.timer_ns.unwrap();
             let mut judge = Judge::new(Watch {
                 tid: 1, deadline_ns: c.end_ns - release, period_ns: None, budget_ns: None,
+                chain: None,
             }, CLOCK);
             prop_assert_eq!(judge.judge(&c, &HashMap::new()), None);
         }
@@ -311,6 +318,7 @@ mod tests {
             let c = Cycle { throttles: 1, ..c };
             let mut judge = Judge::new(Watch {
                 tid: 1, deadline_ns: u64::MAX / 2, period_ns: None, budget_ns: None,
+                chain: None,
             }, CLOCK);
             prop_assert!(judge.judge(&c, &HashMap::new()).unwrap().throttled);
         }
@@ -320,6 +328,7 @@ mod tests {
             let c = Cycle { records_lost: true, throttles: 1, ..c };
             let mut judge = Judge::new(Watch {
                 tid: 1, deadline_ns: 0, period_ns: None, budget_ns: None,
+                chain: None,
             }, CLOCK);
             let miss = judge.judge(&c, &HashMap::new()).unwrap();
             prop_assert_eq!(miss.cause, Cause::Unknown);
@@ -359,6 +368,7 @@ mod tests {
                 deadline_ns: 2_000_000,
                 period_ns: Some(10_000_000),
                 budget_ns: None,
+                chain: None,
             },
             CLOCK,
         );
@@ -398,6 +408,7 @@ mod tests {
             deadline_ns: 1_000_000,
             period_ns: None,
             budget_ns: None,
+            chain: None,
         };
         let cells = HashMap::from([(42, "noise".to_string())]);
         let miss = Judge::new(watch, CLOCK).judge(&c, &cells).unwrap();

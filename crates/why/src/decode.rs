@@ -257,7 +257,13 @@ impl Kind {
     /// The kernel-side filter keeping this tracepoint to `tids`: the
     /// thread switched, woken, migrated or charged, or current when the
     /// interrupt, fault, timer or yield happened.
+    /// With no thread, a filter nothing matches (no task has id -1).
     pub fn filter(self, tids: &[i32]) -> String {
+        let none = [-1];
+        let tids = match tids {
+            [] => &none[..],
+            some => some,
+        };
         let terms = |field: &'static str| tids.iter().map(move |t| format!("{field} == {t}"));
         let all: Vec<String> = match self {
             Kind::Switch => terms("prev_pid").chain(terms("next_pid")).collect(),
@@ -685,6 +691,7 @@ ffffffffc0001000 t hrtimer_wakeup_like\t[some_module]
             "prev_pid == 4 || prev_pid == 9 || next_pid == 4 || next_pid == 9"
         );
         assert_eq!(Kind::Fault.filter(&[4]), "common_pid == 4");
+        assert_eq!(Kind::Waking.filter(&[]), "pid == -1");
     }
 
     #[test]

@@ -60,6 +60,7 @@
 
 pub mod attribute;
 pub mod causes;
+pub mod chain;
 pub mod decode;
 pub mod error;
 pub mod format;
@@ -68,5 +69,6 @@ pub mod tracer;
 
 pub use attribute::Watch;
 pub use causes::{Cause, Causes, Holder, Miss};
+pub use chain::ChainLink;
 pub use error::WhyError;
 pub use tracer::{watch, Attribution, Recorder, Tracer};

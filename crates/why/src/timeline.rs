@@ -725,6 +725,7 @@ mod tests {
             deadline_ns: 1_000_000,
             period_ns: Some(10_000_000),
             budget_ns: Some(200_000),
+            chain: None,
         };
         let clock = TaskClock {
             counts_interrupts: true,

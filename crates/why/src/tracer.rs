@@ -11,6 +11,7 @@
 //!
 use crate::attribute::{Judge, TaskClock, Watch};
 use crate::causes::{Causes, Miss};
+use crate::chain::Chain;
 use crate::decode::{Decoder, Event, Kind, Layout, Timers, What, TASK_CLOCK, TRACEPOINTS};
 use crate::error::WhyError;
 use crate::format;
@@ -19,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_sys::perf::{self, Ring, Scope, Tracepoint, RECORD_LOST, RECORD_SAMPLE};
@@ -65,6 +67,9 @@ pub struct Attribution {
     pub lost: u64,
     pub misses: Vec<Miss>,
     pub causes: Causes,
+    /// Threads that could not be added once the trace had begun, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_watched: Vec<String>,
 }
 
 impl Attribution {
@@ -126,6 +131,7 @@ pub fn watch(
         deadline_ns,
         period_ns: period_ns.or(reservation.map(|p| ns(p.period))),
         budget_ns: budget_ns.or(reservation.map(|p| ns(p.runtime))),
+        chain: None,
     })
 }
 
@@ -136,7 +142,9 @@ pub fn watch(
 struct Scoped {
     scope: Scope,
     ring: Ring,
-    events: Vec<Tracepoint>,
+    /// Each event with its kind (a CPU's are filtered to the watched
+    /// threads by it).
+    events: Vec<(Tracepoint, Kind)>,
     last_ns: u64,
     last_cpu: u32,
 }
@@ -190,7 +198,12 @@ impl Scoped {
 pub struct Tracer {
     scopes: Vec<Scoped>,
     decoder: Decoder,
+    kinds: Kinds,
+    /// Pages of each CPU's ring.
+    cpu_pages: usize,
+    clock: TaskClock,
     threads: BTreeMap<i32, (Timeline, Judge)>,
+    chains: BTreeMap<u32, Chain>,
     cells: HashMap<i32, String>,
     pending: Vec<Event>,
     result: Attribution,
@@ -202,37 +215,112 @@ impl Tracer {
     /// the cell of every thread in one (to say whether a thread that held
     /// a CPU is in a cell).
     pub fn start(watches: &[Watch], cells: HashMap<i32, String>) -> Result<Tracer, WhyError> {
+        Tracer::start_with_room(watches, cells, 0.0)
+    }
+
+    /// [`Tracer::start`], with the CPUs' rings sized for `room_cycles_per_s`
+    /// more cycles a second: threads [`Tracer::watch_more`] will add.
+    pub fn start_with_room(
+        watches: &[Watch],
+        cells: HashMap<i32, String>,
+        room_cycles_per_s: f64,
+    ) -> Result<Tracer, WhyError> {
         let tids: Vec<i32> = watches.iter().map(|w| w.tid).collect();
         let (decoder, kinds) = read_tracepoints()?;
         let online = tessera_sys::kernel::online_cpus().map_err(WhyError::unavailable)?;
-        let all_cycles: f64 = watches.iter().map(cycles_per_s).sum();
+        let all_cycles: f64 = watches.iter().map(cycles_per_s).sum::<f64>() + room_cycles_per_s;
         let cpu_pages = ring_pages(all_cycles * CPU_BYTES_PER_CYCLE);
         let mut scopes = Vec::with_capacity(online.len() + watches.len());
         for cpu in online {
             scopes.push(open_cpu(cpu, &kinds, &tids, cpu_pages)?);
         }
-        for w in watches {
-            let pages = ring_pages(cycles_per_s(w) * OWN_BYTES_PER_CYCLE);
-            scopes.extend(open_scope(Scope::Thread(w.tid), &kinds.own(), None, pages)?);
-        }
         for e in scopes.iter().flat_map(|c| &c.events) {
-            e.enable().map_err(WhyError::unavailable)?;
+            e.0.enable().map_err(WhyError::unavailable)?;
         }
-        let clock = task_clock();
-        Ok(Tracer {
+        let mut tracer = Tracer {
             scopes,
             decoder,
-            threads: watches
-                .iter()
-                .map(|w| (w.tid, (Timeline::new(w.tid), Judge::new(*w, clock))))
-                .collect(),
+            kinds,
+            cpu_pages,
+            clock: task_clock(),
+            threads: BTreeMap::new(),
+            chains: BTreeMap::new(),
             cells,
             pending: vec![],
-            result: Attribution {
-                watched: watches.to_vec(),
-                ..Attribution::default()
-            },
-        })
+            result: Attribution::default(),
+        };
+        tracer.add_own(watches)?;
+        Ok(tracer)
+    }
+
+    /// Watches more threads from now on (those already watched are left
+    /// as they are). A tracepoint's filter is set once, so each CPU's
+    /// events are opened again, filtered to every watched thread, and take
+    /// over from the old ones: what happened in between is lost to every
+    /// timeline, which begins again at each thread's next sleep.
+    pub fn watch_more(&mut self, watches: &[Watch]) -> Result<(), WhyError> {
+        let new: Vec<Watch> = watches
+            .iter()
+            .filter(|w| !self.threads.contains_key(&w.tid))
+            .copied()
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let tids: Vec<i32> = self
+            .threads
+            .keys()
+            .copied()
+            .chain(new.iter().map(|w| w.tid))
+            .collect();
+        for scope in self.scopes.iter_mut() {
+            let Scope::Cpu(cpu) = scope.scope else {
+                continue;
+            };
+            let fresh = open_cpu(cpu, &self.kinds, &tids, self.cpu_pages)?;
+            for e in &scope.events {
+                let _ = e.0.disable();
+            }
+            // Every old record is before the mark, every new one after it
+            // (its task clock counts from zero again).
+            let now = tessera_sys::clock::monotonic_ns();
+            for e in &fresh.events {
+                e.0.enable().map_err(WhyError::unavailable)?;
+            }
+            scope.read(&self.decoder, &mut self.pending, &mut self.result, now);
+            self.pending.push(Event {
+                time_ns: now,
+                cpu: cpu as u32,
+                what: What::Lost {
+                    tid: None,
+                    until_ns: now,
+                },
+            });
+            *scope = fresh;
+        }
+        self.add_own(&new)
+    }
+
+    /// Opens and enables `watches`' own events and starts their timelines
+    /// (and their chains' judges).
+    fn add_own(&mut self, watches: &[Watch]) -> Result<(), WhyError> {
+        for w in watches {
+            let pages = ring_pages(cycles_per_s(w) * OWN_BYTES_PER_CYCLE);
+            let own = open_scope(Scope::Thread(w.tid), &self.kinds.own(), None, pages)?;
+            for e in own.iter().flat_map(|c| &c.events) {
+                e.0.enable().map_err(WhyError::unavailable)?;
+            }
+            self.scopes.extend(own);
+            self.threads
+                .insert(w.tid, (Timeline::new(w.tid), Judge::new(*w, self.clock)));
+            if let Some(link) = w.chain.filter(|l| l.driver) {
+                self.chains
+                    .entry(link.chain)
+                    .or_insert_with(|| Chain::new(w.deadline_ns, w.period_ns, self.clock));
+            }
+            self.result.watched.push(*w);
+        }
+        Ok(())
     }
 
     /// Judges the cycles ended by the events read so far (all but the
@@ -245,9 +333,12 @@ impl Tracer {
     /// Stops reading and judges every cycle the events ended.
     pub fn stop(mut self) -> Attribution {
         for e in self.scopes.iter().flat_map(|c| &c.events) {
-            let _ = e.disable();
+            let _ = e.0.disable();
         }
         self.drain(u64::MAX);
+        let mut misses: Vec<Miss> = self.chains.values_mut().flat_map(Chain::finish).collect();
+        misses.sort_by_key(|m| m.release_ns);
+        self.record(&misses);
         self.result
     }
 
@@ -261,17 +352,30 @@ impl Tracer {
         let mut misses = vec![];
         for event in self.pending.drain(..ready) {
             for (timeline, judge) in self.threads.values_mut() {
-                if let Some(cycle) = timeline.push(&event) {
-                    self.result.cycles += 1;
+                let Some(cycle) = timeline.push(&event) else {
+                    continue;
+                };
+                self.result.cycles += 1;
+                let Some(link) = judge.watch.chain else {
                     misses.extend(judge.judge(&cycle, &self.cells));
+                    continue;
+                };
+                // A member of a chain whose driver is not watched (yet) has
+                // nothing to be judged by.
+                if let Some(chain) = self.chains.get_mut(&link.chain) {
+                    misses.extend(chain.push(&cycle, link.driver, &self.cells));
                 }
             }
         }
-        for m in &misses {
+        self.record(&misses);
+        misses
+    }
+
+    fn record(&mut self, misses: &[Miss]) {
+        for m in misses {
             self.result.causes.add(m);
         }
         self.result.misses.extend(misses.iter().cloned());
-        misses
     }
 }
 
@@ -386,9 +490,9 @@ fn open_cpu(cpu: usize, kinds: &Kinds, tids: &[i32], pages: usize) -> Result<Sco
             }
         })?;
     if let Some(k) = &kinds.task_clock {
-        let counted = Tracepoint::open_counter(k.id, &scoped.events[0])
+        let counted = Tracepoint::open_counter(k.id, &scoped.events[0].0)
             .and_then(|e| filtered(e, k.kind, Some(tids)));
-        scoped.events.extend(counted.ok());
+        scoped.events.extend(counted.ok().map(|e| (e, k.kind)));
     }
     Ok(scoped)
 }
@@ -406,7 +510,7 @@ fn open_scope(
     let mut events = vec![];
     for k in kinds {
         match Tracepoint::open(k.id, scope, bytes).and_then(|e| filtered(e, k.kind, tids)) {
-            Ok(e) => events.push(e),
+            Ok(e) => events.push((e, k.kind)),
             Err(e) if k.required => return Err(WhyError::unavailable(e)),
             Err(_) => {}
         }
@@ -414,9 +518,9 @@ fn open_scope(
     let Some(first) = events.first() else {
         return Ok(None);
     };
-    let ring = Ring::map(first, pages).map_err(WhyError::unavailable)?;
+    let ring = Ring::map(&first.0, pages).map_err(WhyError::unavailable)?;
     for e in &events[1..] {
-        e.redirect_to(first).map_err(WhyError::unavailable)?;
+        e.0.redirect_to(&first.0).map_err(WhyError::unavailable)?;
     }
     let last_cpu = match scope {
         Scope::Cpu(cpu) => cpu as u32,
@@ -470,22 +574,39 @@ fn task_clock() -> TaskClock {
 /// A tracer drained from a thread of its own until stopped.
 pub struct Recorder {
     stop: Arc<AtomicBool>,
+    more: Sender<Vec<Watch>>,
     thread: std::thread::JoinHandle<Attribution>,
 }
 
 impl Recorder {
-    /// Starts recording; when the events cannot be read, the error says
-    /// why (the caller records [`Attribution::unavailable`]).
-    pub fn start(watches: &[Watch], cells: HashMap<i32, String>) -> Result<Recorder, WhyError> {
-        let mut tracer = Tracer::start(watches, cells)?;
+    /// Starts recording, with room in the rings for `room_cycles_per_s`
+    /// more cycles a second ([`Recorder::watch_more`]); when the events
+    /// cannot be read, the error says why (the caller records
+    /// [`Attribution::unavailable`]).
+    pub fn start(
+        watches: &[Watch],
+        cells: HashMap<i32, String>,
+        room_cycles_per_s: f64,
+    ) -> Result<Recorder, WhyError> {
+        let mut tracer = Tracer::start_with_room(watches, cells, room_cycles_per_s)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
+        let (more, added): (Sender<Vec<Watch>>, Receiver<Vec<Watch>>) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("tessera-why".into())
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(DRAIN_EVERY);
                     tracer.poll();
+                    for watches in added.try_iter() {
+                        if let Err(e) = tracer.watch_more(&watches) {
+                            let tids: Vec<i32> = watches.iter().map(|w| w.tid).collect();
+                            tracer
+                                .result
+                                .not_watched
+                                .push(format!("threads {tids:?}: {e}; fix: {}", e.fix()));
+                        }
+                    }
                 }
                 tracer.stop()
             })
@@ -493,7 +614,14 @@ impl Recorder {
                 cause: format!("start the recorder's thread: {e}"),
                 fix: "raise the thread limit".into(),
             })?;
-        Ok(Recorder { stop, thread })
+        Ok(Recorder { stop, more, thread })
+    }
+
+    /// Watches more threads from the next drain on (those already watched
+    /// are left as they are).
+    pub fn watch_more(&self, watches: Vec<Watch>) {
+        // The recorder's thread only ends when stopped: nothing to tell.
+        let _ = self.more.send(watches);
     }
 
     /// Stops and returns every miss with its cause.
@@ -528,6 +656,7 @@ mod tests {
             deadline_ns: 2_666_666,
             period_ns: Some(2_666_666),
             budget_ns: None,
+            chain: None,
         };
         assert!((cycles_per_s(&audio) - 375.0).abs() < 0.1);
         let unbounded = Watch {

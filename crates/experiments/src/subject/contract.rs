@@ -92,7 +92,8 @@ pub(crate) trait Running {
     /// Its real-time threads, each with the metric its misses count in,
     /// for `tessera run --why` to trace from the release on; a subject
     /// that does not know its threads names none (its misses are then
-    /// "unknown").
+    /// "unknown"). Asked again through the run: threads that appeared
+    /// since (clients that open on the timeline) are traced from then on.
     fn watched(&self) -> Vec<Watched> {
         Vec::new()
     }
@@ -117,6 +118,9 @@ pub(crate) struct Watched {
     /// Its releases lie on a grid of this period (absolute timers).
     pub period: Option<Duration>,
     pub budget: Option<Duration>,
+    /// Judged with a chain's other threads (an audio server's driver and
+    /// its clients), not alone.
+    pub chain: Option<tessera_why::ChainLink>,
 }
 
 /// What a subject left when it stopped: its typed result.

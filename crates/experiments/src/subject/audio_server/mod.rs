@@ -27,7 +27,7 @@ use crate::harness::guard::{start_guard, GuardChild, GuardFiles};
 use crate::harness::servers::{self, AudioServer, ServerSpec};
 use crate::jack_peer::{peer_args, PeerClients};
 use crate::scratch::Scratch;
-use crate::subject::contract::{Measured, Running, Stopped, SCHEDULING};
+use crate::subject::contract::{Measured, Running, Stopped, Watched, SCHEDULING};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -35,6 +35,9 @@ use tessera_jack_peer::record::PeerRecord;
 use tessera_scenario::{
     AudioServerSubject, Configuration, Scenario, ServerKind, ServerSched, Subject,
 };
+use tessera_sys::proc::Pid;
+use tessera_sys::sched::{self, Policy, Tid};
+use tessera_why::ChainLink;
 
 /// The workgroup of the load clients under `guard:workgroup`.
 const WORKGROUP: &str = "audio-clients";
@@ -157,6 +160,34 @@ impl AudioServerRun {
         (peer, self.guard.as_ref().map(|g| g.process.pid()))
     }
 
+    /// The chain `chain` of `tessera run --why`: the server's real-time
+    /// threads drive it, the clients' process's are its members, judged by
+    /// the period (a late cycle is the last client ending past it, what
+    /// [`END_TO_END`] counts).
+    pub(crate) fn chain_threads(&self, chain: u32) -> Vec<Watched> {
+        let period = Duration::from_nanos(
+            u64::from(self.subject.frames) * 1_000_000_000 / u64::from(self.subject.rate),
+        );
+        let server = self.server.as_ref().map(AudioServer::pid);
+        let peer = self.peer.as_ref().map(PeerClients::pid);
+        [(server, true), (peer, false)]
+            .into_iter()
+            .filter_map(|(pid, driver)| Some((pid?, driver)))
+            .flat_map(|(pid, driver)| {
+                cycling_threads(pid, period)
+                    .into_iter()
+                    .map(move |tid| Watched {
+                        tid,
+                        metric: END_TO_END.into(),
+                        deadline: Some(period),
+                        period: Some(period),
+                        budget: None,
+                        chain: Some(ChainLink { chain, driver }),
+                    })
+            })
+            .collect()
+    }
+
     /// Starts the clients' timeline at `t0`.
     pub fn release(&mut self, t0: u64) -> Result<(), String> {
         self.peer.as_mut().expect("started").release(t0)?;
@@ -271,6 +302,22 @@ pub fn metrics(data: AudioServerData, scenario: &Scenario, t0: u64) -> Measured 
     notes.insert(0, headline.note());
     counters.splice(0..0, headline.counters());
     Measured::new(metrics, counters, notes).label(SCHEDULING, &headline.sched)
+}
+
+/// The threads of `pid` that run the audio cycle: under SCHED_FIFO or
+/// SCHED_RR, or a SCHED_DEADLINE reservation of the audio `period` (the
+/// guard's reservations of a process's other busy threads have periods of
+/// their own).
+fn cycling_threads(pid: Pid, period: Duration) -> Vec<Tid> {
+    let threads = tessera_sys::proc::threads_of(pid).unwrap_or_default();
+    threads
+        .into_iter()
+        .filter(|&tid| match sched::get_policy(tid) {
+            Ok(Policy::Fifo { .. } | Policy::RoundRobin { .. }) => true,
+            Ok(Policy::Deadline(p)) => p.period == period,
+            _ => false,
+        })
+        .collect()
 }
 
 /// The core the server and its clients start pinned to: the scenario's
@@ -388,6 +435,10 @@ impl crate::subject::contract::Subject for Kind {
 impl Running for AudioServerRun {
     fn release(&mut self, t0: u64) -> Result<(), String> {
         AudioServerRun::release(self, t0)
+    }
+
+    fn watched(&self) -> Vec<Watched> {
+        self.chain_threads(0)
     }
 
     fn cut_short(&mut self) {

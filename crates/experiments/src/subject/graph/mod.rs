@@ -134,6 +134,7 @@ fn start_graph(scenario: &Scenario, config: &Configuration) -> Result<GraphRun, 
         deadline: Some(deadline.unwrap_or(period)),
         period: grid,
         budget: None,
+        chain: None,
     };
     // The engine's start returns once its threads are set up.
     let mut watched: Vec<Watched> = driver

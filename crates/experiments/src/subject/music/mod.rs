@@ -130,6 +130,7 @@ impl Started {
                 deadline: Some(DEADLINE),
                 period: None,
                 budget: None,
+                chain: None,
             })
             .collect()
     }

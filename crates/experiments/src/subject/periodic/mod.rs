@@ -85,6 +85,7 @@ impl TaskRun {
                 deadline: Some(deadline),
                 period: Some(period),
                 budget: None,
+                chain: None,
             })
             .collect();
         Ok(Box::new(TaskRun {
