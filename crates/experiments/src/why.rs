@@ -12,7 +12,7 @@
 use crate::subject::Watched;
 use std::time::Duration;
 use tessera_measure::{Metric, MetricCauses, WatchedThread, Why};
-use tessera_why::{Attribution, Causes, Recorder, Watch};
+use tessera_why::{Attribution, Causes, Miss, Recorder, Watch};
 
 /// The threads that can be watched, each with its metric, and why the
 /// others cannot.
@@ -24,6 +24,7 @@ fn watchable(threads: Vec<Watched>) -> (Vec<WatchedThread>, Vec<String>) {
         match tessera_why::watch(t.tid, ns(t.deadline), ns(t.period), ns(t.budget)) {
             Ok(watch) => watched.push(WatchedThread {
                 metric: t.metric,
+                thread_metric: t.thread_metric,
                 watch: Watch {
                     chain: t.chain,
                     ..watch
@@ -137,15 +138,36 @@ impl Traced {
             .filter(|m| m.release_ns >= from_ns)
             .collect();
         let watched = |tid: i32| self.watched.iter().find(|w| w.watch.tid == tid);
-        let traced = |name: &str, counted: u64| {
-            let mine: Vec<_> = measured
+        // `counted`: the subject's count of the metric's misses, if it
+        // counted them (without one, every traced miss is shown).
+        let traced = |name: &str, counted: Option<u64>| {
+            // Each traced miss with how many of the metric's it stands for.
+            let mut mine: Vec<(&Miss, u64)> = measured
                 .iter()
-                .filter(|m| watched(m.tid).is_some_and(|w| w.metric == name))
+                .filter_map(|&m| {
+                    let w = watched(m.tid)?;
+                    match (w.metric == name, w.thread_metric.as_deref() == Some(name)) {
+                        (true, _) => Some((m, 1)),
+                        (false, true) => Some((m, u64::from(m.late_threads))),
+                        _ => None,
+                    }
+                })
+                .filter(|&(_, n)| n > 0)
                 .collect();
+            // Longest first: where the trace judged more late than the
+            // subject counted (a chain from its driver's timer, the subject
+            // from the cycle's start), those it counted are the longest.
+            mine.sort_by(|a, b| b.0.response_us.total_cmp(&a.0.response_us));
             let mut causes = Causes::default();
-            mine.iter().for_each(|m| causes.add(m));
-            let mut left = counted.saturating_sub(causes.total());
-            for m in mine {
+            let mut left = counted.unwrap_or(u64::MAX);
+            for &(m, n) in &mine {
+                if left == 0 {
+                    break;
+                }
+                causes.add_n(m, n.min(left));
+                left -= n.min(left);
+            }
+            for (m, _) in mine {
                 let period = watched(m.tid).and_then(|w| w.watch.period_ns);
                 let overrun = period.map_or(0, |p| m.releases_overrun(p)).min(left);
                 causes.add_overrun(m, overrun);
@@ -155,6 +177,11 @@ impl Traced {
         };
         let mut names: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
         names.extend(self.watched.iter().map(|w| w.metric.as_str()));
+        names.extend(
+            self.watched
+                .iter()
+                .filter_map(|w| w.thread_metric.as_deref()),
+        );
         let mut by_metric = Vec::new();
         for name in names {
             if by_metric.iter().any(|m: &MetricCauses| m.metric == name) {
@@ -163,11 +190,10 @@ impl Traced {
             let counted = metrics
                 .iter()
                 .find(|m| m.name == name)
-                .and_then(|m| m.summary.misses)
-                .unwrap_or(0);
+                .and_then(|m| m.summary.misses);
             let seen = traced(name, counted);
-            if counted > 0 || seen.total() > 0 {
-                by_metric.push(MetricCauses::new(name, counted, &seen));
+            if counted.unwrap_or(0) > 0 || seen.total() > 0 {
+                by_metric.push(MetricCauses::new(name, counted.unwrap_or(0), &seen));
             }
         }
         let mut worst: Vec<_> = measured.into_iter().cloned().collect();
@@ -187,7 +213,7 @@ impl Traced {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_why::{Cause, Miss, Watch};
+    use tessera_why::Cause;
 
     fn miss(tid: i32, release_ns: u64, cause: Cause) -> Miss {
         Miss {
@@ -203,12 +229,14 @@ mod tests {
             throttled: false,
             faults: 0,
             records_lost: false,
+            late_threads: 0,
         }
     }
 
     fn watched(tid: i32, metric: &str) -> WatchedThread {
         WatchedThread {
             metric: metric.into(),
+            thread_metric: None,
             watch: Watch {
                 tid,
                 deadline_ns: 1000,
@@ -288,6 +316,48 @@ mod tests {
         assert_eq!(causes(5), (5, 0));
         assert_eq!(causes(6), (5, 1));
         assert_eq!(causes(3), (3, 0), "never more than the subject counted");
+    }
+
+    #[test]
+    fn a_chains_late_periods_count_once_per_period_and_once_per_late_client_the_longest_first() {
+        let late = |release_ns, response_us, late_threads| Miss {
+            response_us,
+            late_threads,
+            ..miss(2, release_ns, Cause::WaitedForCpu)
+        };
+        let mut own_work = late(40, 5.0, 1);
+        own_work.cause = Cause::OwnWork;
+        let client = WatchedThread {
+            thread_metric: Some("client end".into()),
+            ..watched(2, "end to end")
+        };
+        let traced = Traced {
+            attribution: Attribution {
+                misses: vec![late(10, 30.0, 2), late(20, 20.0, 3), own_work],
+                ..Attribution::default()
+            },
+            watched: vec![client],
+        };
+        let counted = |name: &str, misses| {
+            let mut m = Metric::latency(
+                name,
+                Some(1.0),
+                tessera_measure::LatencyHistogram::new(1000),
+            );
+            m.summary.misses = Some(misses);
+            m
+        };
+        // The subject counted 2 late periods (the trace 3: the shortest is
+        // left out) and 7 clients ending late.
+        let why = traced.why(&[counted("end to end", 2), counted("client end", 7)], 0);
+        let by = |name: &str| why.metrics.iter().find(|m| m.metric == name).unwrap();
+        let periods = by("end to end");
+        assert_eq!(periods.causes[&Cause::WaitedForCpu], 2);
+        assert_eq!(periods.causes[&Cause::OwnWork], 0);
+        let clients = by("client end");
+        assert_eq!(clients.causes[&Cause::WaitedForCpu], 5);
+        assert_eq!(clients.causes[&Cause::OwnWork], 1);
+        assert_eq!(clients.causes[&Cause::Unknown], 1);
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub struct Why {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WatchedThread {
     pub metric: String,
+    /// A chain's thread: the metric that counts each of the chain's
+    /// clients ending late (where `metric` counts one miss a period).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread_metric: Option<String>,
     #[serde(flatten)]
     pub watch: Watch,
 }
@@ -270,6 +274,7 @@ mod tests {
             throttled: cause == Cause::Throttled,
             faults: 0,
             records_lost: false,
+            late_threads: 0,
         }
     }
 
@@ -283,6 +288,7 @@ mod tests {
         Why {
             watched: vec![WatchedThread {
                 metric: "response time".into(),
+                thread_metric: None,
                 watch: Watch {
                     tid: 42,
                     deadline_ns: 1_000_000,

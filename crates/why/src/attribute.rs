@@ -196,6 +196,7 @@ impl Judge {
             throttled: cycle.throttles > 0,
             faults: cycle.faults,
             records_lost: cycle.records_lost,
+            late_threads: 0,
         })
     }
 }

@@ -135,6 +135,14 @@ pub struct Miss {
     /// judged from a partial timeline.
     #[serde(default)]
     pub records_lost: bool,
+    /// For a chain's miss: how many of its clients (the threads other than
+    /// the driver) ended past the deadline; 0 for a thread judged alone.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub late_threads: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl Miss {
@@ -171,6 +179,13 @@ impl Causes {
         *self.misses.entry(miss.cause).or_default() += 1;
         let part = miss.parts_us.get(&miss.cause).copied().unwrap_or(0.0);
         *self.us.entry(miss.cause).or_default() += part;
+    }
+
+    /// `miss` standing for `n` misses of a metric (a chain's late period
+    /// for each client that ended late), its deciding part's time once.
+    pub fn add_n(&mut self, miss: &Miss, n: u64) {
+        self.add(miss);
+        self.add_overrun(miss, n.saturating_sub(1));
     }
 
     /// `n` more misses for `miss`'s cause, whose time it already counts:
@@ -213,6 +228,7 @@ mod tests {
             throttled: true,
             faults: 0,
             records_lost: false,
+            late_threads: 0,
         };
         assert_eq!(miss.releases_overrun(10_000_000), 3);
         assert_eq!(miss.releases_overrun(30_100_000), 0);

@@ -12,8 +12,11 @@
 //!   periods (at least [`GRACE_NS`]) after its deadline, or at the end.
 //! - The late window's parts are its cycles' parts, each from its own
 //!   wake-up (the driver's from the release): waits for a CPU, throttling,
-//!   interrupts, stolen time, blocking, own work. Cycles that ran at once
-//!   on two CPUs add up beyond the response; what no cycle covers (between
+//!   interrupts, stolen time, blocking, own work. A wait while another of
+//!   the chain's threads held the CPU is own work too: the chain's (its
+//!   other threads' in the period, or an earlier period's still running)
+//!   — the chain needed more than its CPU, nobody took it. Cycles that ran
+//!   at once add up beyond the response; what no cycle covers (between
 //!   one member's end and the next one's wake-up) is unknown.
 //! - The cause is the longest part, own work counting only beyond the
 //!   deadline (the chain's work fits its period, or the interference is
@@ -24,7 +27,7 @@
 use crate::attribute::{self, TaskClock};
 use crate::causes::{micros, Cause, Holder, Miss, Parts};
 use crate::timeline::Cycle;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 /// A window is judged this many periods after its deadline…
 pub const GRACE_PERIODS: u64 = 8;
@@ -44,6 +47,7 @@ pub struct ChainLink {
 /// One cycle of a window, as much of it as a miss reports.
 #[derive(Debug, Clone)]
 struct Member {
+    driver: bool,
     tid: i32,
     comm: String,
     cpu: u32,
@@ -66,6 +70,8 @@ struct Window {
 /// A chain's open windows and its driver's grid.
 #[derive(Debug, Clone)]
 pub struct Chain {
+    /// Its threads, driver and members.
+    threads: BTreeSet<i32>,
     deadline_ns: u64,
     period_ns: Option<u64>,
     clock: TaskClock,
@@ -77,12 +83,19 @@ impl Chain {
     /// A chain whose driver is watched with `deadline_ns` and `period_ns`.
     pub fn new(deadline_ns: u64, period_ns: Option<u64>, clock: TaskClock) -> Chain {
         Chain {
+            threads: BTreeSet::new(),
             deadline_ns,
             period_ns,
             clock,
             previous_release: None,
             windows: VecDeque::new(),
         }
+    }
+
+    /// Counts `tid` among the chain's threads (a wait behind it is the
+    /// chain's own).
+    pub fn join(&mut self, tid: i32) {
+        self.threads.insert(tid);
     }
 
     /// Takes a cycle of one of the chain's threads (`driver`: it opens a
@@ -92,12 +105,11 @@ impl Chain {
             self.open(cycle, cells);
         } else if let Some(w) = self
             .windows
-            .iter_mut()
-            .rev()
-            .find(|w| w.release_ns <= cycle.woken_ns)
+            .iter()
+            .rposition(|w| w.release_ns <= cycle.woken_ns)
         {
-            let parts = attribute::parts(cycle, cycle.woken_ns, self.clock);
-            w.members.push(member(cycle, cycle.woken_ns, parts, cells));
+            let m = self.member(cycle, cycle.woken_ns, cells);
+            self.windows[w].members.push(m);
         }
         self.judge_before(cycle.end_ns)
     }
@@ -117,11 +129,49 @@ impl Chain {
         if let Some(timer) = cycle.timer_ns {
             self.previous_release = Some(timer);
         }
-        let parts = attribute::parts(cycle, release, self.clock);
+        let driver = Member {
+            driver: true,
+            ..self.member(cycle, release, cells)
+        };
         self.windows.push_back(Window {
             release_ns: release,
-            members: vec![member(cycle, release, parts, cells)],
+            members: vec![driver],
         });
+    }
+
+    /// `cycle` from `start_ns` as a window's member: its waits behind the
+    /// chain's own threads are own work, and none of its holders.
+    fn member(&self, cycle: &Cycle, start_ns: u64, cells: &HashMap<i32, String>) -> Member {
+        let (own, others): (Vec<_>, Vec<_>) = cycle
+            .waits
+            .iter()
+            .cloned()
+            .partition(|w| self.threads.contains(&w.holder.pid));
+        let outside = Cycle {
+            waits: others,
+            ..cycle.clone()
+        };
+        let mut parts = attribute::parts(&outside, start_ns, self.clock);
+        let behind_own: u64 = own.iter().map(|w| w.ns).sum();
+        let unknown = parts.get(Cause::Unknown);
+        parts.set(Cause::Unknown, unknown.saturating_sub(behind_own));
+        parts.set(
+            Cause::OwnWork,
+            parts.get(Cause::OwnWork) + behind_own.min(unknown),
+        );
+        Member {
+            driver: false,
+            tid: cycle.tid,
+            comm: cycle.comm.clone(),
+            cpu: cycle.cpu,
+            start_ns,
+            end_ns: cycle.end_ns,
+            parts,
+            holders: attribute::holders(&outside, cells),
+            throttled: cycle.throttles > 0,
+            faults: cycle.faults,
+            records_lost: cycle.records_lost,
+        }
     }
 
     /// Judges the windows whose cycles have all ended by `now_ns`.
@@ -147,21 +197,6 @@ impl Chain {
     }
 }
 
-fn member(cycle: &Cycle, start_ns: u64, parts: Parts, cells: &HashMap<i32, String>) -> Member {
-    Member {
-        tid: cycle.tid,
-        comm: cycle.comm.clone(),
-        cpu: cycle.cpu,
-        start_ns,
-        end_ns: cycle.end_ns,
-        parts,
-        holders: attribute::holders(cycle, cells),
-        throttled: cycle.throttles > 0,
-        faults: cycle.faults,
-        records_lost: cycle.records_lost,
-    }
-}
-
 /// The miss a window was, if it ended after its deadline.
 fn judge(w: &Window, deadline_ns: u64) -> Option<Miss> {
     let last = w.members.iter().max_by_key(|m| m.end_ns)?;
@@ -170,6 +205,12 @@ fn judge(w: &Window, deadline_ns: u64) -> Option<Miss> {
         return None;
     }
     let records_lost = w.members.iter().any(|m| m.records_lost);
+    let due = w.release_ns.saturating_add(deadline_ns);
+    let late_threads = w
+        .members
+        .iter()
+        .filter(|m| !m.driver && m.end_ns > due)
+        .count() as u32;
     let mut parts = Parts::default();
     if records_lost {
         parts.set(Cause::Unknown, response);
@@ -200,6 +241,7 @@ fn judge(w: &Window, deadline_ns: u64) -> Option<Miss> {
         throttled: w.members.iter().any(|m| m.throttled),
         faults,
         records_lost,
+        late_threads,
     })
 }
 
@@ -313,6 +355,28 @@ mod tests {
         // The gaps between one member's end and the next one's wake-up.
         assert_eq!(m.parts_us[&Cause::Unknown], 20.0);
         assert_eq!(m.holders[0].comm, "hog");
+        assert_eq!(m.late_threads, 1, "the second client only");
+    }
+
+    #[test]
+    fn a_wait_behind_the_chains_own_thread_is_its_own_work() {
+        let mut chain = Chain::new(PERIOD, Some(PERIOD), CLOCK);
+        let cells = HashMap::new();
+        (1..=3).for_each(|t| chain.join(t));
+        chain.push(&cycle(1, 0, 0, 100_000, Some(0)), true, &cells);
+        // Two clients woken together: the second waits 700 µs while the
+        // first runs, then runs 600 µs itself.
+        chain.push(&cycle(2, 110_000, 0, 700_000, None), false, &cells);
+        let mut second = cycle(3, 110_000, 700_000, 600_000, None);
+        second.waits[0].holder.pid = 2;
+        chain.push(&second, false, &cells);
+        let misses = chain.finish();
+        assert_eq!(misses.len(), 1);
+        let m = &misses[0];
+        assert_eq!(m.cause, Cause::OwnWork);
+        assert!(!m.parts_us.contains_key(&Cause::WaitedForCpu), "{m:?}");
+        assert_eq!(m.parts_us[&Cause::OwnWork], 100.0 + 700.0 + 700.0 + 600.0);
+        assert!(m.holders.is_empty());
     }
 
     #[test]

@@ -318,9 +318,25 @@ impl Tracer {
                     .entry(link.chain)
                     .or_insert_with(|| Chain::new(w.deadline_ns, w.period_ns, self.clock));
             }
+            self.join_chain(w);
             self.result.watched.push(*w);
         }
         Ok(())
+    }
+
+    /// Counts `w`'s thread in its chain, and the chain's threads watched
+    /// before its driver in it.
+    fn join_chain(&mut self, w: &Watch) {
+        let Some(link) = w.chain else {
+            return;
+        };
+        let Some(chain) = self.chains.get_mut(&link.chain) else {
+            return;
+        };
+        let fellows = self.result.watched.iter().chain(std::iter::once(w));
+        for f in fellows.filter(|f| f.chain.is_some_and(|l| l.chain == link.chain)) {
+            chain.join(f.tid);
+        }
     }
 
     /// Judges the cycles ended by the events read so far (all but the

@@ -120,9 +120,12 @@ fn run_spinner(
             let mut intervals = Vec::with_capacity(MAX_INTERVALS);
             own.join_current_thread(&cell)?;
             // Released after the reservation's first deadline passed, so its
-            // period is anchored here: the window grid's origin.
-            let origin = monotonic_ns() + 20_000_000;
-            sleep_until_monotonic_ns(origin);
+            // period is anchored where it wakes: the window grid's origin
+            // (a vCPU stalled past the wake-up moves both; the grid from
+            // the time asked for would then lie outside every window, and
+            // a cooperative thread yield its budget away in each period).
+            sleep_until_monotonic_ns(monotonic_ns() + 20_000_000);
+            let origin = monotonic_ns();
             let window = cooperative.then_some((runtime_ns, period_ns));
             let elapsed = spin(origin, duration.as_nanos() as u64, window, &mut intervals);
             Ok((intervals, elapsed))

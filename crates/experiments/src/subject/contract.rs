@@ -121,6 +121,8 @@ pub(crate) struct Watched {
     /// Judged with a chain's other threads (an audio server's driver and
     /// its clients), not alone.
     pub chain: Option<tessera_why::ChainLink>,
+    /// With a chain: the metric that counts each client ending late.
+    pub thread_metric: Option<String>,
 }
 
 /// What a subject left when it stopped: its typed result.

@@ -183,6 +183,7 @@ impl AudioServerRun {
                         period: Some(period),
                         budget: None,
                         chain: Some(ChainLink { chain, driver }),
+                        thread_metric: Some(CLIENT_END.into()),
                     })
             })
             .collect()

@@ -135,6 +135,7 @@ fn start_graph(scenario: &Scenario, config: &Configuration) -> Result<GraphRun, 
         period: grid,
         budget: None,
         chain: None,
+        thread_metric: None,
     };
     // The engine's start returns once its threads are set up.
     let mut watched: Vec<Watched> = driver

@@ -131,6 +131,7 @@ impl Started {
                 period: None,
                 budget: None,
                 chain: None,
+                thread_metric: None,
             })
             .collect()
     }

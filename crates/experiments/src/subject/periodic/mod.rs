@@ -86,6 +86,7 @@ impl TaskRun {
                 period: Some(period),
                 budget: None,
                 chain: None,
+                thread_metric: None,
             })
             .collect();
         Ok(Box::new(TaskRun {
