@@ -14,8 +14,9 @@ mod window;
 
 pub(crate) use window::load_window;
 
-use crate::cells::{cell_name, setup_for};
+use crate::cells::{cell_name, setup_for, SetUp};
 use crate::figures::{slack_metric, task_metric};
+use crate::subject::Watched;
 use std::time::Duration;
 use tessera_broker::Session;
 use tessera_measure::{Counter, Metric};
@@ -29,6 +30,8 @@ use tessera_workloads::{
 #[derive(Default)]
 pub(crate) struct Loads {
     periodic: Vec<(String, PeriodicTask)>,
+    /// The periodic tasks' threads, for `tessera run --why`.
+    watched: Vec<Watched>,
     threads: Vec<LoadThreads>,
     external: Vec<ExternalLoad>,
     /// Video players and their guis.
@@ -67,6 +70,12 @@ impl Loads {
             start_load(scenario, load, sched, self)?;
         }
         Ok(())
+    }
+
+    /// The periodic tasks' threads, each judged by its period and
+    /// deadline, its misses counted in "NAME response time".
+    pub(crate) fn watched(&self) -> Vec<Watched> {
+        self.watched.clone()
     }
 
     /// Releases every load at `t0`.
@@ -210,7 +219,20 @@ fn start_load(
         LoadKind::Periodic { period, work } => {
             let mut spec = PeriodicSpec::new(name, *period, *work, window.run_for.unwrap_or(total));
             spec.start_after = load.start;
-            let task = PeriodicTask::spawn(spec, setup).map_err(io_error)?;
+            let deadline = spec.deadline;
+            let set_up = SetUp::default();
+            // It returns once its thread is set up: the thread is known.
+            let task = PeriodicTask::spawn(spec, set_up.recording(setup)).map_err(io_error)?;
+            live.watched
+                .extend(set_up.tids().into_iter().map(|tid| Watched {
+                    tid,
+                    metric: format!("{name} response time"),
+                    deadline: Some(deadline),
+                    period: Some(*period),
+                    budget: None,
+                    chain: None,
+                    thread_metric: None,
+                }));
             live.periodic.push((name.into(), task));
         }
         LoadKind::RtApp { period, run } => {

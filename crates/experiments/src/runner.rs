@@ -268,7 +268,8 @@ fn start_all(
 }
 
 /// Waits out the run: lets the subject do what is due (a graph's edits),
-/// traces the threads it started since (under `--why`), refreshes
+/// traces the threads it and the periodic loads started since (under
+/// `--why`), refreshes
 /// progress; cuts the subject short when `interrupted`.
 fn drive(
     scenario: &Scenario,
@@ -288,7 +289,9 @@ fn drive(
             None => None,
         };
         if let (Some(tracing), Some(subject)) = (&mut live.tracing, &live.subject) {
-            tracing.refresh(subject.watched());
+            let mut threads = subject.watched();
+            threads.extend(live.loads.watched());
+            tracing.refresh(threads);
         }
         progress(Duration::from_nanos(elapsed));
         if now >= end {
