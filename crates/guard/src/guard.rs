@@ -142,7 +142,7 @@ pub enum Kind {
 
 impl Kind {
     /// The threads an audio cycle passes through, kept together.
-    fn is_graph(self) -> bool {
+    pub fn is_graph(self) -> bool {
         matches!(self, Kind::RealTime | Kind::Graph)
     }
 

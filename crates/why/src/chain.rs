@@ -4,9 +4,15 @@
 //! thread's. A client's cycle begins when the one before it signals, so its
 //! own response says nothing of the period; the chain's does.
 //!
-//! - The driver's cycle opens a window at its expected release (its timer's
-//!   grid, as [`crate::attribute::expected_release`] says); a member's cycle
-//!   belongs to the window it was woken in.
+//! - The driver's release opens a window at its expected release (its
+//!   timer's grid, as [`crate::attribute::expected_release`] says); a
+//!   member's cycle belongs to the window it was woken in. A driver that
+//!   wakes on its own timer (JACK2's dummy driver, PipeWire's timerfd)
+//!   is released by that timer alone: its other wake-ups in the period
+//!   are the graph's work coming back to it (PipeWire's driver wakes as
+//!   each client finishes), members of the window like any. A driver
+//!   without timers (a sound card's interrupt) is released by a wake-up
+//!   half a period or more after the last release.
 //! - The window is late when a cycle in it ended after release + deadline.
 //!   It is judged once no cycle of it can still end: [`GRACE_PERIODS`]
 //!   periods (at least [`GRACE_NS`]) after its deadline, or at the end.
@@ -76,6 +82,8 @@ pub struct Chain {
     period_ns: Option<u64>,
     clock: TaskClock,
     previous_release: Option<u64>,
+    /// The driver has been seen to wake on its own timer.
+    timed: bool,
     windows: VecDeque<Window>,
 }
 
@@ -88,6 +96,7 @@ impl Chain {
             period_ns,
             clock,
             previous_release: None,
+            timed: false,
             windows: VecDeque::new(),
         }
     }
@@ -101,14 +110,17 @@ impl Chain {
     /// Takes a cycle of one of the chain's threads (`driver`: it opens a
     /// window); returns the windows it leaves judged that were late.
     pub fn push(&mut self, cycle: &Cycle, driver: bool, cells: &HashMap<i32, String>) -> Vec<Miss> {
-        if driver {
+        if driver && self.releases(cycle) {
             self.open(cycle, cells);
         } else if let Some(w) = self
             .windows
             .iter()
             .rposition(|w| w.release_ns <= cycle.woken_ns)
         {
-            let m = self.member(cycle, cycle.woken_ns, cells);
+            let m = Member {
+                driver,
+                ..self.member(cycle, cycle.woken_ns, cells)
+            };
             self.windows[w].members.push(m);
         }
         self.judge_before(cycle.end_ns)
@@ -117,6 +129,21 @@ impl Chain {
     /// Judges every window still open (the trace ended).
     pub fn finish(&mut self) -> Vec<Miss> {
         self.judge_before(u64::MAX)
+    }
+
+    /// Whether the driver's `cycle` begins a period (see the module doc).
+    fn releases(&mut self, cycle: &Cycle) -> bool {
+        if cycle.timer_ns.is_some_and(|t| t <= cycle.woken_ns) {
+            self.timed = true;
+            return true;
+        }
+        if self.timed {
+            return false;
+        }
+        match (self.windows.back(), self.period_ns) {
+            (Some(last), Some(period)) => cycle.woken_ns >= last.release_ns + period / 2,
+            _ => true,
+        }
     }
 
     fn open(&mut self, cycle: &Cycle, cells: &HashMap<i32, String>) {
@@ -393,6 +420,46 @@ mod tests {
         }
         assert!(k * PERIOD >= PERIOD + grace, "judged at {k} periods");
         assert_eq!(misses[0].release_ns, 0);
+    }
+
+    /// A period whose driver is woken back after its client (PipeWire's
+    /// driver, as each client finishes): the client waits `waited` first.
+    fn period_with_return(chain: &mut Chain, release: u64, timer: bool, waited: u64) -> Vec<Miss> {
+        let cells = HashMap::new();
+        let timer = timer.then_some(release);
+        let mut misses = chain.push(&cycle(1, release, 0, 100_000, timer), true, &cells);
+        let client = cycle(2, release + 110_000, waited, 300_000, None);
+        let back = client.end_ns + 10_000;
+        misses.extend(chain.push(&client, false, &cells));
+        misses.extend(chain.push(&cycle(1, back, 0, 50_000, None), true, &cells));
+        misses
+    }
+
+    #[test]
+    fn a_driver_woken_back_by_its_graph_opens_no_period() {
+        // Due 800 µs into a 1 ms period: the return comes after half of it.
+        let mut chain = Chain::new(800_000, Some(PERIOD), CLOCK);
+        let mut misses = vec![];
+        for k in 0..50 {
+            let waited = if k == 7 { 500_000 } else { 0 };
+            misses.extend(period_with_return(&mut chain, k * PERIOD, true, waited));
+        }
+        misses.extend(chain.finish());
+        assert_eq!(misses.len(), 1, "{misses:?}");
+        let m = &misses[0];
+        assert_eq!((m.release_ns, m.cause), (7 * PERIOD, Cause::WaitedForCpu));
+        assert_eq!(m.response_us, 970.0, "the driver's return ended it");
+        assert_eq!(m.late_threads, 1, "the client, not the driver's return");
+    }
+
+    #[test]
+    fn a_driver_without_timers_is_released_half_a_period_after_the_last() {
+        let mut chain = Chain::new(PERIOD, Some(PERIOD), CLOCK);
+        for k in 0..10 {
+            period_with_return(&mut chain, k * PERIOD, false, 0);
+        }
+        let releases: Vec<u64> = chain.windows.iter().map(|w| w.release_ns).collect();
+        assert_eq!(releases, (0..10).map(|k| k * PERIOD).collect::<Vec<_>>());
     }
 
     #[test]

@@ -249,7 +249,7 @@ impl Timeline {
         );
         if off && self.unseen.is_none() {
             let armed = match self.state {
-                State::Sleeping => self.armed.take(),
+                State::Sleeping => self.take_expired(t),
                 _ => None,
             };
             self.unseen = Some(Unseen { at: t, armed });
@@ -265,12 +265,20 @@ impl Timeline {
         match self.state {
             State::Sleeping => {
                 self.begin(t);
-                self.cycle.timer_ns = self.armed.take();
+                self.cycle.timer_ns = self.take_expired(t);
             }
             State::Blocked { since } => self.cycle.blocked_ns += t.saturating_sub(since),
             _ => return,
         }
         self.state = State::Runnable { since: t, by: None };
+    }
+
+    /// Its armed wake-up timer, if it had expired by `t`: a wake-up before
+    /// that came from elsewhere (an event loop's eventfd before its
+    /// timerfd), and the timer is still the one that will wake it next.
+    fn take_expired(&mut self, t: u64) -> Option<u64> {
+        self.armed.filter(|&expires| expires <= t)?;
+        self.armed.take()
     }
 
     fn begin(&mut self, t: u64) {
@@ -284,7 +292,7 @@ impl Timeline {
     fn switched_in(&mut self, t: u64, cpu: u32, me: &Task, holder: &Task) {
         self.unseen = None;
         let armed = match self.state {
-            State::Sleeping => self.armed.take(),
+            State::Sleeping => self.take_expired(t),
             _ => None,
         };
         self.run_from(t, cpu, me, holder, armed);
@@ -406,7 +414,7 @@ impl Timeline {
         let first = self.unseen.take();
         let armed = match first {
             Some(u) => u.armed,
-            None if self.state == State::Sleeping => self.armed.take(),
+            None if self.state == State::Sleeping => self.take_expired(out),
             None => None,
         };
         let mut at = first.map_or(out, |u| u.at);
@@ -630,6 +638,27 @@ mod tests {
         tl.push(&switch(20, idle(), 0, me.clone()));
         let c = tl.push(&switch(30, me, 1, idle())).unwrap();
         assert_eq!((c.idle_wait_ns, c.running_ns), (10, 10));
+    }
+
+    /// An event loop woken by an eventfd before the timerfd it armed
+    /// (PipeWire's driver, as its clients finish): the timer is the next
+    /// wake-up's, which is the period's release.
+    #[test]
+    fn a_timer_not_yet_expired_waits_for_the_wake_up_it_causes() {
+        let me = task(ME, 79);
+        let events = [
+            timer(500, 10_000, Timer::Wakeup),
+            switch(600, me.clone(), 1, idle()),
+            at(4_000, What::Waking { pid: ME }),
+            switch(4_010, idle(), 0, me.clone()),
+            switch(4_100, me.clone(), 1, idle()),
+            at(10_020, What::Waking { pid: ME }),
+            switch(10_030, idle(), 0, me.clone()),
+            switch(10_200, me, 1, idle()),
+        ];
+        let cycles = cycles(&events);
+        let woken: Vec<_> = cycles.iter().map(|c| (c.woken_ns, c.timer_ns)).collect();
+        assert_eq!(woken, [(4_000, None), (10_020, Some(10_000))]);
     }
 
     /// Issue 24's `tessera why --pid` on a SCHED_FIFO sleeper saw no cycle:

@@ -62,6 +62,17 @@ pub(super) fn read(path: &Path, origin: &Origin) -> Result<Vec<BudgetRow>, Strin
     parse(&text, origin)
 }
 
+/// The kind of each thread the guard's record names so far (while the
+/// guard runs: none when it has written nothing yet; a row cut short is
+/// skipped).
+pub(super) fn kinds(path: &Path) -> HashMap<i32, Kind> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(RecordRow::parse)
+        .map(|r| (r.tid, r.kind))
+        .collect()
+}
+
 fn parse(text: &str, origin: &Origin) -> Result<Vec<BudgetRow>, String> {
     let rows = RecordRow::parse_all(text)?;
     Ok(rows

@@ -28,9 +28,11 @@ use crate::harness::servers::{self, AudioServer, ServerSpec};
 use crate::jack_peer::{peer_args, PeerClients};
 use crate::scratch::Scratch;
 use crate::subject::contract::{Measured, Running, Stopped, Watched, SCHEDULING};
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tessera_guard::guard::Kind as Reserved;
 use tessera_jack_peer::record::PeerRecord;
 use tessera_scenario::{
     AudioServerSubject, Configuration, Scenario, ServerKind, ServerSched, Subject,
@@ -168,6 +170,11 @@ impl AudioServerRun {
         let period = Duration::from_nanos(
             u64::from(self.subject.frames) * 1_000_000_000 / u64::from(self.subject.rate),
         );
+        let reserved = self
+            .guard
+            .as_ref()
+            .map(|_| budgets::kinds(&self.scratch.file("guard.csv")));
+        let reserved = reserved.as_ref();
         let server = self.server.as_ref().map(AudioServer::pid);
         let peer = self.peer.as_ref().map(PeerClients::pid);
         [(server, true), (peer, false)]
@@ -176,8 +183,9 @@ impl AudioServerRun {
             .flat_map(|(pid, driver)| {
                 cycling_threads(pid, period)
                     .into_iter()
-                    .map(move |tid| Watched {
-                        tid,
+                    .filter(move |t| on_the_graph(t, driver, reserved))
+                    .map(move |t| Watched {
+                        tid: t.tid,
                         metric: END_TO_END.into(),
                         deadline: Some(period),
                         period: Some(period),
@@ -309,16 +317,48 @@ pub fn metrics(data: AudioServerData, scenario: &Scenario, t0: u64) -> Measured 
 /// SCHED_RR, or a SCHED_DEADLINE reservation of the audio `period` (the
 /// guard's reservations of a process's other busy threads have periods of
 /// their own).
-fn cycling_threads(pid: Pid, period: Duration) -> Vec<Tid> {
+fn cycling_threads(pid: Pid, period: Duration) -> Vec<Cycling> {
     let threads = tessera_sys::proc::threads_of(pid).unwrap_or_default();
     threads
         .into_iter()
-        .filter(|&tid| match sched::get_policy(tid) {
-            Ok(Policy::Fifo { .. } | Policy::RoundRobin { .. }) => true,
-            Ok(Policy::Deadline(p)) => p.period == period,
-            _ => false,
+        .filter_map(|tid| match sched::get_policy(tid) {
+            Ok(Policy::Fifo { .. } | Policy::RoundRobin { .. }) => Some(Cycling {
+                tid,
+                reserved: false,
+            }),
+            Ok(Policy::Deadline(p)) if p.period == period => Some(Cycling {
+                tid,
+                reserved: true,
+            }),
+            _ => None,
         })
         .collect()
+}
+
+/// A thread that runs once an audio period, as far as its policy says.
+struct Cycling {
+    tid: Tid,
+    /// Under SCHED_DEADLINE (the guard's, a workgroup's).
+    reserved: bool,
+}
+
+/// Whether `thread` runs the graph. Under the guard (`reserved`: the kinds
+/// its record names so far) a server's non-real-time thread gets an
+/// application share at the audio period too — PipeWire's main loop, kept
+/// busy by the guard's own `pw-dump` — but is not on the audio path, and
+/// as a second driver it opened periods of its own. So a server's
+/// reservation counts once the record calls it real-time or graph (one the
+/// guard has not recorded yet waits for the next look), and a client's
+/// unless it calls it a share (a workgroup member is the broker's, never
+/// in the record).
+fn on_the_graph(thread: &Cycling, server: bool, reserved: Option<&HashMap<Tid, Reserved>>) -> bool {
+    let Some(kinds) = reserved.filter(|_| thread.reserved) else {
+        return true;
+    };
+    match kinds.get(&thread.tid) {
+        Some(kind) => kind.is_graph(),
+        None => !server,
+    }
 }
 
 /// The core the server and its clients start pinned to: the scenario's
@@ -454,5 +494,31 @@ impl Running for AudioServerRun {
 impl Stopped for AudioServerData {
     fn measure(self: Box<Self>, scenario: &Scenario, t0: u64) -> Measured {
         metrics(*self, scenario, t0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_servers_share_is_not_on_the_graph_and_an_unrecorded_client_is() {
+        let fifo = Cycling {
+            tid: 1,
+            reserved: false,
+        };
+        let reserved = |tid| Cycling {
+            tid,
+            reserved: true,
+        };
+        let kinds = HashMap::from([(2, Reserved::Graph), (3, Reserved::Share)]);
+        let kinds = Some(&kinds);
+        assert!(on_the_graph(&fifo, true, kinds));
+        assert!(on_the_graph(&reserved(2), true, kinds));
+        assert!(!on_the_graph(&reserved(3), true, kinds), "PipeWire's main loop");
+        assert!(!on_the_graph(&reserved(3), false, kinds));
+        assert!(!on_the_graph(&reserved(4), true, kinds), "not recorded yet");
+        assert!(on_the_graph(&reserved(4), false, kinds), "a workgroup member");
+        assert!(on_the_graph(&reserved(3), true, None), "no guard");
     }
 }
