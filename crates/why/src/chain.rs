@@ -71,6 +71,8 @@ struct Member {
 struct Window {
     release_ns: u64,
     members: Vec<Member>,
+    /// Opened on the grid for a member: the driver's release was not seen.
+    implied: bool,
 }
 
 /// A chain's open windows and its driver's grid.
@@ -112,7 +114,12 @@ impl Chain {
     pub fn push(&mut self, cycle: &Cycle, driver: bool, cells: &HashMap<i32, String>) -> Vec<Miss> {
         if driver && self.releases(cycle) {
             self.open(cycle, cells);
-        } else if let Some(w) = self
+            return self.judge_before(cycle.end_ns);
+        }
+        if !driver {
+            self.imply_release(cycle.woken_ns);
+        }
+        if let Some(w) = self
             .windows
             .iter()
             .rposition(|w| w.release_ns <= cycle.woken_ns)
@@ -160,9 +167,38 @@ impl Chain {
             driver: true,
             ..self.member(cycle, release, cells)
         };
+        let half_period = self.period_ns.map_or(0, |p| p / 2);
+        match self.windows.back_mut() {
+            Some(w) if w.implied && w.release_ns.abs_diff(release) < half_period => {
+                w.release_ns = release;
+                w.implied = false;
+                w.members.push(driver);
+            }
+            _ => self.windows.push_back(Window {
+                release_ns: release,
+                members: vec![driver],
+                implied: false,
+            }),
+        }
+    }
+
+    /// Opens the period a member woken at `woken` belongs to when the
+    /// driver's release for it was not seen (records lost, a wake-up the
+    /// kernel did not report): on the grid, a whole number of periods
+    /// after the last release. Without it the last window took every
+    /// later cycle, a "late" period 9 periods long.
+    fn imply_release(&mut self, woken: u64) {
+        let (Some(last), Some(period)) = (self.windows.back(), self.period_ns) else {
+            return;
+        };
+        if period == 0 || woken < last.release_ns.saturating_add(period) {
+            return;
+        }
+        let release = last.release_ns + (woken - last.release_ns) / period * period;
         self.windows.push_back(Window {
             release_ns: release,
-            members: vec![driver],
+            members: vec![],
+            implied: true,
         });
     }
 
@@ -460,6 +496,39 @@ mod tests {
         }
         let releases: Vec<u64> = chain.windows.iter().map(|w| w.release_ns).collect();
         assert_eq!(releases, (0..10).map(|k| k * PERIOD).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_release_not_seen_is_implied_on_the_grid() {
+        let mut chain = Chain::new(PERIOD, Some(PERIOD), CLOCK);
+        let cells = HashMap::new();
+        let mut misses = vec![];
+        for k in 0..20 {
+            let release = k * PERIOD;
+            // The driver's cycles of periods 5 and 6 were lost; in 6 it
+            // came late, after its client.
+            if k != 5 && k != 6 {
+                misses.extend(chain.push(
+                    &cycle(1, release, 0, 100_000, Some(release)),
+                    true,
+                    &cells,
+                ));
+            }
+            misses.extend(chain.push(
+                &cycle(2, release + 110_000, 0, 300_000, None),
+                false,
+                &cells,
+            ));
+            if k == 6 {
+                misses.extend(chain.push(
+                    &cycle(1, release, 500_000, 100_000, Some(release)),
+                    true,
+                    &cells,
+                ));
+            }
+        }
+        misses.extend(chain.finish());
+        assert!(misses.is_empty(), "{misses:?}");
     }
 
     #[test]

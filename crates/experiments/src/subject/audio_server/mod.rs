@@ -515,10 +515,16 @@ mod tests {
         let kinds = Some(&kinds);
         assert!(on_the_graph(&fifo, true, kinds));
         assert!(on_the_graph(&reserved(2), true, kinds));
-        assert!(!on_the_graph(&reserved(3), true, kinds), "PipeWire's main loop");
+        assert!(
+            !on_the_graph(&reserved(3), true, kinds),
+            "PipeWire's main loop"
+        );
         assert!(!on_the_graph(&reserved(3), false, kinds));
         assert!(!on_the_graph(&reserved(4), true, kinds), "not recorded yet");
-        assert!(on_the_graph(&reserved(4), false, kinds), "a workgroup member");
+        assert!(
+            on_the_graph(&reserved(4), false, kinds),
+            "a workgroup member"
+        );
         assert!(on_the_graph(&reserved(3), true, None), "no guard");
     }
 }
