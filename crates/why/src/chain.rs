@@ -6,7 +6,10 @@
 //!
 //! - The driver's release opens a window at its expected release (its
 //!   timer's grid, as [`crate::attribute::expected_release`] says); a
-//!   member's cycle belongs to the window it was woken in. A driver that
+//!   member's cycle belongs to the window of the chain's cycle that woke
+//!   it (a late period's tail, woken after the next release, is the late
+//!   period's), or, woken from outside the chain, to the window it was
+//!   woken in. A driver that
 //!   wakes on its own timer (JACK2's dummy driver, PipeWire's timerfd)
 //!   is released by that timer alone: its other wake-ups in the period
 //!   are the graph's work coming back to it (PipeWire's driver wakes as
@@ -75,6 +78,14 @@ struct Window {
     implied: bool,
 }
 
+/// When a thread's cycle ran, and the window it went to.
+#[derive(Debug, Clone, Copy)]
+struct Placed {
+    woken_ns: u64,
+    end_ns: u64,
+    release_ns: u64,
+}
+
 /// A chain's open windows and its driver's grid.
 #[derive(Debug, Clone)]
 pub struct Chain {
@@ -86,6 +97,8 @@ pub struct Chain {
     previous_release: Option<u64>,
     /// The driver has been seen to wake on its own timer.
     timed: bool,
+    /// Each thread's last cycle placed in a window.
+    placed: HashMap<i32, Placed>,
     windows: VecDeque<Window>,
 }
 
@@ -99,6 +112,7 @@ impl Chain {
             clock,
             previous_release: None,
             timed: false,
+            placed: HashMap::new(),
             windows: VecDeque::new(),
         }
     }
@@ -116,21 +130,48 @@ impl Chain {
             self.open(cycle, cells);
             return self.judge_before(cycle.end_ns);
         }
-        if !driver {
-            self.imply_release(cycle.woken_ns);
-        }
-        if let Some(w) = self
-            .windows
-            .iter()
-            .rposition(|w| w.release_ns <= cycle.woken_ns)
-        {
+        if let Some(w) = self.window_of(cycle, driver) {
             let m = Member {
                 driver,
                 ..self.member(cycle, cycle.woken_ns, cells)
             };
+            self.placed(cycle, self.windows[w].release_ns);
             self.windows[w].members.push(m);
         }
         self.judge_before(cycle.end_ns)
+    }
+
+    /// The window a cycle that opens none belongs to: its waker's, when
+    /// the chain's thread that woke it was placed with the cycle it woke
+    /// it in (the tail of a late period, woken after the next release, is
+    /// the late period's); else the one it was woken in.
+    fn window_of(&mut self, cycle: &Cycle, driver: bool) -> Option<usize> {
+        let waker = cycle
+            .woken_by
+            .and_then(|tid| self.placed.get(&tid))
+            .filter(|p| (p.woken_ns..=p.end_ns).contains(&cycle.woken_ns))
+            .map(|p| p.release_ns);
+        if let Some(w) = waker.and_then(|r| self.windows.iter().position(|w| w.release_ns == r)) {
+            return Some(w);
+        }
+        if !driver {
+            self.imply_release(cycle.woken_ns);
+        }
+        self.windows
+            .iter()
+            .rposition(|w| w.release_ns <= cycle.woken_ns)
+    }
+
+    /// Remembers that `cycle` went to the window released at `release_ns`.
+    fn placed(&mut self, cycle: &Cycle, release_ns: u64) {
+        self.placed.insert(
+            cycle.tid,
+            Placed {
+                woken_ns: cycle.woken_ns,
+                end_ns: cycle.end_ns,
+                release_ns,
+            },
+        );
     }
 
     /// Judges every window still open (the trace ended).
@@ -167,6 +208,7 @@ impl Chain {
             driver: true,
             ..self.member(cycle, release, cells)
         };
+        self.placed(cycle, release);
         let half_period = self.period_ns.map_or(0, |p| p / 2);
         match self.windows.back_mut() {
             Some(w) if w.implied && w.release_ns.abs_diff(release) < half_period => {
@@ -529,6 +571,42 @@ mod tests {
         }
         misses.extend(chain.finish());
         assert!(misses.is_empty(), "{misses:?}");
+    }
+
+    #[test]
+    fn a_late_periods_tail_woken_after_the_next_release_is_its_own() {
+        let mut chain = Chain::new(PERIOD, Some(PERIOD), CLOCK);
+        (1..=3).for_each(|t| chain.join(t));
+        let cells = HashMap::new();
+        let by = |mut c: Cycle, waker: i32| {
+            c.woken_by = Some(waker);
+            c
+        };
+        let mut misses = vec![];
+        for k in 0..20 {
+            let release = k * PERIOD;
+            // In period 3 the first client waits 800 µs: the second is woken
+            // (by it) after period 4's release, and ends in period 4.
+            let waited = if k == 3 { 800_000 } else { 0 };
+            let first = by(cycle(2, release + 110_000, waited, 300_000, None), 1);
+            let second = by(cycle(3, first.end_ns, 0, 300_000, None), 2);
+            let driver = |r: u64| cycle(1, r, 0, 200_000, Some(r));
+            if k != 4 {
+                misses.extend(chain.push(&driver(release), true, &cells));
+            }
+            misses.extend(chain.push(&first, false, &cells));
+            if k == 3 {
+                // Period 4's driver runs before the tail.
+                misses.extend(chain.push(&driver(release + PERIOD), true, &cells));
+            }
+            misses.extend(chain.push(&second, false, &cells));
+        }
+        misses.extend(chain.finish());
+        assert_eq!(misses.len(), 1, "{misses:?}");
+        let m = &misses[0];
+        assert_eq!((m.release_ns, m.tid), (3 * PERIOD, 3));
+        assert_eq!(m.response_us, 1510.0);
+        assert_eq!(m.late_threads, 2, "both clients ended past 1 ms");
     }
 
     #[test]

@@ -79,9 +79,12 @@ pub enum What {
         next: Task,
         task_clock_ns: Option<u64>,
     },
-    /// `sched_waking`: `pid` is being made runnable.
+    /// `sched_waking`: `pid` is being made runnable, by `waker` (the
+    /// watched thread current on the CPU, outside an interrupt) when the
+    /// tracer knows it; the decoder never does.
     Waking {
         pid: i32,
+        waker: Option<i32>,
     },
     /// `sched_migrate_task`: `pid` moves to `dest_cpu`.
     Migrate {
@@ -319,7 +322,10 @@ impl Layout {
                 },
                 task_clock_ns,
             },
-            Kind::Waking => What::Waking { pid: pid()? },
+            Kind::Waking => What::Waking {
+                pid: pid()?,
+                waker: None,
+            },
             Kind::Migrate => What::Migrate {
                 pid: pid()?,
                 dest_cpu: int(1)? as u32,

@@ -56,6 +56,9 @@ pub struct Cycle {
     pub woken_ns: u64,
     /// The expiry its own timer was armed for before it slept, if it set one.
     pub timer_ns: Option<u64>,
+    /// The watched thread that woke it, when one did (not from an
+    /// interrupt).
+    pub woken_by: Option<i32>,
     /// When it slept again.
     pub end_ns: u64,
     /// Runnable on a CPU that was idle: the wake-up path's own latency.
@@ -193,7 +196,7 @@ impl Timeline {
                     return self.switched_out(t, e.cpu, prev, *prev_state, next, ran);
                 }
             }
-            What::Waking { pid } if *pid == self.tid => self.woken(t),
+            What::Waking { pid, waker } if *pid == self.tid => self.woken(t, *waker),
             What::InterruptEntry { pid } if *pid == self.tid => {
                 if self.interrupt_depth == 0 {
                     self.interrupt_since = t;
@@ -256,7 +259,7 @@ impl Timeline {
         }
     }
 
-    fn woken(&mut self, t: u64) {
+    fn woken(&mut self, t: u64, waker: Option<i32>) {
         if self.unseen.is_some() {
             // It is running (switched in unseen): a wake-up before it
             // slept again changes nothing.
@@ -266,6 +269,7 @@ impl Timeline {
             State::Sleeping => {
                 self.begin(t);
                 self.cycle.timer_ns = self.take_expired(t);
+                self.cycle.woken_by = waker;
             }
             State::Blocked { since } => self.cycle.blocked_ns += t.saturating_sub(since),
             _ => return,
@@ -502,7 +506,13 @@ mod tests {
         let clock = Some;
         let events = [
             switch_on(1, 0, me.clone(), 1, idle(), clock(0)),
-            at(1_000, What::Waking { pid: ME }),
+            at(
+                1_000,
+                What::Waking {
+                    pid: ME,
+                    waker: None,
+                },
+            ),
             switch_on(1, 3_000, hog.clone(), 0, me.clone(), clock(0)),
             switch_on(1, 4_000, me.clone(), 256, hog.clone(), clock(500)),
             switch_on(1, 9_000, hog.clone(), 1, me.clone(), clock(500)),
@@ -524,7 +534,13 @@ mod tests {
         let me = task(ME, 120);
         let events = [
             switch(0, me.clone(), 1, idle()),
-            at(1_000, What::Waking { pid: ME }),
+            at(
+                1_000,
+                What::Waking {
+                    pid: ME,
+                    waker: None,
+                },
+            ),
             switch(1_000, idle(), 0, me.clone()),
             switch(3_000, me, 1, idle()),
         ];
@@ -536,7 +552,13 @@ mod tests {
     fn woken_at_1_us(me: &Task) -> [Event; 3] {
         [
             switch(0, me.clone(), 1, idle()),
-            at(1_000, What::Waking { pid: ME }),
+            at(
+                1_000,
+                What::Waking {
+                    pid: ME,
+                    waker: None,
+                },
+            ),
             switch(1_000, idle(), 0, me.clone()),
         ]
     }
@@ -570,11 +592,23 @@ mod tests {
             &[
                 timer(1_900, 5_000, Timer::Replenishment),
                 switch(2_000, me.clone(), 1, other.clone()),
-                at(3_000, What::Waking { pid: ME }),
+                at(
+                    3_000,
+                    What::Waking {
+                        pid: ME,
+                        waker: None,
+                    },
+                ),
                 switch(5_100, other.clone(), 0, me.clone()),
                 switch(6_000, me.clone(), 1, other.clone()),
                 // The next wake-up, its budget long back: a wait as before.
-                at(7_000, What::Waking { pid: ME }),
+                at(
+                    7_000,
+                    What::Waking {
+                        pid: ME,
+                        waker: None,
+                    },
+                ),
                 switch(7_040, other.clone(), 0, me.clone()),
                 switch(8_000, me, 1, other.clone()),
             ],
@@ -634,7 +668,13 @@ mod tests {
         let me = task(ME, 120);
         let mut tl = Timeline::new(ME);
         assert_eq!(tl.push(&switch(5, me.clone(), 1, idle())), None);
-        tl.push(&at(10, What::Waking { pid: ME }));
+        tl.push(&at(
+            10,
+            What::Waking {
+                pid: ME,
+                waker: None,
+            },
+        ));
         tl.push(&switch(20, idle(), 0, me.clone()));
         let c = tl.push(&switch(30, me, 1, idle())).unwrap();
         assert_eq!((c.idle_wait_ns, c.running_ns), (10, 10));
@@ -649,10 +689,22 @@ mod tests {
         let events = [
             timer(500, 10_000, Timer::Wakeup),
             switch(600, me.clone(), 1, idle()),
-            at(4_000, What::Waking { pid: ME }),
+            at(
+                4_000,
+                What::Waking {
+                    pid: ME,
+                    waker: None,
+                },
+            ),
             switch(4_010, idle(), 0, me.clone()),
             switch(4_100, me.clone(), 1, idle()),
-            at(10_020, What::Waking { pid: ME }),
+            at(
+                10_020,
+                What::Waking {
+                    pid: ME,
+                    waker: None,
+                },
+            ),
             switch(10_030, idle(), 0, me.clone()),
             switch(10_200, me, 1, idle()),
         ];
@@ -702,7 +754,14 @@ mod tests {
         let (me, other) = (task(ME, -1), task(9, 120));
         let events = [
             switch_on(0, 0, me.clone(), 1, idle(), Some(0)),
-            on(0, 1_000, What::Waking { pid: ME }),
+            on(
+                0,
+                1_000,
+                What::Waking {
+                    pid: ME,
+                    waker: None,
+                },
+            ),
             switch_on(1, 1_010, other, 0, me.clone(), Some(7_000)),
             // The budget ran out: the replenishment armed, the CPU given up.
             timer(2_000, 10_000, Timer::Replenishment),
@@ -741,7 +800,13 @@ mod tests {
             timer(500, 10_000_000, Timer::Wakeup),
             timer(505, 700_000, Timer::Kernel),
             switch(510, me.clone(), 1, other.clone()),
-            at(10_000_000, What::Waking { pid: ME }),
+            at(
+                10_000_000,
+                What::Waking {
+                    pid: ME,
+                    waker: None,
+                },
+            ),
             switch(10_000_010, other.clone(), 0, me.clone()),
             timer(10_000_190, 20_000_000, Timer::Wakeup),
             timer(10_000_195, 10_700_000, Timer::Kernel),
@@ -767,7 +832,13 @@ mod tests {
         let me = task(ME, -1);
         let events = [
             switch(0, me.clone(), 1, idle()),
-            at(1_000, What::Waking { pid: ME }),
+            at(
+                1_000,
+                What::Waking {
+                    pid: ME,
+                    waker: None,
+                },
+            ),
             switch(1_000, idle(), 0, me.clone()),
             at(1_500, What::Yield { pid: ME }),
             timer(1_505, 10_000, Timer::Replenishment),
@@ -790,7 +861,13 @@ mod tests {
         let me = task(ME, 120);
         let events = [
             switch(0, me.clone(), 1, idle()),
-            at(1_000, What::Waking { pid: ME }),
+            at(
+                1_000,
+                What::Waking {
+                    pid: ME,
+                    waker: None,
+                },
+            ),
             at(
                 1_500,
                 What::Lost {
@@ -800,7 +877,13 @@ mod tests {
             ),
             switch(2_000, idle(), 0, me.clone()),
             switch(3_000, me.clone(), 1, idle()),
-            at(4_000, What::Waking { pid: ME }),
+            at(
+                4_000,
+                What::Waking {
+                    pid: ME,
+                    waker: None,
+                },
+            ),
             switch(4_000, idle(), 0, me.clone()),
             switch(5_000, me, 1, idle()),
         ];
@@ -824,12 +907,25 @@ mod tests {
             // nothing; its next wake-up came before the lost CPU's records
             // resumed.
             switch_on(2, 1_200, me.clone(), 1, idle(), None),
-            on(2, 2_000, What::Waking { pid: ME }),
+            on(
+                2,
+                2_000,
+                What::Waking {
+                    pid: ME,
+                    waker: None,
+                },
+            ),
             switch_on(2, 2_100, idle(), 0, me.clone(), None),
             switch_on(2, 3_000, me.clone(), 1, idle(), None),
             // Another thread's ring lost records: not this one's.
             at(3_500, lost(Some(ME + 1))),
-            at(4_000, What::Waking { pid: ME }),
+            at(
+                4_000,
+                What::Waking {
+                    pid: ME,
+                    waker: None,
+                },
+            ),
             switch(4_000, idle(), 0, me.clone()),
             switch(5_000, me, 1, idle()),
         ];
@@ -921,7 +1017,13 @@ mod tests {
                     events.push(at(t, What::Returned { pid: ME }));
                 }
             } else {
-                events.push(at(woken, What::Waking { pid: ME }));
+                events.push(at(
+                    woken,
+                    What::Waking {
+                        pid: ME,
+                        waker: None,
+                    },
+                ));
                 events.push(switch_on(1, t, busy.clone(), 0, me.clone(), Some(clock)));
             }
             for r in &c.runs {

@@ -194,6 +194,48 @@ impl Scoped {
     }
 }
 
+/// What each CPU runs, as far as the watched threads' events say: a
+/// switch there involves a watched thread, so the task it switched to is
+/// current until the next (a switch between two unwatched tasks, unseen,
+/// leaves an unwatched one current either way); and whether the current
+/// one is in an interrupt (its own events say so when it is watched).
+#[derive(Debug, Default)]
+struct Running {
+    on: HashMap<u32, (i32, u32)>,
+}
+
+impl Running {
+    /// Follows `event`, and names the waker of a wake-up: the thread
+    /// current on its CPU, unless an interrupt did it.
+    fn see(&mut self, event: &mut Event) {
+        let cpu = event.cpu;
+        match &mut event.what {
+            What::Switch { next, .. } => {
+                self.on.insert(cpu, (next.pid, 0));
+            }
+            What::InterruptEntry { pid } => self.nest(cpu, *pid, 1),
+            What::InterruptExit { pid } => self.nest(cpu, *pid, -1),
+            What::Waking { waker, .. } => {
+                *waker = self
+                    .on
+                    .get(&cpu)
+                    .filter(|(_, depth)| *depth == 0)
+                    .map(|(c, _)| *c);
+            }
+            _ => {}
+        }
+    }
+
+    /// An interrupt began (`step` 1) or ended (-1) while `pid` ran on `cpu`.
+    fn nest(&mut self, cpu: u32, pid: i32, step: i32) {
+        if let Some((current, depth)) = self.on.get_mut(&cpu) {
+            if *current == pid {
+                *depth = depth.saturating_add_signed(step);
+            }
+        }
+    }
+}
+
 /// Reads the watched threads' events and judges their cycles as they end.
 pub struct Tracer {
     scopes: Vec<Scoped>,
@@ -204,6 +246,7 @@ pub struct Tracer {
     clock: TaskClock,
     threads: BTreeMap<i32, (Timeline, Judge)>,
     chains: BTreeMap<u32, Chain>,
+    running: Running,
     cells: HashMap<i32, String>,
     pending: Vec<Event>,
     result: Attribution,
@@ -245,6 +288,7 @@ impl Tracer {
             clock: task_clock(),
             threads: BTreeMap::new(),
             chains: BTreeMap::new(),
+            running: Running::default(),
             cells,
             pending: vec![],
             result: Attribution::default(),
@@ -366,7 +410,8 @@ impl Tracer {
         self.pending.sort_by_key(|e| e.time_ns);
         let ready = self.pending.partition_point(|e| e.time_ns <= horizon);
         let mut misses = vec![];
-        for event in self.pending.drain(..ready) {
+        for mut event in self.pending.drain(..ready) {
+            self.running.see(&mut event);
             for (timeline, judge) in self.threads.values_mut() {
                 let Some(cycle) = timeline.push(&event) else {
                     continue;
@@ -653,6 +698,48 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wake_up_names_the_thread_current_on_its_cpu_unless_an_interrupt_did_it() {
+        use crate::decode::Task;
+        let mut running = Running::default();
+        let task = |pid| Task {
+            pid,
+            comm: String::new(),
+            prio: 10,
+        };
+        let mut waker_of = |cpu, what: What| {
+            let mut e = Event {
+                time_ns: 0,
+                cpu,
+                what,
+            };
+            running.see(&mut e);
+            match e.what {
+                What::Waking { waker, .. } => waker,
+                _ => None,
+            }
+        };
+        let waking = || What::Waking {
+            pid: 6,
+            waker: None,
+        };
+        waker_of(
+            0,
+            What::Switch {
+                prev: task(1),
+                prev_state: 1,
+                next: task(5),
+                task_clock_ns: None,
+            },
+        );
+        assert_eq!(waker_of(0, waking()), Some(5));
+        assert_eq!(waker_of(1, waking()), None, "nothing seen on cpu 1");
+        waker_of(0, What::InterruptEntry { pid: 5 });
+        assert_eq!(waker_of(0, waking()), None, "the interrupt woke it");
+        waker_of(0, What::InterruptExit { pid: 5 });
+        assert_eq!(waker_of(0, waking()), Some(5));
+    }
 
     #[test]
     fn rings_hold_half_a_second_of_the_watched_threads_records() {

@@ -181,11 +181,10 @@ impl AudioServerRun {
             .into_iter()
             .filter_map(|(pid, driver)| Some((pid?, driver)))
             .flat_map(|(pid, driver)| {
-                cycling_threads(pid, period)
+                on_the_graph(&cycling_threads(pid, period), driver, reserved)
                     .into_iter()
-                    .filter(move |t| on_the_graph(t, driver, reserved))
-                    .map(move |t| Watched {
-                        tid: t.tid,
+                    .map(move |tid| Watched {
+                        tid,
                         metric: END_TO_END.into(),
                         deadline: Some(period),
                         period: Some(period),
@@ -342,23 +341,39 @@ struct Cycling {
     reserved: bool,
 }
 
-/// Whether `thread` runs the graph. Under the guard (`reserved`: the kinds
-/// its record names so far) a server's non-real-time thread gets an
-/// application share at the audio period too — PipeWire's main loop, kept
-/// busy by the guard's own `pw-dump` — but is not on the audio path, and
-/// as a second driver it opened periods of its own. So a server's
-/// reservation counts once the record calls it real-time or graph (one the
-/// guard has not recorded yet waits for the next look), and a client's
-/// unless it calls it a share (a workgroup member is the broker's, never
-/// in the record).
-fn on_the_graph(thread: &Cycling, server: bool, reserved: Option<&HashMap<Tid, Reserved>>) -> bool {
-    let Some(kinds) = reserved.filter(|_| thread.reserved) else {
-        return true;
+/// Which of a process's `threads` run the graph. Under the guard
+/// (`reserved`: the kinds its record names so far) a server's thread not
+/// real-time may be reserved at the audio period too without being on the
+/// audio path — PipeWire's main loop, with an application share or
+/// adopted as in step with the graph while it serves the guard's own
+/// `pw-dump` — and as a second driver it opened periods of its own. So a
+/// server's reservation counts once the record calls it real-time, or
+/// graph when the server has no real-time thread (a PipeWire without RT
+/// rights: its data loop is adopted); one the guard has not recorded yet
+/// waits for the next look. A client's counts unless the record calls it
+/// a share (a workgroup member is the broker's, never in the record).
+fn on_the_graph(
+    threads: &[Cycling],
+    server: bool,
+    reserved: Option<&HashMap<Tid, Reserved>>,
+) -> Vec<Tid> {
+    let Some(kinds) = reserved else {
+        return threads.iter().map(|t| t.tid).collect();
     };
-    match kinds.get(&thread.tid) {
-        Some(kind) => kind.is_graph(),
-        None => !server,
-    }
+    let kind = |t: &Cycling| kinds.get(&t.tid).copied();
+    let real_time = |t: &Cycling| !t.reserved || kind(t) == Some(Reserved::RealTime);
+    let server_real_time = server && threads.iter().any(real_time);
+    threads
+        .iter()
+        .filter(|t| match (t.reserved, kind(t)) {
+            (false, _) => true,
+            (true, Some(Reserved::RealTime)) => true,
+            (true, Some(Reserved::Graph)) => !server_real_time,
+            (true, Some(_)) => false,
+            (true, None) => !server,
+        })
+        .map(|t| t.tid)
+        .collect()
 }
 
 /// The core the server and its clients start pinned to: the scenario's
@@ -502,29 +517,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_servers_share_is_not_on_the_graph_and_an_unrecorded_client_is() {
-        let fifo = Cycling {
-            tid: 1,
-            reserved: false,
-        };
-        let reserved = |tid| Cycling {
-            tid,
-            reserved: true,
-        };
-        let kinds = HashMap::from([(2, Reserved::Graph), (3, Reserved::Share)]);
+    fn a_servers_share_or_adopted_main_loop_is_not_on_the_graph() {
+        let thread = |tid, reserved| Cycling { tid, reserved };
+        let kinds = HashMap::from([
+            (2, Reserved::RealTime),
+            (3, Reserved::Share),
+            (4, Reserved::Graph),
+        ]);
         let kinds = Some(&kinds);
-        assert!(on_the_graph(&fifo, true, kinds));
-        assert!(on_the_graph(&reserved(2), true, kinds));
-        assert!(
-            !on_the_graph(&reserved(3), true, kinds),
-            "PipeWire's main loop"
-        );
-        assert!(!on_the_graph(&reserved(3), false, kinds));
-        assert!(!on_the_graph(&reserved(4), true, kinds), "not recorded yet");
-        assert!(
-            on_the_graph(&reserved(4), false, kinds),
-            "a workgroup member"
-        );
-        assert!(on_the_graph(&reserved(3), true, None), "no guard");
+        let all = [
+            thread(1, false),
+            thread(2, true),
+            thread(3, true),
+            thread(4, true),
+            thread(5, true),
+        ];
+        // A server with a real-time thread: its adopted main loop (4), its
+        // share (3) and a thread not recorded yet (5) are left out.
+        assert_eq!(on_the_graph(&all, true, kinds), [1, 2]);
+        // Without real-time rights the adopted threads run the graph.
+        assert_eq!(on_the_graph(&all[2..], true, kinds), [4]);
+        // A client's unrecorded reservation is a workgroup member's.
+        assert_eq!(on_the_graph(&all, false, kinds), [1, 2, 4, 5]);
+        assert_eq!(on_the_graph(&all, true, None), [1, 2, 3, 4, 5], "no guard");
     }
 }
