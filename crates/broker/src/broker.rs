@@ -859,6 +859,19 @@ impl Broker {
     }
 
     fn join_one(&mut self, cell: &str, pid: i32, tid: i32, cpuset_only: bool) -> Outcome<()> {
+        self.join_member(cell, cpuset_only, |slot, t| {
+            placement::capture(pid, tid, slot, t)
+        })
+    }
+
+    /// Joins to `cell` the member `member` makes for its slot and target,
+    /// and gives its thread the cell's placement.
+    fn join_member(
+        &mut self,
+        cell: &str,
+        cpuset_only: bool,
+        member: impl FnOnce(Option<usize>, &placement::Target) -> tessera_sys::Result<Member>,
+    ) -> Outcome<()> {
         let grant = self
             .state
             .ledger
@@ -887,12 +900,53 @@ impl Broker {
             })?)
         };
         let t = placement::target(&grant, slot, &self.state.ledger, &self.enf)?;
-        let member = placement::capture(pid, tid, slot, &t)?;
+        let member = member(slot, &t)?;
         placement::join(&member, &t, &self.enf)?;
         if let Some(c) = self.state.cells.get_mut(cell) {
             c.members.push(member);
         }
         Ok(())
+    }
+
+    /// Moves member `tid` from its cell to cell `to`, both `uid`'s: it
+    /// keeps what it had before its first cell (given back when it leaves
+    /// `to`), and a reserved thread takes `to`'s parameters before its
+    /// cpuset, so the kernel never sees it unreserved and admits into the
+    /// new root domain only what it will hold there. A move the kernel
+    /// refuses leaves the thread as a failed join does: restored.
+    pub fn move_member(&mut self, tid: i32, to: &str, uid: u32) -> Outcome<()> {
+        let from = self.member_cell(tid).map(str::to_string).ok_or_else(|| {
+            BrokerError::new(
+                ErrorCode::NotFound,
+                format!("thread {tid} is in no cell"),
+                "attach it instead (`tessera cell attach`)",
+            )
+        })?;
+        self.cell_owned_by(&from, uid)?;
+        self.cell_owned_by(to, uid)?;
+        if from == to {
+            return Ok(());
+        }
+        let cell = self
+            .state
+            .cells
+            .get_mut(&from)
+            .ok_or_else(|| unknown_cell(&from))?;
+        let index = cell
+            .members
+            .iter()
+            .position(|m| m.tid == tid)
+            .ok_or_else(|| unknown_cell(&from))?;
+        let carried = cell.members.remove(index);
+        let backup = carried.clone();
+        let moved = self.join_member(to, false, |slot, _| Ok(Member { slot, ..carried }));
+        if moved.is_err() {
+            // Refused before its placement was tried (no slot in `to`), or
+            // after (restored already): either way it leaves tessera.
+            let _ = placement::restore(&backup, &self.enf);
+        }
+        self.persist()?;
+        moved
     }
 
     /// Takes a thread out of its cell and restores its scheduling.

@@ -78,6 +78,10 @@ pub fn handle(
             broker.detach(tid, peer.uid)?;
             Ok(serde_json::Value::Null)
         }
+        Request::MoveMember { tid, to } => {
+            broker.move_member(tid, &to, peer.uid)?;
+            Ok(serde_json::Value::Null)
+        }
         Request::ResizeCell {
             name,
             budget,

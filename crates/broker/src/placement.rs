@@ -231,6 +231,7 @@ fn apply(m: &Member, t: &Target) -> Result<()> {
         move_to(g, m.tid, m.pid)?;
     }
     match (&t.policy, &t.cpuset) {
+        (Some(policy), Some(group)) if is_reserved(m.tid)? => deadline_carry(m, group, policy),
         (Some(policy), Some(group)) => deadline_into(m, group, policy),
         (policy, group) => {
             if let Some(g) = group {
@@ -290,6 +291,22 @@ fn deadline_into(m: &Member, group: &Group, policy: &Policy) -> Result<()> {
         }
     }
     sched::set_policy(m.tid, policy)
+}
+
+fn is_reserved(tid: i32) -> Result<bool> {
+    Ok(matches!(sched::get_policy(tid)?, Policy::Deadline(_)))
+}
+
+/// Gives a thread already on SCHED_DEADLINE (a member moving between
+/// cells) its new reservation inside `group`: the parameters first, in the
+/// root domain it is in (one sched_setattr, applied or refused whole),
+/// then the cpuset, which the kernel admits against the new root domain
+/// for what the thread now holds and which sets its affinity. It is never
+/// unreserved in between, and needs no nudge: the kernel moves a
+/// reservation with its cpuset.
+fn deadline_carry(m: &Member, group: &Group, policy: &Policy) -> Result<()> {
+    sched::set_policy(m.tid, policy)?;
+    move_to(group, m.tid, m.pid)
 }
 
 /// Gives a member its cell's new parameters after a resize (the layout is

@@ -56,6 +56,14 @@ pub enum Request {
     Detach {
         tid: i32,
     },
+    /// Move a thread from its cell to cell `to` (both the caller's) without
+    /// letting go of it: a reserved thread takes `to`'s parameters, then
+    /// its cpuset, and is never unreserved in between; leaving `to` later
+    /// gives it back the scheduling it had before its first cell.
+    MoveMember {
+        tid: i32,
+        to: String,
+    },
     /// Change a bandwidth cell's budget through admission and re-apply it
     /// to its threads. With `degrade`, a budget that does not fit is cut to
     /// the largest runtime that does instead of refused.

@@ -332,6 +332,13 @@ impl Session {
         self.call(Request::Detach { tid }).map(drop)
     }
 
+    /// Moves thread `tid` from its cell to cell `to`, reserved throughout
+    /// (see [`Request::MoveMember`]).
+    pub fn move_member(&mut self, tid: i32, to: &str) -> Result<(), BrokerError> {
+        self.call(Request::MoveMember { tid, to: to.into() })
+            .map(drop)
+    }
+
     /// Changes a cell's budget; with `degrade`, the largest that fits when
     /// `budget` does not.
     pub fn resize_cell(

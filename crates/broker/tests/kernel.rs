@@ -420,3 +420,50 @@ fn a_cell_for_a_thread_that_cannot_be_attached_is_not_left_behind() {
     broker.destroy_cell("mine", 0).unwrap();
     t.finish();
 }
+
+#[test]
+fn a_member_moved_between_cells_stays_reserved_and_is_restored_when_it_leaves() {
+    let Some(m) = privileged("move-member") else {
+        return;
+    };
+    let mut s = m.session();
+    let info = s
+        .create_cell(event_triggered("on-a-core", 800, 10_000), true)
+        .unwrap();
+    let core = info.grant.reservations[0].core.expect("partitioned");
+    let mut global = event_triggered("global", 100, 10_000);
+    global.placement = tessera_policy::Placement::Global;
+    s.create_cell(global, true).unwrap();
+    let paths = m.paths.clone();
+    let t = Parked::spawn(move || {
+        tessera_broker::Session::embedded(paths)
+            .join_current_thread("on-a-core")
+            .unwrap();
+    });
+    s.move_member(t.tid, "global").unwrap();
+    match sched::get_policy(t.tid).unwrap() {
+        Policy::Deadline(p) => assert_eq!(p.runtime, Duration::from_micros(100)),
+        other => panic!("expected the global cell's reservation, got {other}"),
+    }
+    assert_ne!(
+        tessera_sys::proc::cgroup_of(t.tid, Some("cpuset")).unwrap(),
+        format!("/tessera/core{core}")
+    );
+    let cells = s.cell_of_threads();
+    assert_eq!(cells.get(&t.tid).map(String::as_str), Some("global"));
+    // Its old cell lets go of nothing it still holds.
+    s.destroy_cell("on-a-core").unwrap();
+    assert!(matches!(
+        sched::get_policy(t.tid).unwrap(),
+        Policy::Deadline(_)
+    ));
+    let err = s.move_member(t.tid, "no-such-cell").unwrap_err();
+    assert!(err.to_string().contains("no-such-cell"), "{err}");
+    s.destroy_cell("global").unwrap();
+    assert_eq!(
+        sched::get_policy(t.tid).unwrap(),
+        Policy::Other { nice: 0 },
+        "leaving gives back what it had before its first cell"
+    );
+    t.finish();
+}

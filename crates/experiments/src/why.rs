@@ -156,8 +156,14 @@ impl Traced {
                 .collect();
             // Longest first: where the trace judged more late than the
             // subject counted (a chain from its driver's timer, the subject
-            // from the cycle's start), those it counted are the longest.
-            mine.sort_by(|a, b| b.0.response_us.total_cmp(&a.0.response_us));
+            // from the cycle's start), those it counted are the longest —
+            // but a miss whose records were lost last: its response is
+            // anything (a client's teardown as the run ended).
+            mine.sort_by(|a, b| {
+                (a.0.records_lost, b.0.response_us)
+                    .partial_cmp(&(b.0.records_lost, a.0.response_us))
+                    .unwrap_or(std::cmp::Ordering::Equal)
+            });
             let mut causes = Causes::default();
             let mut left = counted.unwrap_or(u64::MAX);
             for &(m, n) in &mine {
@@ -233,6 +239,17 @@ mod tests {
         }
     }
 
+    /// A metric the subject counted `misses` of.
+    fn counted(name: &str, misses: u64) -> Metric {
+        let mut m = Metric::latency(
+            name,
+            Some(1.0),
+            tessera_measure::LatencyHistogram::new(1000),
+        );
+        m.summary.misses = Some(misses);
+        m
+    }
+
     fn watched(tid: i32, metric: &str) -> WatchedThread {
         WatchedThread {
             metric: metric.into(),
@@ -260,13 +277,7 @@ mod tests {
             },
             watched: vec![watched(1, "response time"), watched(2, "other")],
         };
-        let mut response = Metric::latency(
-            "response time",
-            Some(1.0),
-            tessera_measure::LatencyHistogram::new(1000),
-        );
-        response.summary.misses = Some(3);
-        let why = traced.why(&[response], 10);
+        let why = traced.why(&[counted("response time", 3)], 10);
         assert_eq!(why.metrics.len(), 2);
         let r = &why.metrics[0];
         assert_eq!((r.metric.as_str(), r.misses), ("response time", 3));
@@ -300,17 +311,8 @@ mod tests {
                 watched: vec![watch],
             }
         };
-        let counted = |misses| {
-            let mut response = Metric::latency(
-                "response time",
-                Some(1.0),
-                tessera_measure::LatencyHistogram::new(1000),
-            );
-            response.summary.misses = Some(misses);
-            vec![response]
-        };
         let causes = |misses| {
-            let r = &traced().why(&counted(misses), 0).metrics[0];
+            let r = &traced().why(&[counted("response time", misses)], 0).metrics[0];
             (r.causes[&Cause::Throttled], r.causes[&Cause::Unknown])
         };
         assert_eq!(causes(5), (5, 0));
@@ -338,15 +340,6 @@ mod tests {
             },
             watched: vec![client],
         };
-        let counted = |name: &str, misses| {
-            let mut m = Metric::latency(
-                name,
-                Some(1.0),
-                tessera_measure::LatencyHistogram::new(1000),
-            );
-            m.summary.misses = Some(misses);
-            m
-        };
         // The subject counted 2 late periods (the trace 3: the shortest is
         // left out) and 7 clients ending late.
         let why = traced.why(&[counted("end to end", 2), counted("client end", 7)], 0);
@@ -358,6 +351,22 @@ mod tests {
         assert_eq!(clients.causes[&Cause::WaitedForCpu], 5);
         assert_eq!(clients.causes[&Cause::OwnWork], 1);
         assert_eq!(clients.causes[&Cause::Unknown], 1);
+    }
+
+    #[test]
+    fn a_miss_whose_records_were_lost_is_matched_last_however_long() {
+        let mut lost = miss(1, 900, Cause::Unknown);
+        lost.records_lost = true;
+        let traced = Traced {
+            attribution: Attribution {
+                misses: vec![lost, miss(1, 30, Cause::Throttled)],
+                ..Attribution::default()
+            },
+            watched: vec![watched(1, "response")],
+        };
+        let why = traced.why(&[counted("response", 1)], 0);
+        assert_eq!(why.metrics[0].causes[&Cause::Throttled], 1);
+        assert_eq!(why.metrics[0].causes[&Cause::Unknown], 0);
     }
 
     #[test]

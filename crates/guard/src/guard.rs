@@ -621,13 +621,13 @@ impl Guard {
             let cycle = self.cycle_ns(kind);
             controller.observe(used.runtime_in(cycle), 1);
         }
-        let cell = format!("{}-{tid}", cell_prefix(&proc::process_name(pid)));
         let period = controller.reservation_period_ns();
         // Admitted at the least the controller could ever want (1 % of the
         // period), then raised to what is wanted: a busy machine degrades
         // the budget instead of refusing the thread.
         let min = controller.bounds().0.min(MIN_OPENING_NS.max(period / 100));
         let core = self.core_for_new(kind);
+        let cell = cell_name(pid, tid, core);
         self.open_cell(&cell, pid, tid, Budget::new(min, period), core)?;
         let mut r = Reserved {
             pid,
@@ -653,13 +653,11 @@ impl Guard {
         Ok(r)
     }
 
-    /// Creates thread `tid`'s cell at `budget` on `core` (None: global
-    /// EDF), bound to the guard, and puts the thread in it.
-    fn open_cell(
+    /// Creates cell `cell` at `budget` on `core` (None: global EDF), bound
+    /// to the guard, with no thread in it yet.
+    fn create_cell(
         &mut self,
         cell: &str,
-        pid: Pid,
-        tid: Tid,
         budget: Budget,
         core: Option<usize>,
     ) -> Result<(), GuardError> {
@@ -673,6 +671,20 @@ impl Guard {
         // sees only its mean use, must leave the cell to it.
         request.owner_adapts = true;
         self.session.create_cell(request, true)?;
+        Ok(())
+    }
+
+    /// Creates thread `tid`'s cell at `budget` on `core` (None: global
+    /// EDF), bound to the guard, and puts the thread in it.
+    fn open_cell(
+        &mut self,
+        cell: &str,
+        pid: Pid,
+        tid: Tid,
+        budget: Budget,
+        core: Option<usize>,
+    ) -> Result<(), GuardError> {
+        self.create_cell(cell, budget, core)?;
         let attached = self.session.attach(cell, pid, Some(tid));
         if let Err(e) = attached {
             let _ = self.session.destroy_cell(cell);
@@ -684,10 +696,7 @@ impl Guard {
     /// The length of one cycle of a thread of `kind`: the audio period, or
     /// for a shared thread that does not cycle, its reservation period.
     fn cycle_ns(&self, kind: Kind) -> u64 {
-        match kind {
-            Kind::Share | Kind::Guard => share::PERIOD_NS,
-            Kind::RealTime | Kind::Graph => self.period_ns,
-        }
+        cycle_of(kind, self.period_ns)
     }
 
     /// Where a new reservation goes: the core asked for, or the current
@@ -749,7 +758,9 @@ impl Guard {
     /// A new controller for a thread of `kind`.
     fn controller_for(&self, kind: Kind) -> Result<Adaptive, GuardError> {
         match kind {
-            Kind::Share | Kind::Guard => share_controller(&self.settings.budgeting),
+            Kind::Share | Kind::Guard => {
+                share_controller(&self.settings.budgeting, cycle_of(kind, self.period_ns))
+            }
             Kind::RealTime | Kind::Graph => self.controller(),
         }
     }
@@ -1114,10 +1125,7 @@ impl Guard {
             if !r.kind.is_graph() && since < share::WINDOW {
                 continue;
             }
-            let cycle = match r.kind {
-                Kind::Share | Kind::Guard => share::PERIOD_NS,
-                Kind::RealTime | Kind::Graph => self.period_ns,
-            };
+            let cycle = cycle_of(r.kind, self.period_ns);
             if (since.as_nanos() as u64) < cycle {
                 continue;
             }
@@ -1328,8 +1336,20 @@ impl Guard {
             .zip(layout.cores.iter().copied())
             .collect();
         self.layout = Some(layout);
-        for (tid, core) in moves {
-            self.move_reservation(tid, core, log);
+        // Every thread moves at its least before any is raised: raised one
+        // by one, the first to reach global EDF filled the one shared core
+        // while the others still held the partitioned one, and the last
+        // were refused even their least and ran unreserved until the next
+        // try (a PipeWire session under the §4.4 load: its clients' threads
+        // waited 20–70 ms behind the FIFO tasks). Once all have left, the
+        // room is the layout's.
+        let moved: Vec<Tid> = moves
+            .into_iter()
+            .filter(|&(tid, core)| self.move_reservation(tid, core, log))
+            .map(|(tid, _)| tid)
+            .collect();
+        for tid in moved {
+            self.raise_moved(tid, log);
         }
         // Those left out for want of room try the new layout at once.
         let due = Instant::now().checked_sub(RETRY_LEFT_OUT);
@@ -1386,36 +1406,43 @@ impl Guard {
     }
 
     /// Moves a thread's reservation to `core` (None: global EDF): a new
-    /// cell there at its current budget, its controller kept. Between the
-    /// two the thread runs as its program set it.
-    fn move_reservation(&mut self, tid: Tid, core: Option<usize>, log: &mut Vec<String>) {
+    /// cell there at the least its controller allows, into which the broker
+    /// moves the thread reserved throughout ([`Guard::raise_moved`] raises
+    /// it), its controller kept. (Destroying the old cell first left the
+    /// thread as its program set it until the new one took it — SCHED_FIFO
+    /// behind the FIFO load for as long as the guard's loop took to move
+    /// the others.) A new cell refused leaves the thread where it was.
+    /// Whether it moved.
+    fn move_reservation(&mut self, tid: Tid, core: Option<usize>, log: &mut Vec<String>) -> bool {
         let Some(mut r) = self.reserved.remove(&tid) else {
-            return;
+            return false;
         };
         if r.core == core {
             self.reserved.insert(tid, r);
-            return;
+            return false;
         }
-        if let Err(e) = self.session.destroy_cell(&r.cell) {
-            log.push(format!("thread {tid} ({}): not moved: {e}", r.name));
-            self.reserved.insert(tid, r);
-            return;
-        }
-        // Opened at the least, then raised: a full core degrades the budget
-        // instead of refusing the move.
+        let to = cell_name(r.pid, tid, core);
         let opening = Budget::new(r.controller.bounds().0, r.set.period_ns);
-        match self.open_cell(&r.cell.clone(), r.pid, tid, opening, core) {
+        if let Err(e) = self.create_cell(&to, opening, core) {
+            log.push(format!(
+                "thread {tid} ({}) stays where it is, not moved to {}: {e}",
+                r.name,
+                where_(core)
+            ));
+            self.reserved.insert(tid, r);
+            return false;
+        }
+        let moved = self.session.move_member(tid, &to);
+        let _ = self
+            .session
+            .destroy_cell(if moved.is_ok() { &r.cell } else { &to });
+        match moved {
             Ok(()) => {
+                r.cell = to;
                 r.core = core;
                 r.set = opening;
-                let target = self.with_floor(&r, r.controller.wanted(), 0);
-                if let Err(e) = apply(&mut self.session, &mut r, target) {
-                    log.push(format!(
-                        "thread {tid} ({}): budget not set after the move: {e}",
-                        r.name
-                    ));
-                }
                 self.reserved.insert(tid, r);
+                true
             }
             Err(e) => {
                 log.push(format!(
@@ -1423,6 +1450,7 @@ impl Guard {
                     r.name,
                     where_(core)
                 ));
+                let _ = self.session.destroy_cell(&r.cell);
                 self.left_out.insert(
                     tid,
                     LeftOut {
@@ -1433,8 +1461,25 @@ impl Guard {
                         at: Instant::now(),
                     },
                 );
+                false
             }
         }
+    }
+
+    /// Raises a moved thread's budget to what its controller wants (a full
+    /// room degrades it instead of refusing).
+    fn raise_moved(&mut self, tid: Tid, log: &mut Vec<String>) {
+        let Some(mut r) = self.reserved.remove(&tid) else {
+            return;
+        };
+        let target = self.with_floor(&r, r.controller.wanted(), 0);
+        if let Err(e) = apply(&mut self.session, &mut r, target) {
+            log.push(format!(
+                "thread {tid} ({}): budget not set after the move: {e}",
+                r.name
+            ));
+        }
+        self.reserved.insert(tid, r);
     }
 
     fn write_record(&mut self) {
@@ -1541,12 +1586,33 @@ fn share_of(pct: u32, threads: usize) -> u32 {
 
 /// A shared thread's controller, from the guard's adaptive settings (the
 /// defaults under a fixed share: a busy thread's use is never fixed).
-fn share_controller(budgeting: &Budgeting) -> Result<Adaptive, GuardError> {
+fn share_controller(budgeting: &Budgeting, period_ns: u64) -> Result<Adaptive, GuardError> {
     let base = match budgeting {
         Budgeting::Adaptive(c) => *c,
         Budgeting::Fixed { .. } => AdaptiveConfig::default(),
     };
-    share::controller(base).map_err(|e| fail(format!("budget settings: {e}"), e.fix.clone()))
+    share::controller(base, period_ns)
+        .map_err(|e| fail(format!("budget settings: {e}"), e.fix.clone()))
+}
+
+/// The guard's own loop's reservation period: its control interval, longer
+/// than any audio period, so that under EDF the loop runs in what the
+/// graph leaves (its budget still guaranteed every 100 ms) rather than
+/// ahead of a graph thread whose deadline is a few ms later. With the
+/// shares' 10 ms, reclaiming spare bandwidth, it took 18–26 ms of a CPU at
+/// once as a PipeWire session's clients opened, ahead of the clients'
+/// threads it had not reserved yet (`tessera run --why`, 2026-11-27).
+const OWN_LOOP_PERIOD_NS: u64 = 100_000_000;
+
+/// The length of one cycle of a thread of `kind` when the audio period
+/// is `period_ns`: the audio period, or a shared thread's (or the guard's
+/// own loop's) reservation period.
+fn cycle_of(kind: Kind, period_ns: u64) -> u64 {
+    match kind {
+        Kind::Share => share::PERIOD_NS,
+        Kind::Guard => OWN_LOOP_PERIOD_NS,
+        Kind::RealTime | Kind::Graph => period_ns,
+    }
 }
 
 /// Bandwidth the shared cores still have for global reservations.
@@ -1630,6 +1696,17 @@ fn thread_status(r: &Reserved) -> ThreadStatus {
 }
 
 /// A cell-name prefix from a process name: letters, digits, '-' and '_'.
+/// The cell of thread `tid` of process `pid` on `core` (None: global
+/// EDF): `<process>-<tid>`, or `<process>-cpuN-<tid>` on core N — a thread
+/// moved between placements is in both cells for a moment.
+fn cell_name(pid: Pid, tid: Tid, core: Option<usize>) -> String {
+    let prefix = cell_prefix(&proc::process_name(pid));
+    match core {
+        Some(core) => format!("{prefix}-cpu{core}-{tid}"),
+        None => format!("{prefix}-{tid}"),
+    }
+}
+
 fn cell_prefix(process: &str) -> String {
     let clean: String = process
         .chars()

@@ -83,17 +83,17 @@ impl Idleness {
 pub const PERIOD_NS: u64 = 10_000_000;
 
 /// A shared thread's controller, from the guard's settings: per
-/// [`PERIOD_NS`], at least 1 % of it, opening at the least and following
-/// its first measurement at once (it was measured busy before it was
-/// reserved).
-pub fn controller(base: AdaptiveConfig) -> Result<Adaptive, RequestError> {
+/// `period_ns` ([`PERIOD_NS`], or the guard's own loop's), at least 1 % of
+/// it, opening at the least and following its first measurement at once
+/// (it was measured busy before it was reserved).
+pub fn controller(base: AdaptiveConfig, period_ns: u64) -> Result<Adaptive, RequestError> {
     let config = AdaptiveConfig {
         initial_budget_pct: 0,
         hold_samples: 1,
         min_budget_pct: 1,
         ..base
     };
-    Adaptive::new(config, PERIOD_NS)
+    Adaptive::new(config, period_ns)
 }
 
 /// An application's share, as asked.

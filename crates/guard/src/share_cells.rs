@@ -178,6 +178,6 @@ impl ShareCells {
 
 /// A share's controller, with the guard's default settings.
 fn share_controller() -> Result<Adaptive, GuardError> {
-    share::controller(AdaptiveConfig::default())
+    share::controller(AdaptiveConfig::default(), share::PERIOD_NS)
         .map_err(|e| crate::fail(format!("share budget: {e}"), e.fix.clone()))
 }

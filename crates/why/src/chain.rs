@@ -279,13 +279,17 @@ impl Chain {
         }
     }
 
-    /// Judges the windows whose cycles have all ended by `now_ns`.
-    fn judge_before(&mut self, now_ns: u64) -> Vec<Miss> {
-        let grace = self
-            .period_ns
+    /// How long after its deadline a window is judged.
+    fn grace(&self) -> u64 {
+        self.period_ns
             .unwrap_or(self.deadline_ns)
             .saturating_mul(GRACE_PERIODS)
-            .max(GRACE_NS);
+            .max(GRACE_NS)
+    }
+
+    /// Judges the windows whose cycles have all ended by `now_ns`.
+    fn judge_before(&mut self, now_ns: u64) -> Vec<Miss> {
+        let grace = self.grace();
         let mut misses = vec![];
         while let Some(w) = self.windows.front() {
             let closes = w
