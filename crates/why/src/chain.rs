@@ -9,13 +9,15 @@
 //!   member's cycle belongs to the window of the chain's cycle that woke
 //!   it (a late period's tail, woken after the next release, is the late
 //!   period's), or, woken from outside the chain, to the window it was
-//!   woken in. A driver that
-//!   wakes on its own timer (JACK2's dummy driver, PipeWire's timerfd)
-//!   is released by that timer alone: its other wake-ups in the period
-//!   are the graph's work coming back to it (PipeWire's driver wakes as
-//!   each client finishes), members of the window like any. A driver
-//!   without timers (a sound card's interrupt) is released by a wake-up
-//!   half a period or more after the last release.
+//!   woken in. A client woken a period after the last release seen opens
+//!   its window on the grid (the driver's release was not seen).
+//! - A driver that wakes on its own timer (JACK2's dummy driver,
+//!   PipeWire's timerfd) is released by that timer alone: its other
+//!   wake-ups in the period are the graph's work coming back to it
+//!   (PipeWire's driver wakes as each client finishes), members of the
+//!   window like any. A driver without timers (a sound card's interrupt)
+//!   is released by a wake-up half a period or more after the last
+//!   release.
 //! - The window is late when a cycle in it ended after release + deadline.
 //!   It is judged once no cycle of it can still end: [`GRACE_PERIODS`]
 //!   periods (at least [`GRACE_NS`]) after its deadline, or at the end.
