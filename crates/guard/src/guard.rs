@@ -1323,8 +1323,15 @@ impl Guard {
             .is_some_and(|p| p.cores == layout.cores);
         // A measured layout replaces the first placement (made before
         // anything was measured) at once; one measured layout another only
-        // when found twice in a row.
-        if !same_as_pending && self.layout.is_some() {
+        // when found twice in a row — unless admission holds a graph thread
+        // below what it wants where it is: a session whose clients opened
+        // after its server had outgrown the server's core, and waiting a
+        // second more left the graph squeezed there, late.
+        let squeezed = self
+            .reserved
+            .values()
+            .any(|r| r.kind.is_graph() && r.degraded);
+        if !same_as_pending && self.layout.is_some() && !squeezed {
             self.pending = Some(layout);
             return;
         }
