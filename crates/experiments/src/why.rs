@@ -41,6 +41,10 @@ pub(crate) struct Tracing {
     recorder: Option<Recorder>,
     unavailable: Option<String>,
     watched: Vec<WatchedThread>,
+    /// No thread could be watched yet: the first refresh that names one
+    /// starts the tracing (a service's threads for the clients that agree
+    /// their terms after the release).
+    awaiting: bool,
 }
 
 /// What the tracing found, before the subject measured itself.
@@ -64,7 +68,10 @@ impl Tracing {
                 [] => "the subject names no thread to trace".to_string(),
                 _ => format!("no thread could be watched ({})", refused.join("; ")),
             };
-            return Tracing::unavailable(why, watched);
+            return Tracing {
+                awaiting: true,
+                ..Tracing::unavailable(why, watched)
+            };
         }
         let watches: Vec<_> = watched.iter().map(|w| w.watch).collect();
         let cells = tessera_broker::Session::connect()
@@ -75,6 +82,7 @@ impl Tracing {
                 recorder: Some(recorder),
                 unavailable: None,
                 watched,
+                awaiting: false,
             },
             Err(e) => Tracing::unavailable(
                 Attribution::unavailable(&e).unavailable.unwrap_or_default(),
@@ -83,9 +91,13 @@ impl Tracing {
         }
     }
 
-    /// Traces those of `threads` not traced yet (gone ones are left out).
+    /// Traces those of `threads` not traced yet (gone ones are left out);
+    /// starts tracing if it awaited its first thread.
     pub(crate) fn refresh(&mut self, threads: Vec<Watched>) {
         let Some(recorder) = &self.recorder else {
+            if self.awaiting && !threads.is_empty() {
+                *self = Tracing::start(threads);
+            }
             return;
         };
         let new = threads
@@ -104,6 +116,7 @@ impl Tracing {
             recorder: None,
             unavailable: Some(why),
             watched,
+            awaiting: false,
         }
     }
 
@@ -199,7 +212,7 @@ impl Traced {
                 .and_then(|m| m.summary.misses);
             let seen = traced(name, counted);
             if counted.unwrap_or(0) > 0 || seen.total() > 0 {
-                by_metric.push(MetricCauses::new(name, counted.unwrap_or(0), &seen));
+                by_metric.push(MetricCauses::new(name, counted, &seen));
             }
         }
         let mut worst: Vec<_> = measured.into_iter().cloned().collect();
@@ -280,7 +293,7 @@ mod tests {
         let why = traced.why(&[counted("response time", 3)], 10);
         assert_eq!(why.metrics.len(), 2);
         let r = &why.metrics[0];
-        assert_eq!((r.metric.as_str(), r.misses), ("response time", 3));
+        assert_eq!((r.metric.as_str(), r.misses), ("response time", Some(3)));
         assert_eq!(
             r.causes[&Cause::Throttled],
             1,
@@ -376,5 +389,24 @@ mod tests {
             why.unavailable.as_deref(),
             Some("the subject names no thread to trace")
         );
+    }
+
+    #[test]
+    fn tracing_awaits_a_subject_whose_threads_start_after_the_release() {
+        let mut tracing = Tracing::start(Vec::new());
+        assert!(tracing.awaiting && tracing.recorder.is_none());
+        tracing.refresh(Vec::new());
+        assert!(tracing.awaiting, "still nothing to trace");
+        // A thread that cannot be watched (gone) leaves it waiting.
+        tracing.refresh(vec![crate::subject::Watched {
+            tid: i32::MAX,
+            metric: "response time".into(),
+            deadline: Some(Duration::from_millis(1)),
+            period: None,
+            budget: None,
+            chain: None,
+            thread_metric: None,
+        }]);
+        assert!(tracing.awaiting && tracing.recorder.is_none());
     }
 }

@@ -62,8 +62,10 @@ pub struct WatchedThread {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MetricCauses {
     pub metric: String,
-    /// Misses the subject counted in the measured part of the run.
-    pub misses: u64,
+    /// Misses the subject counted in the measured part of the run; `None`
+    /// when it counts none for this metric (a cell's misses the daemon
+    /// sums per interval): every traced miss is shown.
+    pub misses: Option<u64>,
     /// By cause. The traced misses, plus as "unknown" what the subject
     /// counted beyond them; more than `misses` in all when the tracer
     /// judged a cycle late that the subject did not (a cycle throttled
@@ -75,9 +77,9 @@ pub struct MetricCauses {
 impl MetricCauses {
     /// `metric`'s `misses` as the subject counted them, explained by the
     /// tracer's `traced` causes; the misses it did not see are "unknown".
-    pub fn new(metric: &str, misses: u64, traced: &Causes) -> MetricCauses {
+    pub fn new(metric: &str, misses: Option<u64>, traced: &Causes) -> MetricCauses {
         let mut seen = traced.clone();
-        seen.add_unknown(misses.saturating_sub(traced.total()));
+        seen.add_unknown(misses.unwrap_or(0).saturating_sub(traced.total()));
         MetricCauses {
             metric: metric.to_string(),
             misses,
@@ -147,7 +149,8 @@ fn table(rows: &[(&str, &Why)]) -> String {
     text.push('\n');
     for (config, why) in rows {
         for m in &why.metrics {
-            let _ = write!(text, "| {config} | {} | {} |", m.metric, m.misses);
+            let misses = m.misses.map_or("–".to_string(), |n| n.to_string());
+            let _ = write!(text, "| {config} | {} | {misses} |", m.metric);
             for c in Cause::ALL {
                 let us = m.us.get(&c).copied().unwrap_or(0.0);
                 let _ = match m.count(c) {
@@ -298,7 +301,7 @@ mod tests {
                 },
             }],
             cycles: 5000,
-            metrics: vec![MetricCauses::new("response time", 3, &traced)],
+            metrics: vec![MetricCauses::new("response time", Some(3), &traced)],
             worst,
             ..Why::default()
         }
@@ -384,8 +387,11 @@ mod tests {
             unavailable: Some("perf_event_open: permission denied; fix: run as root".into()),
             ..Why::default()
         };
-        why.metrics
-            .push(MetricCauses::new("response time", 4, &Causes::default()));
+        why.metrics.push(MetricCauses::new(
+            "response time",
+            Some(4),
+            &Causes::default(),
+        ));
         let dir = std::env::temp_dir().join(format!("tessera-why-none-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let text = section(&run_with(Some(why)), &dir).unwrap();

@@ -346,7 +346,8 @@ pub fn network_note(n: &NetworkReport) -> String {
         "network: {} datagrams, {} packages handed over, {} answered; lost: {} datagrams \
          (wrong size or out of step), {} incomplete packages, {} packages the synth cell had \
          no room for, {} answers, {} send errors; receive buffer {} KiB; CPU {:.1} µs per \
-         package; datagrams waited in the socket {:.1} µs on average, at most {:.1} µs",
+         package; datagrams waited in the socket {:.1} µs on average, at most {:.1} µs; \
+         joining its cell took {:.1} ms, its longest gap between passes {:.1} ms",
         n.datagrams,
         n.packages,
         n.answered,
@@ -358,7 +359,9 @@ pub fn network_note(n: &NetworkReport) -> String {
         n.receive_buffer / 1024,
         n.cpu_ns as f64 / 1000.0 / n.packages.max(1) as f64,
         n.socket_wait_total_ns as f64 / 1000.0 / n.datagrams.max(1) as f64,
-        n.socket_wait_max_ns as f64 / 1000.0
+        n.socket_wait_max_ns as f64 / 1000.0,
+        n.setup_ns as f64 / 1e6,
+        n.longest_pass_gap_ns as f64 / 1e6
     )
 }
 

@@ -166,6 +166,12 @@ pub struct NetworkReport {
     /// latency and the queue before it.
     pub socket_wait_total_ns: u64,
     pub socket_wait_max_ns: u64,
+    /// How long the thread's setup hook (joining its cell) took.
+    pub setup_ns: u64,
+    /// The longest time between two passes of the serving loop (an idle
+    /// wait ends within [`STOP_POLL`]): longer means the thread was kept
+    /// from its CPU, not that nothing came.
+    pub longest_pass_gap_ns: u64,
     /// In answer order, up to `expected_packages` ([`TimingLog::Every`]),
     /// or the last `recent` ones ([`TimingLog::Bounded`]).
     pub timings: Vec<PackageTiming>,
@@ -340,7 +346,9 @@ struct Server {
 
 impl Server {
     fn serve(mut self, setup: Setup, stop: &AtomicBool) -> Result<NetworkReport, String> {
+        let setup_start = clock::monotonic_ns();
         setup().map_err(|e| format!("setting up its thread: {e}"))?;
+        self.report.setup_ns = clock::monotonic_ns() - setup_start;
         let epoll = Epoll::new().map_err(|e| e.to_string())?;
         let incoming = match &self.port {
             Port::Socket(socket) => socket.as_fd(),
@@ -355,7 +363,11 @@ impl Server {
         let _rt = tessera_rtguard::RtGuard::enter();
         let cpu_start = clock::thread_cpu_ns();
         let mut ready = [Readiness::EMPTY; 2];
+        let mut last_pass = clock::monotonic_ns();
         while !stop.load(Ordering::Acquire) {
+            let now = clock::monotonic_ns();
+            self.report.longest_pass_gap_ns = self.report.longest_pass_gap_ns.max(now - last_pass);
+            last_pass = now;
             let slept = self.may_sleep()?;
             let n = match slept {
                 true => epoll

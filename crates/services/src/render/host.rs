@@ -205,8 +205,13 @@ impl Reserve for Cells {
         let name = format!("{}-{task}", self.prefix);
         // An SLA's reservation is the client's guarantee, and the shares
         // are the service's design: the RAP service must not resize them.
+        // They reclaim (GRUB): a frame that costs more than the budget its
+        // probes sized finishes in bandwidth no one reserved, instead of
+        // waiting for its next period (`tessera run --why` on seed-003-b
+        // found the SLA tasks' misses throttled).
         let mut request = CellRequest {
             pinned: true,
+            reclaim: true,
             ..CellRequest::event_triggered(&name, runtime_ns, period_ns)
         };
         request = match &self.cores {

@@ -38,6 +38,13 @@ use tessera_sys::event::{Epoll, EventFd, Trigger};
 use tessera_sys::ipc::{peer_credentials, receive_with_fd, PeerCredentials};
 use tessera_sys::shm::SharedMemory;
 
+/// The name of the task that serves client `client`'s SLA in its
+/// reservation (its thread's comm): how a tracer outside the process finds
+/// it.
+pub fn sla_task_name(client: u32) -> String {
+    format!("render-c{client}")
+}
+
 /// How long a client may take to send a whole control frame.
 const FRAME_PATIENCE: Duration = Duration::from_secs(2);
 /// Slots of a client's request channel (a power of two).
@@ -674,7 +681,7 @@ impl ControlThread {
             };
         let (task, link, stop) = tasks::task(self.shared.clone(), None);
         let thread = match control::spawn_after_setup(
-            &format!("render-c{client}"),
+            &sla_task_name(client),
             reservation.join.clone(),
             move || task.run(),
         ) {

@@ -39,7 +39,7 @@ pub use series::{cell_metric, report_section, MISSES, TOTAL};
 use crate::harness::daemon::PrivateDaemon;
 use crate::harness::servers;
 use crate::subject::audio_server::{self, AudioServerData, AudioServerRun, GuardPlace};
-use crate::subject::contract::{Measured, Running, Stopped};
+use crate::subject::contract::{Measured, Running, Stopped, Watched};
 use crate::subject::music::{self, MusicData, MusicRun, Threads};
 use series::{Group, Window};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -88,7 +88,34 @@ const SLABS_DEMAND: Duration = Duration::from_micros(290);
 /// One periodic task in its cell.
 struct Task {
     name: &'static str,
+    period: Duration,
     runtime: Runtime,
+}
+
+impl Task {
+    /// Its worker, judged by its period on its grid, its misses in its
+    /// cell's metric.
+    fn watched(&self) -> impl Iterator<Item = Watched> + '_ {
+        self.runtime.workers().iter().map(|w| Watched {
+            tid: w.tid,
+            metric: cell_metric(self.name),
+            deadline: Some(self.period),
+            period: Some(self.period),
+            budget: None,
+            chain: None,
+            thread_metric: None,
+        })
+    }
+}
+
+/// `threads` with their misses counted in `group`'s cell metric (the
+/// subject reports the daemon's view, not the application's own metrics).
+fn in_cell(group: &str, threads: Vec<Watched>) -> impl Iterator<Item = Watched> + '_ {
+    threads.into_iter().map(move |w| Watched {
+        metric: cell_metric(group),
+        thread_metric: None,
+        ..w
+    })
 }
 
 /// One configuration's daemon, cells and loads. Fields drop in order:
@@ -292,6 +319,7 @@ impl DemandRun {
             .extend(runtime.warnings().iter().map(|w| format!("{cell}: {w}")));
         self.tasks.push(Task {
             name: cell,
+            period,
             runtime,
         });
         Ok(())
@@ -618,6 +646,19 @@ impl Running for DemandRun {
         DemandRun::release(self, t0)
     }
 
+    /// The video task's worker, the music application's synth threads and
+    /// jackd's chain, each counted in its cell's metric.
+    fn watched(&self) -> Vec<Watched> {
+        let mut threads: Vec<Watched> = self.tasks.iter().flat_map(Task::watched).collect();
+        if let Some(music) = &self.music {
+            threads.extend(in_cell(MUSIC, music.watched()));
+        }
+        if let Some(jack) = &self.jack {
+            threads.extend(in_cell(JACK, jack.watched()));
+        }
+        threads
+    }
+
     fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
         Box::new(self.finish())
     }
@@ -626,5 +667,32 @@ impl Running for DemandRun {
 impl Stopped for DemandData {
     fn measure(self: Box<Self>, scenario: &Scenario, t0: u64) -> Measured {
         metrics(*self, scenario, t0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_programs_threads_count_in_their_cells_metric() {
+        let chain = Watched {
+            tid: 7,
+            metric: "cycle end-to-end".into(),
+            deadline: Some(Duration::from_millis(5)),
+            period: Some(Duration::from_millis(5)),
+            budget: None,
+            chain: None,
+            thread_metric: Some("client end".into()),
+        };
+        let moved: Vec<Watched> = in_cell(JACK, vec![chain.clone()]).collect();
+        assert_eq!(
+            moved,
+            [Watched {
+                metric: cell_metric(JACK),
+                thread_metric: None,
+                ..chain
+            }]
+        );
     }
 }

@@ -37,7 +37,7 @@
 //! beyond what [`Host`] runs there. It must never judge a result, nor leave
 //! a process, a namespace or a cell's member behind its configuration.
 
-use crate::subject::contract::{Measured, Running, Stopped};
+use crate::subject::contract::{Measured, Running, Stopped, Watched};
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -101,6 +101,9 @@ pub(crate) struct Aes67Run {
     keeper: Option<JoinHandle<Kept>>,
     release: Option<mpsc::Sender<u64>>,
     services: Vec<Service>,
+    /// Each host's threads, for `--why`; and its graph's cycle.
+    traced: Vec<CpuProbe>,
+    cycle: Duration,
     /// When the second path is cut, into the window, and the cut once armed.
     cut_after: Option<Duration>,
     cut: Option<Cut>,
@@ -184,6 +187,7 @@ impl Drop for RunDir {
 
 /// Where the CPU a host uses is read: its service process and its graph's
 /// engine thread (its kernel id, once the engine has set it up).
+#[derive(Clone)]
 struct CpuProbe {
     service: Pid,
     graph: Arc<AtomicI32>,
@@ -202,6 +206,38 @@ impl CpuProbe {
             tid => thread_cpu_ns(current_pid(), tid).unwrap_or(0),
         };
         (service, graph)
+    }
+
+    /// For `tessera run --why`: host `name`'s graph thread, judged by its
+    /// cycle on its grid, and its service's real-time thread, judged by a
+    /// cycle from each wake-up; each in a metric of its own (no subject
+    /// count: every traced miss is shown).
+    fn watched(&self, name: &str, cycle: Duration) -> Vec<Watched> {
+        let watched = |tid, metric: String, period| Watched {
+            tid,
+            metric,
+            deadline: Some(cycle),
+            period,
+            budget: None,
+            chain: None,
+            thread_metric: None,
+        };
+        let mut threads = Vec::new();
+        if let tid @ 1.. = self.graph.load(Ordering::Relaxed) {
+            threads.push(watched(
+                tid,
+                format!("graph cycle of host {name}"),
+                Some(cycle),
+            ));
+        }
+        if let Ok(tid) = real_time_thread(self.service) {
+            threads.push(watched(
+                tid,
+                format!("network service of host {name}"),
+                None,
+            ));
+        }
+        threads
     }
 }
 
@@ -350,6 +386,12 @@ fn cycle_frames(subject: &Aes67Subject) -> u32 {
     packet * tessera_graph::MIN_FRAMES.div_ceil(packet)
 }
 
+/// A host's graph cycle: [`cycle_frames`] at the sample rate.
+fn cycle_period(subject: &Aes67Subject) -> Duration {
+    let ns = u64::from(cycle_frames(subject)) * 1_000_000_000;
+    Duration::from_nanos(ns / u64::from(subject.format.sample_rate))
+}
+
 fn frames_of(subject: &Aes67Subject, d: Duration) -> u64 {
     (d.as_nanos() * u128::from(subject.format.sample_rate) / 1_000_000_000) as u64
 }
@@ -456,14 +498,19 @@ fn start_service(
 /// Puts the service's real-time thread at SCHED_FIFO `priority` (it runs
 /// with `--no-cell`: SCHED_OTHER until then); the process's end undoes it.
 fn raise_real_time_thread(pid: Pid, priority: u32) -> Result<(), String> {
-    let tid = threads_of(pid)
+    let tid = real_time_thread(pid)?;
+    set_policy(tid, &Policy::Fifo { priority }).map_err(|e| e.to_string())
+}
+
+/// The network service `pid`'s real-time thread.
+fn real_time_thread(pid: Pid) -> Result<i32, String> {
+    threads_of(pid)
         .map_err(|e| e.to_string())?
         .into_iter()
         .find(|&tid| thread_name(pid, tid) == SERVICE_RT_THREAD)
         .ok_or(format!(
             "the network service (pid {pid}) has no thread {SERVICE_RT_THREAD:?}"
-        ))?;
-    set_policy(tid, &Policy::Fifo { priority }).map_err(|e| e.to_string())
+        ))
 }
 
 /// The groups each path's relay forwards: every stream's, each way, on
@@ -566,6 +613,7 @@ impl Aes67Run {
                 },
             );
         }
+        let traced = probes.clone();
         let (release, wait) = mpsc::channel();
         let (warmup, total) = (scenario.warmup, scenario.total());
         let labels = clocks.iter().map(MediaClock::label).collect();
@@ -577,6 +625,8 @@ impl Aes67Run {
             keeper: Some(keeper),
             release: Some(release),
             services,
+            traced,
+            cycle: cycle_period(subject),
             cut_after: settings.cut,
             cut: None,
             ptp_lost_at: settings.ptp_lost.map(|l| (warmup + l).as_nanos() as u64),
@@ -1297,6 +1347,15 @@ impl Running for Aes67Run {
         Ok(Aes67Run::advance(self, elapsed_ns))
     }
 
+    fn watched(&self) -> Vec<Watched> {
+        self.about
+            .names
+            .iter()
+            .zip(&self.traced)
+            .flat_map(|(name, probe)| probe.watched(name, self.cycle))
+            .collect()
+    }
+
     fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
         Box::new(self.finish())
     }
@@ -1554,5 +1613,28 @@ mod tests {
         let mut chain = subject(4);
         chain.latency = Duration::from_millis(2);
         assert_eq!(marker_interval(&chain), 48 * 24);
+    }
+
+    #[test]
+    fn a_hosts_graph_thread_is_watched_on_its_cycle_once_it_has_set_up() {
+        // This process has no service's real-time thread: only the graph.
+        let probe = CpuProbe {
+            service: current_pid(),
+            graph: Arc::new(AtomicI32::new(0)),
+        };
+        let cycle = cycle_period(&subject(1));
+        assert_eq!(cycle, Duration::from_millis(1));
+        assert!(probe.watched("a", cycle).is_empty(), "not set up yet");
+        probe.graph.store(42, Ordering::Relaxed);
+        let watched = probe.watched("a", cycle);
+        assert_eq!(watched.len(), 1);
+        assert_eq!(
+            (watched[0].tid, watched[0].metric.as_str()),
+            (42, "graph cycle of host a")
+        );
+        assert_eq!(
+            (watched[0].deadline, watched[0].period),
+            (Some(cycle), Some(cycle))
+        );
     }
 }

@@ -23,7 +23,7 @@
 //! own. It must never judge a result, signal a process it did not start,
 //! or leave a process, a cell or a file behind.
 
-use crate::subject::contract::{Measured, Running, Stopped};
+use crate::subject::contract::{Measured, Running, Stopped, Watched};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -45,6 +45,7 @@ use tessera_scenario::{
     Configuration, PlayerGroup, RenderServer, RenderSettings, Scenario, Subject,
 };
 use tessera_services::render::client;
+use tessera_services::render::service::sla_task_name;
 use tessera_services::render::wire::{ClientStatus, ServerKind, Status};
 use tessera_sys::clock::monotonic_ns;
 use tessera_workloads::render_player::PlayerReport;
@@ -1309,6 +1310,42 @@ impl crate::subject::contract::Subject for Kind {
 impl Running for RenderRun {
     fn release(&mut self, t0: u64) -> Result<(), String> {
         RenderRun::release(self, t0)
+    }
+
+    /// The tasks serving SLAs, each judged by its player group's frame
+    /// period, its misses counted in the group's metric. The shared tasks
+    /// (best-effort, probing, the front-end, the baseline's one thread)
+    /// serve every group and are not named: their misses are "unknown".
+    fn watched(&self) -> Vec<Watched> {
+        let Ok(status) = status(&self.socket) else {
+            return Vec::new();
+        };
+        let server = self.server.pid();
+        let tasks: Vec<(String, i32)> = tessera_sys::proc::threads_of(server)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|tid| (tessera_sys::proc::thread_name(server, tid), tid))
+            .collect();
+        status
+            .clients
+            .iter()
+            .filter(|c| c.share != "best-effort")
+            .filter_map(|c| {
+                let player = self.players.iter().find(|p| p.name == c.name)?;
+                let group = &self.groups[player.group];
+                let task = sla_task_name(c.client);
+                let &(_, tid) = tasks.iter().find(|(name, _)| *name == task)?;
+                Some(Watched {
+                    tid,
+                    metric: format!("{METRIC_PREFIX}{}", group.name),
+                    deadline: Some(group.period()),
+                    period: None,
+                    budget: None,
+                    chain: None,
+                    thread_metric: None,
+                })
+            })
+            .collect()
     }
 
     fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {
