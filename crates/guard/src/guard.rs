@@ -753,8 +753,6 @@ impl Guard {
             .max(min)
     }
 
-    /// A new thread's controller (with a fixed share, one of
-    /// `self.reserved.len() + 1` threads).
     /// A new controller for a thread of `kind`.
     fn controller_for(&self, kind: Kind) -> Result<Adaptive, GuardError> {
         match kind {
@@ -775,9 +773,13 @@ impl Guard {
     fn controller(&self) -> Result<Adaptive, GuardError> {
         let config = match &self.settings.budgeting {
             Budgeting::Adaptive(c) => *c,
-            Budgeting::Fixed { .. } => {
-                fixed_config(share_of(self.fixed_total_pct, self.reserved.len() + 1))
-            }
+            // The newcomer's part of the graph's fixed share: counted
+            // with every reserved thread, it was less than the part
+            // `reshare` had just given the others whenever shares or the
+            // guard's own loop were reserved (one in ten under
+            // rap-changing-demand's `--fixed 40`: nearly every cycle an
+            // xrun).
+            Budgeting::Fixed { .. } => fixed_config(self.fixed_part(1)),
         };
         Adaptive::new(config, self.period_ns)
             .map_err(|e| fail(format!("budget settings: {e}"), e.fix.clone()))
@@ -793,8 +795,7 @@ impl Guard {
         if !matches!(self.settings.budgeting, Budgeting::Fixed { .. }) {
             return;
         }
-        let graph = self.reserved.values().filter(|r| r.kind.is_graph()).count();
-        let share = share_of(self.fixed_total_pct, graph + newcomers);
+        let share = self.fixed_part(newcomers);
         let Ok(controller) = Adaptive::new(fixed_config(share), self.period_ns) else {
             return;
         };
@@ -812,6 +813,15 @@ impl Guard {
                 log.push(format!("thread {} ({}): share not set: {e}", r.tid, r.name));
             }
         }
+    }
+
+    /// Each graph thread's part of the fixed share, with `newcomers` more.
+    fn fixed_part(&self, newcomers: usize) -> u32 {
+        graph_part(
+            self.fixed_total_pct,
+            self.reserved.values().map(|r| r.kind),
+            newcomers,
+        )
     }
 
     fn release(&mut self, r: Reserved, log: &mut Vec<String>) {
@@ -1591,6 +1601,13 @@ fn share_of(pct: u32, threads: usize) -> u32 {
     (pct / threads.max(1) as u32).max(1)
 }
 
+/// A graph thread's part of a fixed share of `pct` % among the graph
+/// threads of `reserved` and `newcomers` more: application shares and the
+/// guard's own loop keep controllers of their own and take no part.
+fn graph_part(pct: u32, reserved: impl Iterator<Item = Kind>, newcomers: usize) -> u32 {
+    share_of(pct, reserved.filter(|k| k.is_graph()).count() + newcomers)
+}
+
 /// A shared thread's controller, from the guard's adaptive settings (the
 /// defaults under a fixed share: a busy thread's use is never fixed).
 fn share_controller(budgeting: &Budgeting, period_ns: u64) -> Result<Adaptive, GuardError> {
@@ -1767,6 +1784,19 @@ mod tests {
         assert_eq!(share_of(95, 13), 7);
         assert_eq!(share_of(95, 0), 95);
         assert_eq!(share_of(5, 13), 1);
+        let reserved = [
+            Kind::Guard,
+            Kind::RealTime,
+            Kind::Share,
+            Kind::Graph,
+            Kind::Share,
+        ];
+        assert_eq!(
+            graph_part(40, reserved.into_iter(), 1),
+            13,
+            "of 3, not of 6"
+        );
+        assert_eq!(graph_part(40, reserved.into_iter(), 0), 20);
         let c = fixed_config(7);
         assert_eq!(
             (c.min_budget_pct, c.max_budget_pct, c.initial_budget_pct),
