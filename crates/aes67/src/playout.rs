@@ -44,7 +44,13 @@
 //! limit, or a fast sender's drift outran the slips: the position skips
 //! whole cycles, keeping its phase. A packet whose transit is more than
 //! the ring (`ring_frames`) away from the window's fastest, which no
-//! buffer position could hold, starts the window again from it.
+//! buffer position could hold, starts the window again from it; so does a
+//! *step*: every packet later than the fastest by more than `latency` for
+//! a latency's worth of arrivals (a sender that skipped a cycle and stamps
+//! on where it was, as PipeWire's rtp-sink does: every later packet a
+//! quantum "slower"). Without it the old fastest held for up to two
+//! windows, and each of their packets came late. One late packet, or a
+//! burst after a stall, is shorter than that and moves nothing.
 //!
 //! **Limits.** A sender slower than the receiver lags the window's minimum
 //! by up to two windows of drift (at 50 ppm and 1 s windows, 100 µs): that
@@ -182,6 +188,9 @@ impl Window {
 pub struct ArrivalPlayout {
     config: PlayoutConfig,
     window: Window,
+    /// Since when (arrival) every packet came later than the fastest by
+    /// more than the latency: a step, once it lasts a latency.
+    late_since: Option<u32>,
     /// The first frame not played yet (None before the first cycle heard).
     next: Option<u32>,
     /// Slips earned and not spent, in millionths of a slip.
@@ -194,6 +203,7 @@ impl ArrivalPlayout {
         ArrivalPlayout {
             config,
             window: Window::default(),
+            late_since: None,
             next: None,
             credit: 0,
             counts: PlayoutCounts::default(),
@@ -208,14 +218,28 @@ impl ArrivalPlayout {
         let transit = arrival.wrapping_sub(timestamp);
         if let Some(fastest) = self.window.fastest() {
             let off = timestamp_delta(fastest, transit).unsigned_abs();
-            if off > self.config.ring_frames {
-                // No position could hold both: the sender restarted.
+            if off > self.config.ring_frames || self.stepped(off, arrival) {
+                // No position could hold both: the sender restarted, or
+                // its packets have all come a step later for a while.
                 self.window = Window::default();
+                self.late_since = None;
             }
         }
         self.window.record(transit, arrival);
         let fastest = self.window.fastest().unwrap_or(transit);
         timestamp_delta(fastest, transit).max(0) as u32
+    }
+
+    /// Whether a packet `off` frames from the fastest, arriving at
+    /// `arrival`, ends a run of packets all later than the latency allows
+    /// that has lasted a latency.
+    fn stepped(&mut self, off: u32, arrival: u32) -> bool {
+        if off <= self.config.latency_frames {
+            self.late_since = None;
+            return false;
+        }
+        let since = *self.late_since.get_or_insert(arrival);
+        timestamp_delta(since, arrival) >= self.config.latency_frames as i32
     }
 
     /// The cycle of `frames` due at `now` (receiver's samples): where it
@@ -477,6 +501,20 @@ mod tests {
         assert_eq!(r.playout.counts().resyncs, 0);
         assert_eq!(r.jumps, 0);
         assert_eq!(r.late, 20);
+    }
+
+    #[test]
+    fn a_step_in_the_transit_is_followed_within_a_latency() {
+        // From the 3rd second every packet comes 12 ms (3 latencies)
+        // later: a sender that skipped and stamps on where it was.
+        let r = run(config(), 0.0, 10, 0, |n| match n < 3000 {
+            true => 100.0,
+            false => 100.0 + 576.0,
+        });
+        // Late: the first latency's worth after the step, not two
+        // windows of packets.
+        assert!(r.late <= 16, "late {}", r.late);
+        assert_eq!(r.playout.counts().resyncs, 1, "{:?}", r.playout.counts());
     }
 
     #[test]
