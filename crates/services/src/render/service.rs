@@ -22,6 +22,7 @@ use super::screen::{Geometry, Rect, Screen};
 use super::tasks::{self, Lane, ProbeCost, TaskShared, TaskStop};
 use super::wire::{
     ClientStatus, Control, Done, Draw, First, Hello, Reply, ServerKind, Status, Welcome,
+    BEST_EFFORT,
 };
 use crate::control::{self, Policy, ThreadHook, WireError};
 use serde::{Deserialize, Serialize};
@@ -727,7 +728,7 @@ impl ControlThread {
                     client: c.lane.client,
                     name: c.lane.hello.name.clone(),
                     pid: c.caller.pid,
-                    share: c.agreement.as_ref().map_or("best-effort".into(), |a| {
+                    share: c.agreement.as_ref().map_or(BEST_EFFORT.into(), |a| {
                         format!(
                             "SLA: {} µs every {} µs ({})",
                             a.offer.runtime_ns / 1000,

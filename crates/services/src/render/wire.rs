@@ -130,13 +130,16 @@ pub enum Reply {
     },
 }
 
+/// A [`ClientStatus::share`] without an SLA.
+pub const BEST_EFFORT: &str = "best-effort";
+
 /// One client as the status shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClientStatus {
     pub client: u32,
     pub name: String,
     pub pid: i32,
-    /// "best-effort" or the SLA's reservation.
+    /// [`BEST_EFFORT`] or the SLA's reservation.
     pub share: String,
     pub window: Rect,
     pub actions: u64,
@@ -146,6 +149,13 @@ pub struct ClientStatus {
     pub throttled: u64,
     /// Requests refused as malformed (bad slot or rows).
     pub malformed: u64,
+}
+
+impl ClientStatus {
+    /// Whether it holds an SLA (its own task, in its own reservation).
+    pub fn has_sla(&self) -> bool {
+        self.share != BEST_EFFORT
+    }
 }
 
 /// The server's status.

@@ -378,12 +378,7 @@ impl Watch {
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
             let mut seen = Seen::default();
-            let slas = |s: &Status| {
-                s.clients
-                    .iter()
-                    .filter(|c| c.share != "best-effort")
-                    .count()
-            };
+            let slas = |s: &Status| s.clients.iter().filter(|c| c.has_sla()).count();
             while !flag.load(Ordering::Relaxed) {
                 match status(&socket) {
                     Ok(s) => {
@@ -1329,7 +1324,7 @@ impl Running for RenderRun {
         status
             .clients
             .iter()
-            .filter(|c| c.share != "best-effort")
+            .filter(|c| c.has_sla())
             .filter_map(|c| {
                 let player = self.players.iter().find(|p| p.name == c.name)?;
                 let group = &self.groups[player.group];
