@@ -69,7 +69,8 @@ pub struct GuardArgs {
     window: usize,
     /// Instead of adapting: a fixed share, % of what admission lets
     /// reservations have on a core, for the server and its clients together
-    /// (AQuoSA's -F), split equally among the reserved threads.
+    /// (AQuoSA's -F), shared out among the graph's threads by what each
+    /// uses.
     #[arg(long)]
     fixed: Option<u32>,
     /// Where the reservations go: `auto` (the default) decides from what

@@ -50,8 +50,8 @@ use tessera_broker::protocol::{CellInfo, ResizeReply};
 use tessera_broker::{Session, StatusReport};
 use tessera_policy::application::{place, share_wanted, CoreRoom, Layout, Room, Spread, Want};
 use tessera_policy::{
-    compress, Adaptive, AdaptiveConfig, Bandwidth, Budget, CellRequest, CoreMode, CoreUsage,
-    Placement,
+    compress, share_out, Adaptive, AdaptiveConfig, Bandwidth, Budget, CellRequest, CoreMode,
+    CoreUsage, Placement,
 };
 use tessera_sys::proc::{self, Pid, ThreadUsage, UsageDelta};
 use tessera_sys::sched::{self, Policy, Tid};
@@ -63,8 +63,8 @@ pub enum Budgeting {
     Adaptive(AdaptiveConfig),
     /// A fixed share of the reservation period for the server and its
     /// clients together, % (the thesis's `-F`, where JACK was one
-    /// reservation), split equally among the reserved threads: mainline
-    /// reserves one thread per reservation.
+    /// reservation), shared out among the graph's threads by what each
+    /// uses: mainline reserves one thread per reservation.
     Fixed { pct: u32 },
 }
 
@@ -550,8 +550,6 @@ impl Guard {
             return;
         }
         let name = proc::thread_name(pid, tid);
-        // A fixed share makes room for the newcomer first.
-        self.reshare(usize::from(kind.is_graph()), log);
         match self.open_reservation(pid, tid, &name, kind, seed) {
             Ok(r) => {
                 log.push(format!(
@@ -581,7 +579,6 @@ impl Guard {
                 }
             }
             Err(e) => {
-                self.reshare(0, log);
                 if let Some(cell) = self.cell_holding(tid) {
                     self.in_workgroups.insert(tid);
                     log.push(format!(
@@ -773,46 +770,13 @@ impl Guard {
     fn controller(&self) -> Result<Adaptive, GuardError> {
         let config = match &self.settings.budgeting {
             Budgeting::Adaptive(c) => *c,
-            // The newcomer's part of the graph's fixed share: counted
-            // with every reserved thread, it was less than the part
-            // `reshare` had just given the others whenever shares or the
-            // guard's own loop were reserved (one in ten under
-            // rap-changing-demand's `--fixed 40`: nearly every cycle an
-            // xrun).
+            // A newcomer to the graph opens at an equal part of the fixed
+            // share; from the next interval its part follows its use
+            // ([`Self::wanted`]).
             Budgeting::Fixed { .. } => fixed_config(self.fixed_part(1)),
         };
         Adaptive::new(config, self.period_ns)
             .map_err(|e| fail(format!("budget settings: {e}"), e.fix.clone()))
-    }
-
-    /// With a fixed share, gives each reserved graph thread (and
-    /// `newcomers` more) its equal part; shrinking ones are resized before
-    /// growing ones so that admission sees the room. The fixed share is
-    /// the graph's: application shares and the guard's own loop keep
-    /// their own controllers (split among them too, they had taken the
-    /// graph's core's budget with the audio period).
-    fn reshare(&mut self, newcomers: usize, log: &mut Vec<String>) {
-        if !matches!(self.settings.budgeting, Budgeting::Fixed { .. }) {
-            return;
-        }
-        let share = self.fixed_part(newcomers);
-        let Ok(controller) = Adaptive::new(fixed_config(share), self.period_ns) else {
-            return;
-        };
-        let wanted = controller.wanted().runtime_ns;
-        let mut order: Vec<&mut Reserved> = self
-            .reserved
-            .values_mut()
-            .filter(|r| r.kind.is_graph())
-            .collect();
-        order.sort_by_key(|r| r.set.runtime_ns < wanted);
-        for r in order {
-            r.controller = controller.clone();
-            let wanted = r.controller.wanted();
-            if let Err(e) = apply(&mut self.session, r, wanted) {
-                log.push(format!("thread {} ({}): share not set: {e}", r.tid, r.name));
-            }
-        }
     }
 
     /// Each graph thread's part of the fixed share, with `newcomers` more.
@@ -833,7 +797,6 @@ impl Guard {
             Ok(()) => log.push(format!("released thread {} ({}): {why}", r.tid, r.name)),
             Err(e) => log.push(format!("released thread {} with an error: {e}", r.tid)),
         }
-        self.reshare(0, log);
     }
 
     fn bump(&mut self, which: impl Fn(&Reserved) -> bool, bump: fn(&mut Adaptive)) {
@@ -1194,11 +1157,48 @@ impl Guard {
     }
 
     /// What each thread wants: its controller's budget, a shared thread's
-    /// raised to its part of the application's floor.
+    /// raised to its part of the application's floor; under a fixed share,
+    /// the graph's threads its parts ([`Self::fixed_parts`]).
     fn wanted(&self) -> BTreeMap<Tid, Budget> {
-        self.reserved
+        let mut wanted: BTreeMap<Tid, Budget> = self
+            .reserved
             .values()
             .map(|r| (r.tid, self.with_floor(r, r.controller.wanted(), 0)))
+            .collect();
+        if let Budgeting::Fixed { .. } = self.settings.budgeting {
+            wanted.extend(self.fixed_parts());
+        }
+        wanted
+    }
+
+    /// The fixed share shared out among the graph's threads in proportion
+    /// to the CPU each used in the last interval (its budget, before it
+    /// was measured): the total fixed, its parts where the work is, as in
+    /// the one reservation JACK had under AQuoSA's `-F`. A thread held
+    /// short uses all it has, so while the share exceeds what the graph
+    /// uses its part grows by that ratio each interval; the controllers'
+    /// wants, bumps and all, are no weights (they sum past any share, and
+    /// sharing them out starved everyone). Split equally instead, seven
+    /// parts of rap-changing-demand's 40 % were each below a 5 % client's
+    /// callback, and jack failed nearly every cycle.
+    fn fixed_parts(&self) -> Vec<(Tid, Budget)> {
+        let graph: Vec<&Reserved> = self
+            .reserved
+            .values()
+            .filter(|r| r.kind.is_graph())
+            .collect();
+        let used: Vec<Budget> = graph
+            .iter()
+            .map(|r| match r.used_ns {
+                0 => r.set,
+                used => Budget::new(used, r.set.period_ns),
+            })
+            .collect();
+        let total = Bandwidth::from_fraction(f64::from(self.fixed_total_pct) / 100.0);
+        graph
+            .iter()
+            .map(|r| r.tid)
+            .zip(share_out(&used, total))
             .collect()
     }
 

@@ -491,6 +491,33 @@ pub fn compress(wanted: &[Budget], floors: &[u64], room: Bandwidth) -> Vec<Budge
         .collect()
 }
 
+/// Shares a fixed `total` out among reservations in proportion to their
+/// weights (bandwidths: what each used, say), every one keeping its
+/// period: the budgets of threads that together hold one fixed share, as
+/// JACK's threads held one reservation under AQuoSA's `-F`, so that the
+/// share goes where the work is. Their bandwidths sum to at most `total`
+/// (less by the rounding), but that no budget is below
+/// [`MIN_RUNTIME_NS`]; a larger weight never gets less. Weights of
+/// nothing at all share it equally.
+pub fn share_out(weights: &[Budget], total: Bandwidth) -> Vec<Budget> {
+    let sum: Bandwidth = weights.iter().map(Budget::bandwidth).sum();
+    let n = weights.len().max(1) as u128;
+    weights
+        .iter()
+        .map(|w| {
+            let part = match sum.0 {
+                0 => total.0 as u128 / n,
+                sum => total.0 as u128 * w.bandwidth().0 as u128 / sum as u128,
+            };
+            let part = Bandwidth(part.min(u64::MAX as u128) as u64);
+            Budget::new(
+                part.runtime_in(w.period_ns).max(MIN_RUNTIME_NS),
+                w.period_ns,
+            )
+        })
+        .collect()
+}
+
 fn check_period(audio_period_ns: u64) -> Result<(), RequestError> {
     // Beyond a second an audio period is a mistake (and P × f stays far
     // from overflowing).

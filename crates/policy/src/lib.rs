@@ -40,7 +40,7 @@ pub mod stream;
 pub mod workgroup;
 
 pub use adaptive::{
-    compress, Adaptive, AdaptiveConfig, AdaptiveReport, PredictorConfig, PredictorKind,
+    compress, share_out, Adaptive, AdaptiveConfig, AdaptiveReport, PredictorConfig, PredictorKind,
 };
 pub use bandwidth::{largest_fitting, Bandwidth};
 pub use cell::{

@@ -6,6 +6,7 @@
 
 use proptest::prelude::*;
 use tessera_policy::adaptive::fragments;
+use tessera_policy::cell::MIN_RUNTIME_NS;
 use tessera_policy::*;
 
 const P128: u64 = 1_333_333; // 128 frames at 96 kHz
@@ -368,6 +369,37 @@ fn floors_that_do_not_fit_are_returned_for_admission_to_judge() {
 }
 
 proptest! {
+    /// A fixed share is shared out whole, in proportion to the weights: the
+    /// parts sum to the share (less the rounding; more only by the minimum
+    /// runtime's floor), each keeps its period, and a larger weight never
+    /// gets less.
+    #[test]
+    fn a_fixed_share_is_shared_out_whole_in_proportion(
+        weights in proptest::collection::vec(0u64..1_300_000, 1..14),
+        total_pct in 1u64..=90,
+    ) {
+        let weighed: Vec<Budget> = weights.iter().map(|&w| Budget::new(w, P128)).collect();
+        let total = Bandwidth::from_fraction(total_pct as f64 / 100.0);
+        let out = share_out(&weighed, total);
+        prop_assert_eq!(out.len(), weighed.len());
+        let sum: Bandwidth = out.iter().map(Budget::bandwidth).sum();
+        let floors = Bandwidth::of(MIN_RUNTIME_NS, P128).times(out.len() as u64);
+        prop_assert!(sum <= total + floors, "{} > {}", sum, total);
+        // Each part loses under a nanosecond of runtime and a few units of
+        // the fixed point to truncation.
+        let slack = Bandwidth((Bandwidth::of(1, P128).0 + 3) * out.len() as u64);
+        prop_assert!(sum + slack >= total, "{} < {}", sum, total);
+        for (o, w) in out.iter().zip(&weighed) {
+            prop_assert_eq!(o.period_ns, w.period_ns);
+            prop_assert!(o.runtime_ns >= MIN_RUNTIME_NS);
+        }
+        for (i, j) in (0..out.len()).flat_map(|i| (0..out.len()).map(move |j| (i, j))) {
+            if weighed[i].runtime_ns >= weighed[j].runtime_ns {
+                prop_assert!(out[i].runtime_ns >= out[j].runtime_ns);
+            }
+        }
+    }
+
     /// A full core squeezes every reservation alike: the results fit the
     /// room (to the bandwidth's rounding), none falls below its floor or
     /// rises above its want, and a larger want never gets less.
