@@ -66,7 +66,7 @@ impl Config {
             ),
             Config::Fixed95 => format!(
                 "SCHED_FIFO {PRIORITY} under `tessera guard pid --rt-only --fixed 95` \
-                 (95 % of a core's capacity, split among the threads)"
+                 (95 % of a core's capacity, shared out by use)"
             ),
             Config::Fifo => format!("SCHED_FIFO {PRIORITY}, nothing else"),
         }
