@@ -1178,7 +1178,11 @@ impl Guard {
     /// short uses all it has, so while the share exceeds what the graph
     /// uses its part grows by that ratio each interval; the controllers'
     /// wants, bumps and all, are no weights (they sum past any share, and
-    /// sharing them out starved everyone). Split equally instead, seven
+    /// sharing them out starved everyone). The application shares stay
+    /// outside: a busy thread uses whatever it is given, so with them in
+    /// it the surplus that lets a held-short part grow was gone (a trial
+    /// left one of rap-changing-demand's load clients at its first part,
+    /// every cycle over it). Split equally instead, seven
     /// parts of rap-changing-demand's 40 % were each below a 5 % client's
     /// callback, and jack failed nearly every cycle.
     fn fixed_parts(&self) -> Vec<(Tid, Budget)> {
