@@ -200,8 +200,12 @@ fn holders(miss: &Miss) -> String {
                 .cell
                 .as_deref()
                 .map_or("no cell".into(), |c| format!("cell {c}"));
+            let server = match h.fair_server_note() {
+                "" => String::new(),
+                note => format!(", {note}"),
+            };
             format!(
-                "by {} {} prio {}, {cell}, {:.1}",
+                "by {} {} prio {}, {cell}{server}, {:.1}",
                 h.pid, h.comm, h.prio, h.us
             )
         })

@@ -229,8 +229,12 @@ fn describe(miss: &Miss) -> String {
         .iter()
         .map(|h| {
             let cell = h.cell.as_deref().unwrap_or("no cell");
+            let server = match h.fair_server_note() {
+                "" => String::new(),
+                note => format!("; {note}"),
+            };
             format!(
-                "{} {} prio {} ({cell}) {:.1} µs",
+                "{} {} prio {} ({cell}{server}) {:.1} µs",
                 h.pid, h.comm, h.prio, h.us
             )
         })
@@ -319,6 +323,27 @@ mod tests {
             }],
             ..RunResults::start("why")
         }
+    }
+
+    #[test]
+    fn a_holder_the_fair_server_ran_says_so() {
+        let holder = |by_fair_server| tessera_why::Holder {
+            pid: 7,
+            comm: "hog".into(),
+            prio: 120,
+            cell: None,
+            us: 10_000.0,
+            by_fair_server,
+        };
+        let line = |by_fair_server| {
+            describe(&Miss {
+                holders: vec![holder(by_fair_server)],
+                ..miss(Cause::WaitedForCpu, 10_000.0)
+            })
+        };
+        assert!(line(true)
+            .contains("7 hog prio 120 (no cell; run by the fair server, or the vCPU stalled)"));
+        assert!(line(false).contains("7 hog prio 120 (no cell) 10000.0 µs"));
     }
 
     #[test]

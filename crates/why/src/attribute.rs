@@ -211,6 +211,7 @@ pub(crate) fn holders(cycle: &Cycle, cells: &HashMap<i32, String>) -> Vec<Holder
         }
     }
     by_pid.sort_by_key(|h| std::cmp::Reverse(h.1));
+    let unthrottled_deadline = cycle.deadline && cycle.throttles == 0;
     by_pid
         .into_iter()
         .map(|(pid, ns, task)| Holder {
@@ -219,9 +220,14 @@ pub(crate) fn holders(cycle: &Cycle, cells: &HashMap<i32, String>) -> Vec<Holder
             prio: task.prio,
             cell: cells.get(&pid).cloned(),
             us: micros(ns),
+            by_fair_server: unthrottled_deadline && task.prio >= NORMAL_PRIO,
         })
         .collect()
 }
+
+/// The kernel's priorities of normal tasks start here (SCHED_OTHER,
+/// SCHED_BATCH, SCHED_IDLE: 100–139).
+const NORMAL_PRIO: i32 = 100;
 
 #[cfg(test)]
 mod tests {
@@ -277,6 +283,39 @@ mod tests {
                     }
                 },
             )
+    }
+
+    #[test]
+    fn a_normal_task_ahead_of_an_unthrottled_reservation_is_the_fair_servers() {
+        let wait = |prio| Wait {
+            holder: Task {
+                pid: 7,
+                comm: "hog".into(),
+                prio,
+            },
+            ns: 5_000,
+        };
+        let reservation = |holder: i32, throttles| Cycle {
+            deadline: true,
+            throttles,
+            waits: vec![wait(holder)],
+            ..Cycle::default()
+        };
+        let flagged = |c: &Cycle| holders(c, &HashMap::new())[0].by_fair_server;
+        assert!(flagged(&reservation(120, 0)));
+        assert!(
+            !flagged(&reservation(120, 1)),
+            "throttled: its budget's doing"
+        );
+        assert!(!flagged(&reservation(-1, 0)), "another reservation");
+        let fifo = Cycle {
+            deadline: false,
+            ..reservation(120, 0)
+        };
+        assert!(
+            !flagged(&fifo),
+            "a SCHED_FIFO thread a normal task can't hold"
+        );
     }
 
     proptest! {

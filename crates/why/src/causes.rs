@@ -108,6 +108,28 @@ pub struct Holder {
     /// The cell it belongs to, if any.
     pub cell: Option<String>,
     pub us: f64,
+    /// A normal task (priority 100–139) that held the CPU of a
+    /// SCHED_DEADLINE thread whose budget had not run out: no priority of
+    /// its own beats a reservation, so the kernel's fair server ran it (a
+    /// deadline entity since Linux 6.12 that runs normal tasks once
+    /// real-time ones have starved them), or the vCPU stalled meanwhile.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub by_fair_server: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl Holder {
+    /// What a report says after a holder the fair server ran: "" for any
+    /// other.
+    pub fn fair_server_note(&self) -> &'static str {
+        match self.by_fair_server {
+            true => "run by the fair server, or the vCPU stalled",
+            false => "",
+        }
+    }
 }
 
 /// One late cycle of a watched thread and why.

@@ -381,7 +381,10 @@ fn merged_holders<'a>(all: impl Iterator<Item = &'a Holder>) -> Vec<Holder> {
     let mut merged: Vec<Holder> = vec![];
     for h in all {
         match merged.iter_mut().find(|m| m.pid == h.pid) {
-            Some(m) => m.us = micros(((m.us + h.us) * 1000.0).round() as u64),
+            Some(m) => {
+                m.us = micros(((m.us + h.us) * 1000.0).round() as u64);
+                m.by_fair_server |= h.by_fair_server;
+            }
             None => merged.push(h.clone()),
         }
     }
