@@ -206,16 +206,16 @@ impl JitterBuffer {
         {
             return Arrival::TooEarly;
         }
-        match self.highest {
-            Some((h, _)) if sequence_delta(h, header.sequence) < 0 => self.counters.reordered += 1,
-            highest => {
-                if let Some((h, h_end)) = highest {
-                    if sequence_delta(h, header.sequence) == 1 {
-                        self.mark_unsent(h_end, start);
-                    }
-                }
+        match self
+            .highest
+            .map(|(h, h_end)| (sequence_delta(h, header.sequence), h_end))
+        {
+            Some((..=-1, _)) => self.counters.reordered += 1,
+            Some((1, h_end)) => {
+                self.mark_unsent(h_end, start);
                 self.highest = Some((header.sequence, end));
             }
+            _ => self.highest = Some((header.sequence, end)),
         }
         let frame_bytes = self.format.frame_bytes();
         self.store(
