@@ -10,7 +10,7 @@
 use crate::config::Config;
 use crate::error::{BrokerError, ErrorCode};
 use crate::facts::{Facts, Mode};
-use crate::layout::Layout;
+use crate::layout::{Layout, Shape};
 use crate::monitor::{CellFacts, CellSample, Monitor, Sample, UnguaranteedThread};
 use crate::paths::Paths;
 use crate::placement::{self, Enforcement};
@@ -345,6 +345,7 @@ impl Broker {
             return Err(self.no_cpusets(&req));
         }
         self.check_quota(&req, owner.uid)?;
+        let shape = Layout::shape(&self.state.ledger);
         self.state.ledger.insert(&req).map_err(|r| {
             BrokerError::new(
                 ErrorCode::Refused,
@@ -369,7 +370,7 @@ impl Broker {
                 reported: Default::default(),
             },
         );
-        self.rehome_all();
+        self.rehome_if_reshaped(&shape);
         Ok(())
     }
 
@@ -456,6 +457,7 @@ impl Broker {
     /// returns to the ledger, its shielding is undone.
     pub fn destroy_cell(&mut self, name: &str, uid: u32) -> Outcome<()> {
         let cell = self.cell_owned_by(name, uid)?.clone();
+        let shape = Layout::shape(&self.state.ledger);
         let mut first_error = None;
         for m in &cell.members {
             if let Err(e) = placement::restore(m, &self.enf) {
@@ -466,7 +468,7 @@ impl Broker {
         self.state.ledger.release(name);
         self.remove_weight_group(name);
         self.apply_layout()?;
-        self.rehome_all();
+        self.rehome_if_reshaped(&shape);
         self.persist()?;
         match first_error {
             Some(e) => Err(BrokerError::from(e)),
@@ -758,8 +760,15 @@ impl Broker {
         Some((quota, others))
     }
 
-    /// Moves every member to where the current layout wants it.
-    fn rehome_all(&mut self) {
+    /// Moves every member to where the current layout wants it, if the
+    /// layout's shape changed from `before`: a cell created or destroyed in
+    /// the shared cores moves no one, and re-homing every member (a /proc
+    /// read and an affinity call each) at every cell a guard opened was most
+    /// of what the daemon did for a session of 60 JACK clients.
+    fn rehome_if_reshaped(&mut self, before: &Shape) {
+        if Layout::shape(&self.state.ledger) == *before {
+            return;
+        }
         for (name, cell) in &self.state.cells {
             let Some(grant) = self.state.ledger.grant(name) else {
                 continue;

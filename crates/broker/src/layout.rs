@@ -43,7 +43,24 @@ struct Wanted {
     cpus: Vec<usize>,
 }
 
+/// What the cpuset tree follows from a ledger: the groups it wants and
+/// the cores left shared. While it stays the same, every member stays
+/// where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape {
+    groups: Vec<Wanted>,
+    shared: Vec<usize>,
+}
+
 impl Layout {
+    /// The shape `ledger` gives the cpuset tree (with or without one).
+    pub fn shape(ledger: &Ledger) -> Shape {
+        Shape {
+            groups: Self::wanted(ledger),
+            shared: ledger.shared_cores(),
+        }
+    }
+
     pub fn detect() -> Result<Layout> {
         Ok(Layout {
             hierarchy: Hierarchy::cpuset()?,
