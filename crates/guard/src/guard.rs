@@ -838,7 +838,7 @@ impl Guard {
         let Some(mut lockstep) = self.lockstep.take_if(|l| l.is_due(self.heard.cycles)) else {
             return;
         };
-        let found = lockstep.judge(self.heard.cycles, &self.unreserved_normal_threads());
+        let found = lockstep.judge(self.heard, &self.unreserved_normal_threads());
         self.lockstep = Some(lockstep);
         let runs_no_graph = |&(pid, tid): &(Pid, Tid)| {
             proc::thread_name(pid, tid) == tessera_broker::workgroup::CONTROL_THREAD
@@ -1018,7 +1018,11 @@ impl Guard {
     /// reserves what it does not use and re-sizes every reservation at
     /// every xrun (AQuoSA bumps every client: with 60 of them, a batch of
     /// 60 `sched_setattr` in the daemon per xrun). When none may have
-    /// been, every controller is bumped, as the seed does — unless some of
+    /// been, every graph thread's controller is bumped, as the seed bumps
+    /// every client — not the application shares nor the guard's loop,
+    /// which no cycle waits for (JACK2's clients' notice threads, busy with
+    /// each xrun's notice, held shares that every xrun grew: with 60
+    /// clients the wants reached 4 CPUs on a 2-CPU machine) — unless some of
     /// the graph's threads are workgroup members: the late one may be
     /// among them, and their controller sees each of their cycles. (Bumping
     /// every other thread then took their budgets to 1.8 CPUs in 2 s of
@@ -1031,7 +1035,7 @@ impl Guard {
         if self.reserved.values().any(held_short) {
             self.bump(held_short, Adaptive::on_xrun);
         } else if self.in_workgroups.is_empty() {
-            self.bump(|_| true, Adaptive::on_xrun);
+            self.bump(|r| r.kind.is_graph(), Adaptive::on_xrun);
         }
     }
 
@@ -1331,10 +1335,15 @@ impl Guard {
             self.layout = Some(layout);
             return;
         }
+        // The same spread, not the same core for every thread: while
+        // clients join, each look has threads the last one had not, and a
+        // session that outgrew its one core stayed there (JACK2 with 60
+        // clients: one core full, every newcomer refused, xruns at every
+        // other cycle).
         let same_as_pending = self
             .pending
             .as_ref()
-            .is_some_and(|p| p.cores == layout.cores);
+            .is_some_and(|p| p.spread == layout.spread);
         // A measured layout replaces the first placement (made before
         // anything was measured) at once; one measured layout another only
         // when found twice in a row — unless admission holds a graph thread

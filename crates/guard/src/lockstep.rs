@@ -19,9 +19,20 @@
 //! [`MAX_WAKES_PER_CYCLE`] per cycle (measured on Debian 12: the daemon's
 //! data loop 1.3 per cycle, its main loop none, a client's 50 ms timer 0.4).
 //!
+//! A window in which a client came or went, or the server reported an
+//! xrun in more than [`MAX_XRUNS_PER_CYCLE`] of its cycles, is not judged:
+//! JACK2 tells every client of each, on a thread of libjack's own, and a
+//! client's opening is a dozen requests and answers between the program's
+//! thread and the server's — with 60 clients opening four a second, or the
+//! graph overrunning every other cycle, jackd's request thread, the opening
+//! program's main thread and the clients' notice threads woke as often as
+//! the graph and were adopted as running it (jackd's at half a CPU), their
+//! reservations at the audio period competing with the graph.
+//!
 //! It owns only this judgement: it reads /proc and must never change a
 //! thread.
 
+use crate::monitor::Snapshot;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tessera_sys::proc::{self, Pid};
@@ -35,6 +46,8 @@ pub const WINDOW_CYCLES: u64 = 32;
 pub const MIN_WAKES_PER_CYCLE: f64 = 0.75;
 /// Blocking more often than this per cycle: woken by something else too.
 pub const MAX_WAKES_PER_CYCLE: f64 = 3.0;
+/// More xruns than this per cycle: the window is not judged.
+pub const MAX_XRUNS_PER_CYCLE: f64 = 0.1;
 
 /// Whether `wakes` over `cycles` graph cycles is in step with the graph.
 pub fn in_step(wakes: u64, cycles: u64) -> bool {
@@ -45,6 +58,16 @@ pub fn in_step(wakes: u64, cycles: u64) -> bool {
     (MIN_WAKES_PER_CYCLE..=MAX_WAKES_PER_CYCLE).contains(&per_cycle)
 }
 
+/// Whether the server's notices and requests between `opened` and `now`
+/// could have woken threads nearly as often as the graph (see the
+/// module's doc).
+fn notices_could_pass_for_cycles(opened: &Snapshot, now: &Snapshot) -> bool {
+    let cycles = now.cycles.saturating_sub(opened.cycles);
+    let xruns = now.xruns.saturating_sub(opened.xruns);
+    let clients_changed = now.joins + now.leaves != opened.joins + opened.leaves;
+    clients_changed || xruns as f64 > MAX_XRUNS_PER_CYCLE * cycles as f64
+}
+
 /// A candidate when a window opened: the times it had been given a CPU,
 /// and its voluntary switches when they were read.
 #[derive(Clone, Copy)]
@@ -53,10 +76,11 @@ struct Opened {
     switches: Option<u64>,
 }
 
-/// A window under way: the cycles heard and each candidate when it opened.
+/// A window under way: what the server had said and each candidate when
+/// it opened.
 struct Window {
     opened: Instant,
-    cycles: u64,
+    heard: Snapshot,
     threads: BTreeMap<Tid, Opened>,
 }
 
@@ -84,20 +108,25 @@ impl Lockstep {
     /// read anything, so the caller lists the candidates only then.
     pub fn is_due(&self, cycles: u64) -> bool {
         self.window.as_ref().is_none_or(|w| {
-            w.opened.elapsed() >= WINDOW && cycles.saturating_sub(w.cycles) >= WINDOW_CYCLES
+            w.opened.elapsed() >= WINDOW && cycles.saturating_sub(w.heard.cycles) >= WINDOW_CYCLES
         })
     }
 
-    /// Given the graph's cycle count now and the threads that may run it,
-    /// returns those found in step over the window that just closed (none
-    /// while it is open) and opens the next one. A candidate first seen
-    /// during a window is judged over the next.
-    pub fn judge(&mut self, cycles: u64, candidates: &[(Pid, Tid)]) -> Vec<(Pid, Tid)> {
+    /// Given what the server has said so far (its cycles, xruns and
+    /// clients) and the threads that may run the graph, returns those found
+    /// in step over the window that just closed (none while it is open, nor
+    /// when the server's notices may have woken them) and opens the next
+    /// one. A candidate first seen during a window is judged over the next.
+    pub fn judge(&mut self, heard: Snapshot, candidates: &[(Pid, Tid)]) -> Vec<(Pid, Tid)> {
+        let cycles = heard.cycles;
         if !self.is_due(cycles) {
             return Vec::new();
         }
         let now = Instant::now();
-        let window = self.window.take();
+        let window = self
+            .window
+            .take()
+            .filter(|w| !notices_could_pass_for_cycles(&w.heard, &heard));
         let mut found = Vec::new();
         let mut threads = BTreeMap::new();
         for &(pid, tid) in candidates {
@@ -106,7 +135,7 @@ impl Lockstep {
             };
             let before = window
                 .as_ref()
-                .and_then(|w| Some((w.cycles, *w.threads.get(&tid)?)));
+                .and_then(|w| Some((w.heard.cycles, *w.threads.get(&tid)?)));
             let plausible = before.is_none_or(|(then, b)| {
                 could_be_in_step(runs.saturating_sub(b.runs), cycles - then)
             });
@@ -124,7 +153,7 @@ impl Lockstep {
         }
         self.window = Some(Window {
             opened: now,
-            cycles,
+            heard,
             threads,
         });
         found
@@ -172,37 +201,70 @@ mod tests {
         let tid = proc::current_tid();
         let mut l = Lockstep::new();
         assert!(
-            l.judge(0, &[(me, tid)]).is_empty(),
+            l.judge(heard(0, 0), &[(me, tid)]).is_empty(),
             "the first window opens"
         );
         assert!(
-            l.judge(1000, &[(me, tid)]).is_empty(),
+            l.judge(heard(1000, 0), &[(me, tid)]).is_empty(),
             "open for less than {WINDOW:?}"
         );
     }
 
-    #[test]
-    fn a_thread_woken_once_a_cycle_is_found() {
+    fn heard(cycles: u64, xruns: u64) -> Snapshot {
+        Snapshot {
+            cycles,
+            xruns,
+            ..Snapshot::default()
+        }
+    }
+
+    /// Judges a thread that blocks once per "cycle" over one window of 64
+    /// cycles, at whose end the server has said `end`.
+    fn judge_a_thread_woken_once_a_cycle(end: Snapshot) -> bool {
         let me = proc::current_pid();
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
         let (tick, ticks) = std::sync::mpsc::channel::<bool>();
-        // A thread that blocks once per "cycle".
         let worker = std::thread::spawn(move || {
             tid_tx.send(proc::current_tid()).unwrap();
             while ticks.recv().unwrap_or(false) {}
         });
         let busy = tid_rx.recv().unwrap();
         let mut l = Lockstep::new();
-        l.judge(0, &[(me, busy)]);
-        let cycles = 64;
+        l.judge(Snapshot::default(), &[(me, busy)]);
+        let cycles = end.cycles;
         for _ in 0..cycles {
             tick.send(true).unwrap();
             std::thread::sleep(WINDOW / cycles as u32);
         }
         std::thread::sleep(Duration::from_millis(20));
-        let found = l.judge(cycles, &[(me, busy)]);
+        let found = l.judge(end, &[(me, busy)]);
         tick.send(false).unwrap();
         worker.join().unwrap();
-        assert_eq!(found, [(me, busy)]);
+        found == [(me, busy)]
+    }
+
+    #[test]
+    fn a_thread_woken_once_a_cycle_is_found() {
+        assert!(judge_a_thread_woken_once_a_cycle(heard(64, 0)));
+        assert!(
+            judge_a_thread_woken_once_a_cycle(heard(64, 6)),
+            "an xrun now and then"
+        );
+    }
+
+    #[test]
+    fn a_window_of_xruns_or_clients_coming_and_going_is_not_judged() {
+        assert!(!judge_a_thread_woken_once_a_cycle(heard(64, 32)));
+        let joined = Snapshot {
+            joins: 1,
+            ..heard(64, 0)
+        };
+        assert!(!judge_a_thread_woken_once_a_cycle(joined));
+        let left = Snapshot {
+            leaves: 2,
+            ..heard(64, 0)
+        };
+        assert!(notices_could_pass_for_cycles(&heard(0, 0), &left));
+        assert!(!notices_could_pass_for_cycles(&heard(0, 0), &heard(64, 6)));
     }
 }
