@@ -37,7 +37,7 @@
 use crate::lockstep::Lockstep;
 use crate::monitor::{Monitor, Snapshot};
 use crate::record::{self, RecordRow};
-use crate::server::{Server, ServerKind};
+use crate::server::{ClientScan, Server, ServerKind};
 use crate::share::{self, AppShare, Busy, MachineBusy, Sampled};
 use crate::watch::{ThreadEvent, Watch};
 use crate::{fail, GuardError};
@@ -311,6 +311,10 @@ pub struct Guard {
     last_xrun_report: Instant,
     last_layout: Instant,
     last_scan: Instant,
+    /// Lists the server's clients (PipeWire's in the background).
+    scan: ClientScan,
+    /// When a client came or went and no listing begun since has ended.
+    scan_asked: Option<Instant>,
     started: Instant,
     record: Option<Box<dyn Write + Send>>,
 }
@@ -411,6 +415,8 @@ impl Guard {
             last_xrun_report: Instant::now(),
             last_layout: Instant::now(),
             last_scan: Instant::now(),
+            scan: ClientScan::new(),
+            scan_asked: Some(Instant::now()),
             started: Instant::now(),
             record: None,
         };
@@ -465,7 +471,7 @@ impl Guard {
             Some(_) => RESCAN_HEARD,
             None => RESCAN,
         };
-        if self.last_scan.elapsed() >= rescan {
+        if self.scan_asked.is_some() || self.last_scan.elapsed() >= rescan {
             self.rescan_clients();
         }
         self.retry_left_out(&mut log);
@@ -949,6 +955,7 @@ impl Guard {
             self.report_xruns(log);
         }
         if now.joins > before.joins || now.leaves > before.leaves {
+            self.scan_asked.get_or_insert_with(Instant::now);
             self.rescan_clients();
         }
         if let Some(period) = now.period_ns().filter(|&p| p != self.period_ns) {
@@ -982,9 +989,19 @@ impl Guard {
     }
 
     /// Watches the server's clients as they come and go.
+    /// Takes in the server's clients when a listing has ended (a PipeWire
+    /// listing runs in the background: asked again each interval until
+    /// then); one asked for by a client's coming or going is done once a
+    /// listing begun after it has ended.
     fn rescan_clients(&mut self) {
+        let Some((began, clients)) = self.scan.poll(&self.server) else {
+            return;
+        };
         self.last_scan = Instant::now();
-        for pid in self.server.clients() {
+        if self.scan_asked.is_some_and(|asked| began >= asked) {
+            self.scan_asked = None;
+        }
+        for pid in clients {
             if self.clients.insert(pid) && self.watch.add_process(pid).is_err() {
                 self.clients.remove(&pid);
             }
