@@ -206,8 +206,8 @@ pub enum Subject {
 }
 
 /// The roles of a music subject a configuration may schedule one by one.
-pub const MUSIC_ROLES: [&str; 6] = [
-    "synth", "network", "console", "slabs", "service", "streamer",
+pub const MUSIC_ROLES: [&str; 7] = [
+    "synth", "network", "console", "slabs", "answers", "service", "streamer",
 ];
 
 /// The music application: what the SLABS plays, the synthesizer, and how

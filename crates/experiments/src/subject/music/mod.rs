@@ -139,8 +139,9 @@ impl Started {
 
 impl Threads {
     /// As `config` schedules each role (its own entry, else the subject's),
-    /// pinned to `core` if given; the SLABS's answer thread as its sender
-    /// when that is plain, else [`answering`].
+    /// pinned to `core` if given; the SLABS's answer thread as its own
+    /// `answers` entry says, else as its sender when that is plain, else
+    /// [`answering`].
     fn scheduled(config: &Configuration, core: Option<usize>) -> Threads {
         let hook = |sched: &Sched| -> ThreadHook {
             let setup = setup_for(sched, core);
@@ -161,9 +162,10 @@ impl Threads {
             },
             report: synth.map(|cell| CellJoin::connect(cell_name(cell))),
             slabs: hook(slabs),
-            answers: match slabs.is_plain() {
-                true => hook(slabs),
-                false => answering(core),
+            answers: match (answers_role(config), slabs.is_plain()) {
+                (Some(sched), _) => hook(sched),
+                (None, true) => hook(slabs),
+                (None, false) => answering(core),
             },
             spin: slabs.is_plain(),
             started,
@@ -189,6 +191,20 @@ impl Threads {
             started,
         }
     }
+}
+
+/// The SLABS's answer thread's own entry in `config`, if it has one. A
+/// cell of its own keeps it from waiting behind its sender: a reservation
+/// that reclaims idle bandwidth (GRUB) takes it from FIFO threads too, and
+/// the sender's, behind on a busy host, left the answers at FIFO 90 a
+/// fifth of the CPU — half of them dropped by a full socket, the rest
+/// 40 ms late (seed 000 §4.1, docs/experiments.md).
+fn answers_role(config: &Configuration) -> Option<&Sched> {
+    config
+        .roles
+        .iter()
+        .find(|(r, _)| r == "answers")
+        .map(|(_, s)| s)
 }
 
 /// The SLABS's answer thread, its sender scheduled: it only timestamps
