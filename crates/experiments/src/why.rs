@@ -10,6 +10,7 @@
 //! "unknown".
 
 use crate::subject::Watched;
+use std::collections::HashMap;
 use std::time::Duration;
 use tessera_measure::{Metric, MetricCauses, WatchedThread, Why};
 use tessera_why::{Attribution, Causes, Miss, Recorder, Watch};
@@ -53,6 +54,13 @@ pub(crate) struct Traced {
     watched: Vec<WatchedThread>,
 }
 
+/// Every cell's members now, by thread, if the broker answers.
+fn cells_now() -> Option<HashMap<i32, String>> {
+    tessera_broker::Session::connect()
+        .map(|mut s| s.cell_of_threads())
+        .ok()
+}
+
 /// Room in the rings for threads a subject names after the start: 20
 /// threads of a 2.67 ms cycle (an audio server's clients).
 const ROOM_CYCLES_PER_S: f64 = 7_500.0;
@@ -74,10 +82,7 @@ impl Tracing {
             };
         }
         let watches: Vec<_> = watched.iter().map(|w| w.watch).collect();
-        let cells = tessera_broker::Session::connect()
-            .map(|mut s| s.cell_of_threads())
-            .unwrap_or_default();
-        match Recorder::start(&watches, cells, ROOM_CYCLES_PER_S) {
+        match Recorder::start(&watches, cells_now().unwrap_or_default(), ROOM_CYCLES_PER_S) {
             Ok(recorder) => Tracing {
                 recorder: Some(recorder),
                 unavailable: None,
@@ -108,6 +113,9 @@ impl Tracing {
         if !watched.is_empty() {
             recorder.watch_more(watched.iter().map(|w| w.watch).collect());
             self.watched.extend(watched);
+        }
+        if let Some(cells) = cells_now() {
+            recorder.see_cells(cells);
         }
     }
 

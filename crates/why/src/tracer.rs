@@ -297,6 +297,17 @@ impl Tracer {
         Ok(tracer)
     }
 
+    /// [`Tracer::watch_more`], a refusal noted in the result rather than
+    /// returned (the recorder's thread has no one to return it to).
+    fn watch_more_noting(&mut self, watches: &[Watch]) {
+        if let Err(e) = self.watch_more(watches) {
+            let tids: Vec<i32> = watches.iter().map(|w| w.tid).collect();
+            self.result
+                .not_watched
+                .push(format!("threads {tids:?}: {e}; fix: {}", e.fix()));
+        }
+    }
+
     /// Watches more threads from now on (those already watched are left
     /// as they are). A tracepoint's filter is set once, so each CPU's
     /// events are opened again, filtered to every watched thread, and take
@@ -635,8 +646,18 @@ fn task_clock() -> TaskClock {
 /// A tracer drained from a thread of its own until stopped.
 pub struct Recorder {
     stop: Arc<AtomicBool>,
-    more: Sender<Vec<Watch>>,
+    told: Sender<Told>,
     thread: std::thread::JoinHandle<Attribution>,
+}
+
+/// What a recorder's thread is told while it records.
+enum Told {
+    /// More threads to watch.
+    Watch(Vec<Watch>),
+    /// Every cell's members now: threads join cells after the recording
+    /// starts (a music application's network thread did), and a thread
+    /// that held a watched one's CPU was named as in no cell.
+    Cells(HashMap<i32, String>),
 }
 
 impl Recorder {
@@ -652,20 +673,17 @@ impl Recorder {
         let mut tracer = Tracer::start_with_room(watches, cells, room_cycles_per_s)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let (more, added): (Sender<Vec<Watch>>, Receiver<Vec<Watch>>) = mpsc::channel();
+        let (told, hear): (Sender<Told>, Receiver<Told>) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("tessera-why".into())
             .spawn(move || {
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(DRAIN_EVERY);
                     tracer.poll();
-                    for watches in added.try_iter() {
-                        if let Err(e) = tracer.watch_more(&watches) {
-                            let tids: Vec<i32> = watches.iter().map(|w| w.tid).collect();
-                            tracer
-                                .result
-                                .not_watched
-                                .push(format!("threads {tids:?}: {e}; fix: {}", e.fix()));
+                    for told in hear.try_iter() {
+                        match told {
+                            Told::Watch(watches) => tracer.watch_more_noting(&watches),
+                            Told::Cells(cells) => tracer.cells = cells,
                         }
                     }
                 }
@@ -675,14 +693,20 @@ impl Recorder {
                 cause: format!("start the recorder's thread: {e}"),
                 fix: "raise the thread limit".into(),
             })?;
-        Ok(Recorder { stop, more, thread })
+        Ok(Recorder { stop, told, thread })
     }
 
     /// Watches more threads from the next drain on (those already watched
     /// are left as they are).
     pub fn watch_more(&self, watches: Vec<Watch>) {
         // The recorder's thread only ends when stopped: nothing to tell.
-        let _ = self.more.send(watches);
+        let _ = self.told.send(Told::Watch(watches));
+    }
+
+    /// Names each thread's cell from the next drain on (`cells`: every
+    /// cell's members now), for the threads that held a watched one's CPU.
+    pub fn see_cells(&self, cells: HashMap<i32, String>) {
+        let _ = self.told.send(Told::Cells(cells));
     }
 
     /// Stops and returns every miss with its cause.
