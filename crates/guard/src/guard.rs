@@ -988,11 +988,11 @@ impl Guard {
         }
     }
 
-    /// Watches the server's clients as they come and go.
-    /// Takes in the server's clients when a listing has ended (a PipeWire
-    /// listing runs in the background: asked again each interval until
-    /// then); one asked for by a client's coming or going is done once a
-    /// listing begun after it has ended.
+    /// Watches the server's clients as they come and go, taking them in
+    /// when a listing has ended (a PipeWire listing runs in the background
+    /// and is asked for again each interval until then); a listing asked
+    /// for by a client's coming or going is done once one begun after it
+    /// has ended.
     fn rescan_clients(&mut self) {
         let Some((began, clients)) = self.scan.poll(&self.server) else {
             return;
