@@ -99,11 +99,12 @@ pub(crate) fn setup_for(
 
 /// The scheduling of `role` in `config`: its own entry, else the subject's.
 pub(crate) fn role<'a>(config: &'a Configuration, name: &str) -> &'a Sched {
-    config
-        .roles
-        .iter()
-        .find(|(r, _)| r == name)
-        .map_or(&config.subject, |(_, s)| s)
+    own_role(config, name).unwrap_or(&config.subject)
+}
+
+/// `role`'s own entry in `config`, if it has one.
+pub(crate) fn own_role<'a>(config: &'a Configuration, name: &str) -> Option<&'a Sched> {
+    config.roles.iter().find(|(r, _)| r == name).map(|(_, s)| s)
 }
 
 /// The threads whose setup ran, as they ran it: the tids a subject's

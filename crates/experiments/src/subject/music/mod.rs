@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::cells::{cell_name, role, setup_for};
+use crate::cells::{cell_name, own_role, role, setup_for};
 use crate::harness::net_service::{ServiceData, ServiceRun};
 use tessera_measure::{Counter, Metric, Series};
 use tessera_music::app::{App, AppConfig, AppReport, Roles, ThreadHook, Timings, DEADLINE};
@@ -162,7 +162,13 @@ impl Threads {
             },
             report: synth.map(|cell| CellJoin::connect(cell_name(cell))),
             slabs: hook(slabs),
-            answers: match (answers_role(config), slabs.is_plain()) {
+            // A cell of its own keeps the answer thread from waiting behind
+            // its sender: a reservation that reclaims idle bandwidth (GRUB)
+            // takes it from FIFO threads too, and the sender's, behind on a
+            // busy host, left the answers at FIFO 90 a fifth of the CPU —
+            // half of them dropped by a full socket, the rest 40 ms late
+            // (seed 000 §4.1, docs/experiments.md).
+            answers: match (own_role(config, "answers"), slabs.is_plain()) {
                 (Some(sched), _) => hook(sched),
                 (None, true) => hook(slabs),
                 (None, false) => answering(core),
@@ -191,20 +197,6 @@ impl Threads {
             started,
         }
     }
-}
-
-/// The SLABS's answer thread's own entry in `config`, if it has one. A
-/// cell of its own keeps it from waiting behind its sender: a reservation
-/// that reclaims idle bandwidth (GRUB) takes it from FIFO threads too, and
-/// the sender's, behind on a busy host, left the answers at FIFO 90 a
-/// fifth of the CPU — half of them dropped by a full socket, the rest
-/// 40 ms late (seed 000 §4.1, docs/experiments.md).
-fn answers_role(config: &Configuration) -> Option<&Sched> {
-    config
-        .roles
-        .iter()
-        .find(|(r, _)| r == "answers")
-        .map(|(_, s)| s)
 }
 
 /// The SLABS's answer thread, its sender scheduled: it only timestamps
