@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 use tessera_policy::rap::{self, CellView, RapConfig};
 use tessera_policy::{
-    largest_fitting, Bandwidth, Budget, CellPolicy, CellRequest, Ledger, Placement, Refusal,
+    largest_fitting, Bandwidth, Budget, CellPolicy, CellRequest, Grant, Ledger, Placement, Refusal,
 };
 use tessera_sys::cgroup::Hierarchy;
 use tessera_sys::ipc::PeerCredentials;
@@ -531,17 +531,13 @@ impl Broker {
         let cell = self.cell_owned_by(name, uid)?;
         let slots = self.slot_budgets(name, cell, budgets)?;
         let (slots, capped) = self.members_within_quota(name, slots, degrade, uid)?;
-        let before = self.state.ledger.clone();
+        let before = self.held(name)?;
         let (grant, degraded) = self
             .state
             .ledger
             .resize_each(name, &slots, degrade)
             .map_err(refused)?;
-        if let Err(e) = self.retune_members(name) {
-            self.state.ledger = before;
-            let _ = self.retune_members(name);
-            return Err(e);
-        }
+        self.retune_or_roll_back(name, before)?;
         let cell = &self.state.cells[name];
         let budgets = budgets
             .iter()
@@ -666,24 +662,41 @@ impl Broker {
     ) -> Outcome<ResizeReply> {
         self.cell_owned_by(name, uid)?;
         let (budget, capped) = self.resize_within_quota(name, budget, degrade, uid)?;
-        let before = self.state.ledger.clone();
+        let before = self.held(name)?;
         let outcome = if degrade {
             self.state.ledger.resize_or_degrade(name, budget)
         } else {
             self.state.ledger.resize(name, budget).map(|g| (g, false))
         };
         let (grant, degraded) = outcome.map_err(refused)?;
-        if let Err(e) = self.retune_members(name) {
-            self.state.ledger = before;
-            // Members already given the new budget get the old one back; the
-            // one the kernel refused still has it (sched_setattr is atomic).
-            let _ = self.retune_members(name);
-            return Err(e);
-        }
+        self.retune_or_roll_back(name, before)?;
         Ok(ResizeReply {
             budget: grant.request.budget.unwrap_or(budget),
             degraded: degraded || capped,
         })
+    }
+
+    /// What the ledger grants `name` now, to put back if a change of it
+    /// fails ([`Broker::retune_or_roll_back`]).
+    fn held(&self, name: &str) -> Outcome<Grant> {
+        self.state
+            .ledger
+            .grant(name)
+            .cloned()
+            .ok_or_else(|| unknown_cell(name))
+    }
+
+    /// Gives the members of `name` the reservations of its new grant; when
+    /// the kernel refuses one, the ledger gets `before` back, and the
+    /// members already given the new budget the old one (the one refused
+    /// still has it: sched_setattr is atomic).
+    fn retune_or_roll_back(&mut self, name: &str, before: Grant) -> Outcome<()> {
+        let Err(e) = self.retune_members(name) else {
+            return Ok(());
+        };
+        self.state.ledger.put_back(before);
+        let _ = self.retune_members(name);
+        Err(e)
     }
 
     /// Gives every live member of `name` the reservation its grant says.

@@ -181,6 +181,17 @@ impl Ledger {
         }
     }
 
+    /// Puts back `grant`, which this ledger held before a change of that
+    /// cell alone (a resize whose members the kernel then refused): the
+    /// ledger held it beside every other grant it holds now, so it is not
+    /// admitted again. Cheaper than keeping a copy of the whole ledger for
+    /// the rollback, which a guard's batch of sixty resizes made sixty
+    /// times over.
+    pub fn put_back(&mut self, grant: Grant) {
+        self.grants.insert(grant.request.name.clone(), grant);
+        debug_assert!(self.violation().is_none(), "{:?}", self.violation());
+    }
+
     pub fn release(&mut self, name: &str) -> Option<Grant> {
         self.grants.remove(name)
     }
