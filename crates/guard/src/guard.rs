@@ -180,6 +180,9 @@ struct Reserved {
     usage: ThreadUsage,
     /// Whether the next reading counts its wake-ups (see [`may_be_held_short`]).
     count_wakes: bool,
+    /// Whether its use per cycle in the last interval came near enough to
+    /// its budget that an overrun may have been its ([`came_near_budget`]).
+    near_budget: bool,
     /// CPU time per reservation period over the last interval.
     used_ns: u64,
     /// When its budget was last made smaller.
@@ -280,8 +283,6 @@ pub struct Guard {
     /// Threads that could not be reserved: tried again after
     /// [`RETRY_LEFT_OUT`], not every interval.
     left_out: BTreeMap<Tid, LeftOut>,
-    /// Threads left to a workgroup's controller, while they live.
-    in_workgroups: BTreeSet<Tid>,
     clients: BTreeSet<Pid>,
     /// Finds the graph's threads at a normal policy (on PipeWire, and with
     /// application shares wherever the guard hears the cycles).
@@ -399,7 +400,6 @@ impl Guard {
             fixed_total_pct,
             reserved: BTreeMap::new(),
             left_out: BTreeMap::new(),
-            in_workgroups: BTreeSet::new(),
             clients: BTreeSet::new(),
             lockstep,
             busy: Busy::default(),
@@ -519,7 +519,6 @@ impl Guard {
             }
             ThreadEvent::NotRealtime { tid, .. } | ThreadEvent::Exited { tid, .. } => {
                 self.left_out.remove(&tid);
-                self.in_workgroups.remove(&tid);
                 if let Some(r) = self.reserved.remove(&tid) {
                     self.release(r, log);
                 }
@@ -586,7 +585,6 @@ impl Guard {
             }
             Err(e) => {
                 if let Some(cell) = self.cell_holding(tid) {
-                    self.in_workgroups.insert(tid);
                     log.push(format!(
                         "thread {tid} ({name}) of process {pid} is a member of {cell:?} \
                          (a workgroup): left to its controller"
@@ -644,6 +642,7 @@ impl Guard {
             degraded: false,
             usage: ThreadUsage::kept_open(pid, tid),
             count_wakes: false,
+            near_budget: false,
             used_ns: 0,
             shrunk_at: None,
             idle: share::Idleness::default(),
@@ -830,7 +829,6 @@ impl Guard {
             })
             .collect();
         for (tid, cell) in moved {
-            self.in_workgroups.insert(tid);
             if let Some(r) = self.reserved.remove(&tid) {
                 let why = format!("it joined {cell:?} (a workgroup), left to its controller");
                 self.release_because(r, &why, log);
@@ -1029,31 +1027,24 @@ impl Guard {
     }
 
     /// Bumps the controllers for the overruns heard in the interval just
-    /// observed: those of the graph threads that may have been held short
-    /// in it ([`may_be_held_short`]). A thread that ran every period well
-    /// within its budget was not the one late, and bumping it only
-    /// reserves what it does not use and re-sizes every reservation at
-    /// every xrun (AQuoSA bumps every client: with 60 of them, a batch of
-    /// 60 `sched_setattr` in the daemon per xrun). When none may have
-    /// been, every graph thread's controller is bumped, as the seed bumps
-    /// every client — not the application shares nor the guard's loop,
-    /// which no cycle waits for (JACK2's clients' notice threads, busy with
-    /// each xrun's notice, held shares that every xrun grew: with 60
-    /// clients the wants reached 4 CPUs on a 2-CPU machine) — unless some of
-    /// the graph's threads are workgroup members: the late one may be
-    /// among them, and their controller sees each of their cycles. (Bumping
-    /// every other thread then took their budgets to 1.8 CPUs in 2 s of
-    /// xruns and squeezed the members out of global EDF.)
+    /// observed: those of the graph threads whose use per cycle in it came
+    /// near their budget ([`came_near_budget`]), the only ones a budget
+    /// can have held short. AQuoSA bumps every client at every xrun; here
+    /// the overruns a budget did not cause (a stalled vCPU, a FIFO task
+    /// holding a client that is not reserved, a wait behind another
+    /// reservation) go on whatever the budgets are, and each bump raised
+    /// the last: the network application's send thread, using 45 µs a
+    /// cycle, held 383 µs after a second of xruns (issue 21). Bumping
+    /// threads far from their budgets also re-sizes every reservation at
+    /// every xrun (with 60 clients, a batch of 60 `sched_setattr` in the
+    /// daemon), and never the application shares nor the guard's loop,
+    /// which no cycle waits for. When no thread came near its budget,
+    /// nothing is bumped: the predictor still follows what each uses.
     fn bump_for_overruns(&mut self) {
         if std::mem::take(&mut self.overruns_heard) == 0 {
             return;
         }
-        let held_short = |r: &Reserved| r.kind.is_graph() && r.count_wakes;
-        if self.reserved.values().any(held_short) {
-            self.bump(held_short, Adaptive::on_xrun);
-        } else if self.in_workgroups.is_empty() {
-            self.bump(|r| r.kind.is_graph(), Adaptive::on_xrun);
-        }
+        self.bump(|r| r.kind.is_graph() && r.near_budget, Adaptive::on_xrun);
     }
 
     /// Asks admission, in one batch, for the budgets [`Guard::targets`]
@@ -1134,6 +1125,7 @@ impl Guard {
             r.controller.observe(delta.cpu_ns, cycles);
             r.used_ns = delta.cpu_ns.div_ceil(elapsed) * r.controller.fragments();
             r.count_wakes = r.kind.is_graph() && may_be_held_short(&delta, elapsed, r.set);
+            r.near_budget = came_near_budget(delta.cpu_ns, cycles, r.set, r.controller.fragments());
             let used = Bandwidth::of(delta.cpu_ns, delta.elapsed_ns.max(1));
             if r.kind == Kind::Share && r.idle.is_idle_after(used) {
                 idle.push(r.tid);
@@ -1795,9 +1787,40 @@ fn may_be_held_short(delta: &UsageDelta, periods: u64, set: Budget) -> bool {
     delta.runs < periods || used >= NEAR_BUDGET * budget
 }
 
+/// The share of its budget a graph thread used per cycle, at the least,
+/// in an interval in which it may have been held short by it: a cycle
+/// that ran out of budget needed over twice the interval's mean, beyond
+/// what an audio callback's work varies from one cycle to the next.
+const SHORT_FROM: f64 = 0.5;
+
+/// Whether a graph thread that ran `cycles` cycles on `cpu_ns` of CPU came
+/// near enough to its budget `set` (per reservation period of `fragments`
+/// audio periods) that a cycle may have run out of it. A thread that ran
+/// fewer cycles than periods spent more per cycle, which counts here.
+fn came_near_budget(cpu_ns: u64, cycles: u64, set: Budget, fragments: u64) -> bool {
+    let per_cycle = cpu_ns as f64 / cycles.max(1) as f64;
+    let budget_per_cycle = set.runtime_ns as f64 / fragments.max(1) as f64;
+    per_cycle >= SHORT_FROM * budget_per_cycle
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_far_below_its_budget_was_not_held_short_by_it() {
+        let set = Budget::new(400_000, 1_333_333);
+        // 75 cycles of 45 µs against 400 µs: nowhere near.
+        assert!(!came_near_budget(75 * 45_000, 75, set, 1));
+        // 75 cycles of 250 µs: a cycle may have needed 400.
+        assert!(came_near_budget(75 * 250_000, 75, set, 1));
+        // The same CPU in 30 cycles (the rest skipped): 112 µs each.
+        assert!(!came_near_budget(75 * 45_000, 30, set, 1));
+        assert!(came_near_budget(75 * 45_000, 15, set, 1));
+        // Two audio periods per reservation period: 200 µs a cycle.
+        assert!(came_near_budget(75 * 100_000, 75, set, 2));
+        assert!(!came_near_budget(0, 0, set, 1));
+    }
 
     #[test]
     fn cell_names_are_valid_for_any_process_name() {
