@@ -162,38 +162,19 @@ impl AudioServerRun {
         (peer, self.guard.as_ref().map(|g| g.process.pid()))
     }
 
-    /// The chain `chain` of `tessera run --why`: the server's real-time
-    /// threads drive it, the clients' process's are its members, judged by
-    /// the period (a late cycle is the last client ending past it, what
-    /// [`END_TO_END`] counts).
+    /// The chain `chain` of `tessera run --why` ([`GraphChain`]), its late
+    /// periods counted in [`END_TO_END`] and its clients ending late in
+    /// [`CLIENT_END`].
     pub(crate) fn chain_threads(&self, chain: u32) -> Vec<Watched> {
-        let period = Duration::from_nanos(
-            u64::from(self.subject.frames) * 1_000_000_000 / u64::from(self.subject.rate),
-        );
-        let reserved = self
-            .guard
-            .as_ref()
-            .map(|_| budgets::kinds(&self.scratch.file("guard.csv")));
-        let reserved = reserved.as_ref();
-        let server = self.server.as_ref().map(AudioServer::pid);
-        let peer = self.peer.as_ref().map(PeerClients::pid);
-        [(server, true), (peer, false)]
-            .into_iter()
-            .filter_map(|(pid, driver)| Some((pid?, driver)))
-            .flat_map(|(pid, driver)| {
-                on_the_graph(&cycling_threads(pid, period), driver, reserved)
-                    .into_iter()
-                    .map(move |tid| Watched {
-                        tid,
-                        metric: END_TO_END.into(),
-                        deadline: Some(period),
-                        period: Some(period),
-                        budget: None,
-                        chain: Some(ChainLink { chain, driver }),
-                        thread_metric: Some(CLIENT_END.into()),
-                    })
-            })
-            .collect()
+        let record = self.guard.as_ref().map(|_| self.scratch.file("guard.csv"));
+        GraphChain {
+            server: self.server.as_ref().map(AudioServer::pid),
+            clients: self.peer.as_ref().map(PeerClients::pid),
+            period: self.subject.period(),
+            guard_record: record.as_deref(),
+            rtkit_grants: false,
+        }
+        .threads(chain, END_TO_END, Some(CLIENT_END))
     }
 
     /// Starts the clients' timeline at `t0`.
@@ -312,11 +293,64 @@ pub fn metrics(data: AudioServerData, scenario: &Scenario, t0: u64) -> Measured 
     Measured::new(metrics, counters, notes).label(SCHEDULING, &headline.sched)
 }
 
+/// An audio server's graph as a chain of `tessera run --why`: the
+/// server's real-time threads drive it, the clients' process's are its
+/// members, judged by the audio period (a late period is the last client
+/// ending past it). Shared by the subjects that run a server and clients
+/// (the audio server's, the desktop's).
+pub(crate) struct GraphChain<'a> {
+    pub server: Option<Pid>,
+    pub clients: Option<Pid>,
+    pub period: Duration,
+    /// The guard's record, when a guard runs: which of the threads it
+    /// reserved its program made real-time ([`on_the_graph`]).
+    pub guard_record: Option<&'a Path>,
+    /// Whether the programs' real-time threads hold reservations RTKit's
+    /// interface granted: of any period, not only the audio period's (each
+    /// thread's wake-ups teach it; PipeWire's data loop wakes several
+    /// times a cycle), and never in the guard's record (the guard leaves
+    /// a thread in another cell alone).
+    pub rtkit_grants: bool,
+}
+
+impl GraphChain<'_> {
+    /// Its threads now, links of chain `chain`: its late periods count in
+    /// `metric`, its clients ending late in `thread_metric`.
+    pub(crate) fn threads(
+        &self,
+        chain: u32,
+        metric: &str,
+        thread_metric: Option<&str>,
+    ) -> Vec<Watched> {
+        let reserved = self.guard_record.map(budgets::kinds);
+        let reserved = reserved.as_ref();
+        [(self.server, true), (self.clients, false)]
+            .into_iter()
+            .filter_map(|(pid, driver)| Some((pid?, driver)))
+            .flat_map(|(pid, driver)| {
+                let threads = cycling_threads(pid, self.period, self.rtkit_grants);
+                let unrecorded = !driver || self.rtkit_grants;
+                on_the_graph(&threads, driver, reserved, unrecorded)
+                    .into_iter()
+                    .map(move |tid| Watched {
+                        tid,
+                        metric: metric.into(),
+                        deadline: Some(self.period),
+                        period: Some(self.period),
+                        budget: None,
+                        chain: Some(ChainLink { chain, driver }),
+                        thread_metric: thread_metric.map(Into::into),
+                    })
+            })
+            .collect()
+    }
+}
+
 /// The threads of `pid` that run the audio cycle: under SCHED_FIFO or
 /// SCHED_RR, or a SCHED_DEADLINE reservation of the audio `period` (the
 /// guard's reservations of a process's other busy threads have periods of
-/// their own).
-fn cycling_threads(pid: Pid, period: Duration) -> Vec<Cycling> {
+/// their own), or of any period with `any_period`.
+fn cycling_threads(pid: Pid, period: Duration, any_period: bool) -> Vec<Cycling> {
     let threads = tessera_sys::proc::threads_of(pid).unwrap_or_default();
     threads
         .into_iter()
@@ -325,7 +359,7 @@ fn cycling_threads(pid: Pid, period: Duration) -> Vec<Cycling> {
                 tid,
                 reserved: false,
             }),
-            Ok(Policy::Deadline(p)) if p.period == period => Some(Cycling {
+            Ok(Policy::Deadline(p)) if any_period || p.period == period => Some(Cycling {
                 tid,
                 reserved: true,
             }),
@@ -349,29 +383,30 @@ struct Cycling {
 /// `pw-dump` — and as a second driver it opened periods of its own. So a
 /// server's reservation counts once the record calls it real-time, or
 /// graph when the server has no real-time thread (a PipeWire without RT
-/// rights: its data loop is adopted); one the guard has not recorded yet
-/// waits for the next look. A client's counts unless the record calls it
-/// a share (a workgroup member is the broker's, never in the record).
+/// rights: its data loop is adopted). A reservation the record does not
+/// name counts when `unrecorded` says so: a client's (a workgroup
+/// member's is the broker's), and RTKit's grants; a server's the guard
+/// has not recorded yet otherwise waits for the next look. A reservation
+/// the record calls a share never counts.
 fn on_the_graph(
     threads: &[Cycling],
     server: bool,
     reserved: Option<&HashMap<Tid, Reserved>>,
+    unrecorded: bool,
 ) -> Vec<Tid> {
     let Some(kinds) = reserved else {
         return threads.iter().map(|t| t.tid).collect();
     };
     let kind = |t: &Cycling| kinds.get(&t.tid).copied();
-    let real_time = |t: &Cycling| !t.reserved || kind(t) == Some(Reserved::RealTime);
+    let real_time = |t: &Cycling| match (t.reserved, kind(t)) {
+        (false, _) | (true, Some(Reserved::RealTime)) => true,
+        (true, None) => unrecorded,
+        (true, Some(_)) => false,
+    };
     let server_real_time = server && threads.iter().any(real_time);
     threads
         .iter()
-        .filter(|t| match (t.reserved, kind(t)) {
-            (false, _) => true,
-            (true, Some(Reserved::RealTime)) => true,
-            (true, Some(Reserved::Graph)) => !server_real_time,
-            (true, Some(_)) => false,
-            (true, None) => !server,
-        })
+        .filter(|t| real_time(t) || (kind(t) == Some(Reserved::Graph) && !server_real_time))
         .map(|t| t.tid)
         .collect()
 }
@@ -534,11 +569,19 @@ mod tests {
         ];
         // A server with a real-time thread: its adopted main loop (4), its
         // share (3) and a thread not recorded yet (5) are left out.
-        assert_eq!(on_the_graph(&all, true, kinds), [1, 2]);
+        assert_eq!(on_the_graph(&all, true, kinds, false), [1, 2]);
         // Without real-time rights the adopted threads run the graph.
-        assert_eq!(on_the_graph(&all[2..], true, kinds), [4]);
+        assert_eq!(on_the_graph(&all[2..], true, kinds, false), [4]);
         // A client's unrecorded reservation is a workgroup member's.
-        assert_eq!(on_the_graph(&all, false, kinds), [1, 2, 4, 5]);
-        assert_eq!(on_the_graph(&all, true, None), [1, 2, 3, 4, 5], "no guard");
+        assert_eq!(on_the_graph(&all, false, kinds, true), [1, 2, 4, 5]);
+        assert_eq!(
+            on_the_graph(&all, true, None, false),
+            [1, 2, 3, 4, 5],
+            "no guard"
+        );
+        // A server whose data loop holds RTKit's grant (5, which the guard
+        // leaves alone): that is its real-time thread, and the adopted
+        // main loop (4) is left out.
+        assert_eq!(on_the_graph(&all[2..], true, kinds, true), [5]);
     }
 }

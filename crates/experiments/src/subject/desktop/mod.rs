@@ -26,7 +26,8 @@ use crate::harness::session_user::SessionUser;
 use crate::harness::stock_rtkit::StockRtkit;
 use crate::jack_peer::{peer_args, PeerClients};
 use crate::scratch::Scratch;
-use crate::subject::contract::{Measured, Running, Stopped};
+use crate::subject::audio_server::GraphChain;
+use crate::subject::contract::{Measured, Running, Stopped, Watched};
 use figures::{Census, DesktopData};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -285,6 +286,23 @@ impl Running for DesktopRun {
         self.censuses.push((elapsed.as_secs_f64(), census));
         let next = elapsed + CENSUS_EVERY;
         Ok((next <= last).then_some(next.as_nanos() as u64))
+    }
+
+    /// The user's PipeWire and its clients as one chain, judged by the
+    /// audio period: the threads their rights made real-time (SCHED_RR
+    /// from RTKit, a reservation of the period it learned from tessera's);
+    /// with no rights, none (every miss is then "unknown").
+    fn watched(&self) -> Vec<Watched> {
+        let record = self.guard.as_ref().map(|_| self.scratch.file("guard.csv"));
+        let (server, clients) = self.pids();
+        GraphChain {
+            server,
+            clients,
+            period: self.subject.period(),
+            guard_record: record.as_deref(),
+            rtkit_grants: matches!(self.holder, RightsHolder::Tessera(_)),
+        }
+        .threads(0, figures::END_TO_END, None)
     }
 
     fn cut_short(&mut self) {
