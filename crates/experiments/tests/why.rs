@@ -115,7 +115,7 @@ fn the_demos_synth_is_traced_when_its_configuration_asks() {
         why.watched.iter().all(|w| w.metric == "Δt (t2 − t1)"),
         "{why:?}"
     );
-    assert!(why.cycles > 0, "{why:?}");
+    assert!(why.cycles > 0, "{notes} {why:?}");
     let busy = config
         .counters
         .iter()
