@@ -1035,11 +1035,12 @@ impl Guard {
     /// reservation) go on whatever the budgets are, and each bump raised
     /// the last: the network application's send thread, using 45 µs a
     /// cycle, held 383 µs after a second of xruns (issue 21). Bumping
-    /// threads far from their budgets also re-sizes every reservation at
+    /// threads far from their budgets also re-sized every reservation at
     /// every xrun (with 60 clients, a batch of 60 `sched_setattr` in the
-    /// daemon), and never the application shares nor the guard's loop,
-    /// which no cycle waits for. When no thread came near its budget,
-    /// nothing is bumped: the predictor still follows what each uses.
+    /// daemon). The application shares and the guard's loop are never
+    /// bumped: no cycle waits for them. When no thread came near its
+    /// budget, nothing is bumped: the predictor still follows what each
+    /// uses.
     fn bump_for_overruns(&mut self) {
         if std::mem::take(&mut self.overruns_heard) == 0 {
             return;
