@@ -334,7 +334,7 @@ const NEWCOMER_ROOM: f64 = 0.02;
 const MIN_OPENING_NS: u64 = 2_000;
 
 /// How often the server's clients are listed again without being told:
-/// listing them reads every process's maps (JACK2) or runs `pw-dump`
+/// listing them reads every process's maps (JACK2) or runs `pw-cli`
 /// (PipeWire), so where the guard's own client hears clients register the
 /// list is read when one does, and this only as a safety net.
 const RESCAN: Duration = Duration::from_secs(2);
@@ -1779,13 +1779,16 @@ const NEAR_BUDGET: f64 = 0.8;
 /// Whether a graph thread's cycles must be counted by its wake-ups (its
 /// voluntary switches: a read of its /proc status, which the kernel
 /// formats whole, a dozen times the cost of its schedstat): only when it
-/// may have been held short — it ran fewer times than periods passed, or
-/// used near its whole budget. Otherwise it ran at least once a period and
-/// each period is a cycle.
+/// may have been held short — it ran fewer times than periods passed, by
+/// more than the one run an interval's edges can cut off, or used near its
+/// whole budget. Otherwise its runs stand for its cycles (fewer than the
+/// periods when one was cut off: [`UsageDelta::wakes`]). Without the
+/// margin of one, about half the intervals of every steady thread read its
+/// status, the edges falling between its wake-ups.
 fn may_be_held_short(delta: &UsageDelta, periods: u64, set: Budget) -> bool {
     let used = delta.cpu_ns as f64 / delta.elapsed_ns.max(1) as f64;
     let budget = set.runtime_ns as f64 / set.period_ns.max(1) as f64;
-    delta.runs < periods || used >= NEAR_BUDGET * budget
+    delta.runs + 1 < periods || used >= NEAR_BUDGET * budget
 }
 
 /// The share of its budget a graph thread used per cycle, at the least,
@@ -1807,6 +1810,26 @@ fn came_near_budget(cpu_ns: u64, cycles: u64, set: Budget, fragments: u64) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_run_short_is_an_intervals_edge_two_may_be_a_budget() {
+        let set = Budget::new(400_000, 5_333_333);
+        let delta = |runs| UsageDelta {
+            elapsed_ns: 101_000_000,
+            cpu_ns: 19 * 30_000,
+            runs,
+            woken: None,
+        };
+        assert!(!may_be_held_short(&delta(19), 18, set));
+        assert!(!may_be_held_short(&delta(17), 18, set));
+        assert!(may_be_held_short(&delta(16), 18, set));
+        // Near its budget, whatever its runs.
+        let busy = UsageDelta {
+            cpu_ns: 101_000_000 * 7 / 100,
+            ..delta(40)
+        };
+        assert!(may_be_held_short(&busy, 18, set));
+    }
 
     #[test]
     fn a_thread_far_below_its_budget_was_not_held_short_by_it() {

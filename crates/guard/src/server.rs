@@ -5,12 +5,14 @@
 //! JACK2 clients map the server's semaphore files
 //! (`/dev/shm/jack_sem.<uid>_<server>_<client>`), so a scan of /proc finds
 //! them without the server's help. PipeWire's clients are listed by the
-//! server itself (`pw-dump`: each client object carries the kernel-checked
-//! `pipewire.sec.pid`).
+//! server itself (`pw-cli ls Client`: each client object carries the
+//! kernel-checked `pipewire.sec.pid`). Not `pw-dump`, which binds every
+//! object of the graph and reads every node's and port's parameters: with
+//! 64 clients its runs were a quarter of the guard's CPU, uncounted.
 //!
 //! A PipeWire daemon is reached where it listens, whoever runs it: its
 //! [`Endpoint`] (the runtime directory and socket name the daemon started
-//! with, from /proc/PID/environ, else `/run/user/UID`) is given to `pw-dump`
+//! with, from /proc/PID/environ, else `/run/user/UID`) is given to `pw-cli`
 //! and to the guard's own JACK client, so that root guards a user's session
 //! PipeWire as well as its own. Root connects as itself rather than as the
 //! server's owner: it passes the runtime directory's and the socket's
@@ -19,7 +21,8 @@
 //! flatpak/portal clients), and the guard needs root anyway for
 //! SCHED_DEADLINE; a process of its own as the user would add a second
 //! program to keep alive for nothing. Checked on Debian 12: root's
-//! `pw-dump` and pw-jack clients join a user's 0700 runtime directory.
+//! `pw-cli`, `pw-dump` and pw-jack clients join a user's 0700 runtime
+//! directory.
 //!
 //! It only reads the machine; it must never signal or change a process, and
 //! it finds a server by the PID it is given when one is given, never by name
@@ -132,13 +135,13 @@ impl Server {
 }
 
 /// The processes connected to a server, listed without holding up the
-/// guard's loop: JACK2's from /proc at once, PipeWire's from a `pw-dump`
-/// run in the background into a file. (With 64 clients `pw-dump` took 3 s,
-/// and read through a pipe — it writes its JSON a few bytes at a time — it
-/// woke the guard 4 600 times while its loop waited.)
+/// guard's loop: JACK2's from /proc at once, PipeWire's from a `pw-cli`
+/// run in the background into a file. (A listing read through a pipe as
+/// the guard's loop waited for it woke the loop thousands of times, and
+/// the loop, holding the reservations' controllers, waited with it.)
 #[derive(Default)]
 pub struct ClientScan {
-    dump: Option<Dump>,
+    listing: Option<Listing>,
 }
 
 impl ClientScan {
@@ -148,9 +151,9 @@ impl ClientScan {
 
     /// The server's clients (not the server, not the calling process) when
     /// a listing is ready, with when the listing began: at once for JACK2;
-    /// for PipeWire the `pw-dump` started by an earlier call once it has
+    /// for PipeWire the `pw-cli` started by an earlier call once it has
     /// ended (None while it runs, and when this call started it). A
-    /// listing that failed (no `pw-dump`, the server gone) is an empty one.
+    /// listing that failed (no `pw-cli`, the server gone) is an empty one.
     pub fn poll(&mut self, server: &Server) -> Option<(Instant, Vec<Pid>)> {
         let (began, found) = match &server.kind {
             ServerKind::Jack { name } => (Instant::now(), jack_client_pids(server.pid, name)),
@@ -161,48 +164,48 @@ impl ClientScan {
     }
 
     fn pipewire(&mut self, endpoint: &Endpoint) -> Option<(Instant, Vec<Pid>)> {
-        let Some(dump) = &mut self.dump else {
-            match Dump::start(endpoint) {
-                Ok(dump) => self.dump = Some(dump),
+        let Some(listing) = &mut self.listing else {
+            match Listing::start(endpoint) {
+                Ok(listing) => self.listing = Some(listing),
                 Err(_) => return Some((Instant::now(), Vec::new())),
             }
             return None;
         };
-        if matches!(dump.child.try_wait(), Ok(None)) {
+        if matches!(listing.child.try_wait(), Ok(None)) {
             return None;
         }
-        let found = dump.clients(endpoint).unwrap_or_default();
-        let began = dump.began;
-        self.dump = None;
+        let found = listing.clients(endpoint).unwrap_or_default();
+        let began = listing.began;
+        self.listing = None;
         Some((began, found))
     }
 }
 
-/// A `pw-dump` writing into an anonymous file.
-struct Dump {
+/// A `pw-cli ls Client` writing into an anonymous file.
+struct Listing {
     child: Child,
     out: std::fs::File,
     began: Instant,
 }
 
-impl Dump {
-    fn start(endpoint: &Endpoint) -> Result<Dump, GuardError> {
+impl Listing {
+    fn start(endpoint: &Endpoint) -> Result<Listing, GuardError> {
         let could_not = |e: std::io::Error| {
             fail(
-                format!("could not run pw-dump: {e}"),
+                format!("could not run pw-cli: {e}"),
                 "install pipewire-bin (`apt-get install pipewire-bin`)",
             )
         };
         let out = tempfile::tempfile().map_err(could_not)?;
-        let child = Command::new("pw-dump")
-            .arg("--no-colors")
+        let child = Command::new("pw-cli")
+            .args(["ls", "Client"])
             .envs(endpoint.client_env())
             .stdin(Stdio::null())
             .stdout(out.try_clone().map_err(could_not)?)
             .stderr(Stdio::null())
             .spawn()
             .map_err(could_not)?;
-        Ok(Dump {
+        Ok(Listing {
             child,
             out,
             began: Instant::now(),
@@ -214,27 +217,27 @@ impl Dump {
         let status = self
             .child
             .wait()
-            .map_err(|e| fail(format!("pw-dump: {e}"), ""))?;
+            .map_err(|e| fail(format!("pw-cli: {e}"), ""))?;
         if !status.success() {
             return Err(fail(
-                format!("pw-dump failed ({status})"),
+                format!("pw-cli failed ({status})"),
                 format!(
                     "is PipeWire still listening at {}?",
                     endpoint.socket_path().display()
                 ),
             ));
         }
-        let mut json = String::new();
+        let mut text = String::new();
         self.out
             .seek(SeekFrom::Start(0))
-            .and_then(|_| self.out.read_to_string(&mut json))
-            .map_err(|e| fail(format!("reading pw-dump's output: {e}"), ""))?;
-        parse_pipewire_clients(&json)
+            .and_then(|_| self.out.read_to_string(&mut text))
+            .map_err(|e| fail(format!("reading pw-cli's output: {e}"), ""))?;
+        Ok(parse_pipewire_clients(&text))
     }
 }
 
-impl Drop for Dump {
-    /// A guard that stops while `pw-dump` runs leaves no process behind.
+impl Drop for Listing {
+    /// A guard that stops while `pw-cli` runs leaves no process behind.
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
             let _ = self.child.kill();
@@ -319,7 +322,7 @@ impl Endpoint {
         self.runtime_dir.join(&self.socket)
     }
 
-    /// The environment a PipeWire client (pw-dump, PipeWire's libjack)
+    /// The environment a PipeWire client (pw-cli, PipeWire's libjack)
     /// needs to connect to this daemon, whatever its own would say.
     pub fn client_env(&self) -> [(&'static str, &std::ffi::OsStr); 3] {
         let dir = self.runtime_dir.as_os_str();
@@ -358,22 +361,27 @@ fn user_processes() -> impl Iterator<Item = Pid> {
         .filter(|&p| !proc::is_kernel_thread(p))
 }
 
-/// The client PIDs in `pw-dump`'s JSON.
-pub fn parse_pipewire_clients(json: &str) -> Result<Vec<Pid>, GuardError> {
-    let objects: Vec<serde_json::Value> = serde_json::from_str(json)
-        .map_err(|e| fail(format!("pw-dump printed no JSON array: {e}"), ""))?;
-    let pid_of = |o: &serde_json::Value| -> Option<Pid> {
-        let props = o.get("info")?.get("props")?;
-        let v = props.get("pipewire.sec.pid")?;
-        v.as_i64()
-            .or_else(|| v.as_str()?.parse().ok())
-            .and_then(|p| Pid::try_from(p).ok())
-    };
-    Ok(objects
-        .iter()
-        .filter(|o| o.get("type").and_then(|t| t.as_str()) == Some("PipeWire:Interface:Client"))
-        .filter_map(pid_of)
-        .collect())
+/// The client PIDs in `pw-cli ls Client`'s listing: each object starts
+/// with a line `id N, type PipeWire:Interface:Client/V`, its properties
+/// follow one a line (`pipewire.sec.pid = "4242"`, a changed one marked
+/// with a leading `*`).
+pub fn parse_pipewire_clients(listing: &str) -> Vec<Pid> {
+    let mut in_client = false;
+    let mut pids = Vec::new();
+    for line in listing.lines() {
+        let line = line.trim_start_matches([' ', '\t', '*']);
+        if let Some(object) = line.strip_prefix("id ") {
+            in_client = object.contains("type PipeWire:Interface:Client/");
+            continue;
+        }
+        let Some((key, value)) = line.split_once(" = ") else {
+            continue;
+        };
+        if in_client && key == "pipewire.sec.pid" {
+            pids.extend(value.trim_matches('"').parse::<Pid>().ok());
+        }
+    }
+    pids
 }
 
 #[cfg(test)]
@@ -382,20 +390,16 @@ mod tests {
 
     #[test]
     fn pipewire_clients_come_from_the_client_objects() {
-        let dump = r#"[
-          {"id": 0, "type": "PipeWire:Interface:Core", "info": {"props": {"pipewire.sec.pid": 10}}},
-          {"id": 31, "type": "PipeWire:Interface:Client", "info": {"props": {"pipewire.sec.pid": 4242, "application.name": "jack_simple_client"}}},
-          {"id": 32, "type": "PipeWire:Interface:Client", "info": {"props": {"pipewire.sec.pid": "4243"}}},
-          {"id": 33, "type": "PipeWire:Interface:Client", "info": {"props": {}}}
-        ]"#;
-        assert_eq!(parse_pipewire_clients(dump).unwrap(), vec![4242, 4243]);
-        assert!(parse_pipewire_clients("not json").is_err());
+        // As PipeWire 0.3.65's `pw-cli ls Client` prints them.
+        let listing = "\tid 30, type PipeWire:Interface:Client/3\n \t\tobject.serial = \"39\"\n \t\tpipewire.sec.pid = \"4242\"\n \t\tapplication.name = \"jack_simple_client\"\n\tid 31, type PipeWire:Interface:Client/3\n*\t\tpipewire.sec.pid = \"4243\"\n\tid 32, type PipeWire:Interface:Client/3\n \t\tapplication.name = \"no pid\"\n\tid 0, type PipeWire:Interface:Core/4\n \t\tpipewire.sec.pid = \"10\"\n";
+        assert_eq!(parse_pipewire_clients(listing), vec![4242, 4243]);
+        assert!(parse_pipewire_clients("not a listing").is_empty());
     }
 
     #[test]
     fn a_pipewire_listing_runs_in_the_background_and_a_failed_one_is_empty() {
-        if Command::new("pw-dump").arg("--version").output().is_err() {
-            eprintln!("skipped: no pw-dump (apt-get install pipewire-bin)");
+        if Command::new("pw-cli").arg("--version").output().is_err() {
+            eprintln!("skipped: no pw-cli (apt-get install pipewire-bin)");
             return;
         }
         let nowhere =
@@ -413,7 +417,7 @@ mod tests {
         let asked = Instant::now();
         assert!(
             scan.poll(&server).is_none(),
-            "the first call only starts pw-dump"
+            "the first call only starts pw-cli"
         );
         let (began, clients) = loop {
             if let Some(listing) = scan.poll(&server) {
@@ -421,7 +425,7 @@ mod tests {
             }
             assert!(
                 asked.elapsed() < std::time::Duration::from_secs(10),
-                "pw-dump never ended"
+                "pw-cli never ended"
             );
             std::thread::sleep(std::time::Duration::from_millis(10));
         };

@@ -11,7 +11,12 @@
 //! as they start them), every [`WatchOptions::settled_poll`] once it is
 //! older than [`WatchOptions::settled_after`] — a session of 64 clients has
 //! hundreds of threads, and reading each one's policy 100 times a second
-//! would cost the watcher more than what it guards is worth.
+//! would cost the watcher more than what it guards is worth — and a settled
+//! SCHED_DEADLINE thread only every [`WatchOptions::deadline_poll`]: its
+//! reservation is the guard's (or the program's own), and what can change
+//! it is a program taking its thread back, which the guard may learn half
+//! a second late, not a thread turning real-time, which it must reserve
+//! within an interval.
 //! Processes can be added at any time (the guard adds clients as they come)
 //! and, with [`WatchOptions::children`], the processes they start are added
 //! as they start.
@@ -46,6 +51,8 @@ pub struct WatchOptions {
     /// How often the policy of a thread older than `settled_after` is read.
     pub settled_poll: Duration,
     pub settled_after: Duration,
+    /// How often the policy of a settled SCHED_DEADLINE thread is read.
+    pub deadline_poll: Duration,
     /// How often `/proc/PID/task` is listed when the connector is not used.
     pub task_poll: Duration,
     /// Poll `/proc` even when the connector could be used.
@@ -60,6 +67,7 @@ impl Default for WatchOptions {
             policy_poll: Duration::from_millis(10),
             settled_poll: Duration::from_millis(100),
             settled_after: Duration::from_secs(1),
+            deadline_poll: Duration::from_millis(500),
             task_poll: Duration::from_millis(50),
             force_polling: false,
             children: false,
@@ -247,6 +255,7 @@ pub struct Watch {
     queued: Vec<ThreadEvent>,
     next_policy_poll: Instant,
     next_settled_poll: Instant,
+    next_deadline_poll: Instant,
     next_scan: Instant,
     /// Until when some thread is young: after it, only the settled poll
     /// runs (a session's hundreds of settled threads are not walked every
@@ -287,6 +296,7 @@ impl Watch {
             queued: Vec::new(),
             next_policy_poll: now,
             next_settled_poll: now,
+            next_deadline_poll: now,
             next_scan: now,
             young_until: now,
         })
@@ -298,13 +308,14 @@ impl Watch {
     }
 
     /// The mechanism and its delay, for display: "process-events connector
-    /// (immediate), policies polled every 10 ms (after 1 s, every 100 ms)".
+    /// (immediate), policies polled every 10 ms (after 1 s, every 100 ms; reserved ones every 500 ms)".
     pub fn mechanism(&self) -> String {
         let policies = format!(
-            "policies polled every {} ms (after {} s, every {} ms)",
+            "policies polled every {} ms (after {} s, every {} ms; reserved ones every {} ms)",
             self.options.policy_poll.as_millis(),
             self.options.settled_after.as_secs_f64(),
-            self.options.settled_poll.as_millis()
+            self.options.settled_poll.as_millis(),
+            self.options.deadline_poll.as_millis()
         );
         match &self.source {
             Source::Connector => format!("process-events connector (immediate), {policies}"),
@@ -395,7 +406,15 @@ impl Watch {
                 if settled_too {
                     self.next_settled_poll = now + self.options.settled_poll;
                 }
-                self.poll_policies(now, settled_too, &mut out);
+                let deadline_too = settled_too && now >= self.next_deadline_poll;
+                if deadline_too {
+                    self.next_deadline_poll = now + self.options.deadline_poll;
+                }
+                let due = Due {
+                    settled: settled_too,
+                    deadline: deadline_too,
+                };
+                self.poll_policies(now, due, &mut out);
                 self.next_policy_poll = match now < self.young_until {
                     true => now + self.options.policy_poll,
                     false => self.next_settled_poll,
@@ -604,16 +623,19 @@ impl Watch {
         }
     }
 
-    /// Reads the young threads' policies (with `settled_too`, every known
-    /// thread's) and reports the changes.
-    fn poll_policies(&mut self, now: Instant, settled_too: bool, out: &mut Vec<ThreadEvent>) {
+    /// Reads the young threads' policies and those of the settled ones
+    /// `due`, and reports the changes.
+    fn poll_policies(&mut self, now: Instant, due: Due, out: &mut Vec<ThreadEvent>) {
         let mut gone = Vec::new();
         let settled_after = self.options.settled_after;
         for (&pid, process) in self.processes.iter_mut() {
-            let due = process
-                .threads
-                .iter_mut()
-                .filter(|(_, t)| settled_too || now.duration_since(t.seen) < settled_after);
+            let due = process.threads.iter_mut().filter(|(_, t)| {
+                now.duration_since(t.seen) < settled_after
+                    || match kind(&t.policy) {
+                        Kind::Deadline => due.deadline,
+                        Kind::Normal | Kind::RealTime => due.settled,
+                    }
+            });
             for (&tid, t) in due {
                 match sched::get_policy(tid) {
                     Ok(now) if now != t.policy => {
@@ -635,6 +657,15 @@ impl Watch {
             self.thread_gone(pid, tid, out);
         }
     }
+}
+
+/// Which settled threads a policy poll reads.
+#[derive(Debug, Clone, Copy)]
+struct Due {
+    /// Those that are not SCHED_DEADLINE.
+    settled: bool,
+    /// The SCHED_DEADLINE ones.
+    deadline: bool,
 }
 
 /// A thread's name now (programs name their threads after creating them),
@@ -793,13 +824,13 @@ mod tests {
         .unwrap();
         assert_eq!(
             polling.mechanism(),
-            "/proc polling every 50 ms, policies polled every 10 ms (after 1 s, every 100 ms)"
+            "/proc polling every 50 ms, policies polled every 10 ms (after 1 s, every 100 ms; reserved ones every 500 ms)"
         );
         let w = Watch::new().unwrap();
         match w.source() {
             Source::Connector => assert_eq!(
                 w.mechanism(),
-                "process-events connector (immediate), policies polled every 10 ms (after 1 s, every 100 ms)"
+                "process-events connector (immediate), policies polled every 10 ms (after 1 s, every 100 ms; reserved ones every 500 ms)"
             ),
             Source::Polling { reason } => assert!(reason.contains("CAP_NET_ADMIN"), "{reason}"),
         }

@@ -609,12 +609,16 @@ pub fn cgroup_of(tid: Tid, controller: Option<&str>) -> Result<String> {
 }
 
 /// A process's CPU time, user and system, of all its threads including
-/// those that exited, in ns (the kernel counts it in clock ticks).
-pub fn process_cpu_ns(pid: Pid) -> Result<u64> {
+/// those that exited, and of the children it has waited for (the tools it
+/// runs, such as a guard's `pw-cli`), in ns (the kernel counts it in clock
+/// ticks).
+pub fn process_and_children_cpu_ns(pid: Pid) -> Result<u64> {
     let fields = stat_fields(pid, None)?;
     let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok());
-    // utime and stime: fields 14 and 15, counted after the command name.
-    let (Some(user), Some(system)) = (ticks(11), ticks(12)) else {
+    // utime, stime, cutime and cstime: fields 14 to 17, counted after the
+    // command name.
+    let times: Option<Vec<u64>> = (11..15).map(ticks).collect();
+    let Some(times) = times else {
         return Err(Error::new(
             ErrorKind::Io,
             format!("read /proc/{pid}/stat"),
@@ -622,7 +626,7 @@ pub fn process_cpu_ns(pid: Pid) -> Result<u64> {
             "",
         ));
     };
-    Ok((user + system) * ns_per_tick())
+    Ok(times.iter().sum::<u64>() * ns_per_tick())
 }
 
 /// The length of the kernel's clock tick as /proc reports times, in ns.

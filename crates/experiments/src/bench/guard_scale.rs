@@ -4,7 +4,7 @@
 //! server, `tessera guard` asking that daemon, and `tessera-jack-peer`
 //! opening the load clients one after another on a staircase, then holding
 //! them. Measured: the guard's and the daemon's CPU (their processes' user
-//! and system time) while the clients join and once all are in, and for
+//! and system time, with the tools they ran: the guard's `pw-cli`) while the clients join and once all are in, and for
 //! every client thread the time from when it turned real-time (JACK2 and
 //! PipeWire's libjack make a client's thread SCHED_FIFO just before its
 //! first cycle) to when it read SCHED_DEADLINE, by polling its policy every
@@ -211,11 +211,11 @@ impl Seen {
     }
 }
 
-/// The guard's and the daemon's CPU time now, ns.
+/// The guard's and the daemon's CPU time now, theirs and their children's, ns.
 fn cpu_now(guard: Pid, daemon: Pid) -> (u64, u64) {
     (
-        proc::process_cpu_ns(guard).unwrap_or(0),
-        proc::process_cpu_ns(daemon).unwrap_or(0),
+        proc::process_and_children_cpu_ns(guard).unwrap_or(0),
+        proc::process_and_children_cpu_ns(daemon).unwrap_or(0),
     )
 }
 

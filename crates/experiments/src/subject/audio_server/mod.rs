@@ -379,8 +379,8 @@ struct Cycling {
 /// (`reserved`: the kinds its record names so far) a server's thread not
 /// real-time may be reserved at the audio period too without being on the
 /// audio path — PipeWire's main loop, with an application share or
-/// adopted as in step with the graph while it serves the guard's own
-/// `pw-dump` — and as a second driver it opened periods of its own. So a
+/// adopted as in step with the graph while it serves the guard's
+/// client listings — and as a second driver it opened periods of its own. So a
 /// server's reservation counts once the record calls it real-time, or
 /// graph when the server has no real-time thread (a PipeWire without RT
 /// rights: its data loop is adopted). A reservation the record does not
