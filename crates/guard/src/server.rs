@@ -212,7 +212,7 @@ impl Listing {
         })
     }
 
-    /// The client PIDs it printed, once it has ended.
+    /// The client PIDs it printed, its own left out, once it has ended.
     fn clients(&mut self, endpoint: &Endpoint) -> Result<Vec<Pid>, GuardError> {
         let status = self
             .child
@@ -232,7 +232,12 @@ impl Listing {
             .seek(SeekFrom::Start(0))
             .and_then(|_| self.out.read_to_string(&mut text))
             .map_err(|e| fail(format!("reading pw-cli's output: {e}"), ""))?;
-        Ok(parse_pipewire_clients(&text))
+        // pw-cli is a client too while it lists them.
+        let itself = self.child.id() as Pid;
+        Ok(parse_pipewire_clients(&text)
+            .into_iter()
+            .filter(|&pid| pid != itself)
+            .collect())
     }
 }
 
