@@ -101,7 +101,18 @@ fn datagrams_cross_the_service_both_ways_in_order_with_their_stamps() {
             assert_eq!(&buf[..len], (seq + 1000).to_le_bytes());
             assert_eq!(from, flow.local_addr());
         }
-        let status = flow.status().unwrap();
+        // The service counts a datagram as sent once `sendto` returns, which
+        // may be after the far side has it: wait for the count.
+        let deadline = Instant::now() + PATIENCE;
+        let status = loop {
+            let status = flow.status().unwrap();
+            let counted = &status.flows[0];
+            if counted.sent.packets >= 200 && counted.response.count >= 200 {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "{counted:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        };
         let counted = &status.flows[0];
         assert_eq!(counted.received.packets, 200);
         assert_eq!(counted.sent.packets, 200);
