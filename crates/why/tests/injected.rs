@@ -12,7 +12,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 use tessera_sys::clock::{monotonic_ns, sleep_until_monotonic_ns, thread_cpu_ns};
 use tessera_sys::sched::{set_policy, DeadlineFlags, DeadlineParams, Policy};
-use tessera_why::{Attribution, Cause, Tracer, Watch};
+use tessera_why::{Attribution, Cause, Miss, Tracer, Watch};
 
 const MS: u64 = 1_000_000;
 const PERIOD: u64 = 10 * MS;
@@ -161,7 +161,20 @@ fn a_fifo_hog_on_the_core_is_waited_for_and_named() {
         .filter(|m| m.cause == Cause::WaitedForCpu)
         .collect();
     assert!(waited.len() >= 5, "{:#?}", a.misses);
-    assert!(share(&a, Cause::WaitedForCpu) >= 0.9, "{:#?}", a.misses);
+    // The hog delays no wake-up (its core takes the timer's interrupt as it
+    // runs) and steals nothing: a miss woken late or stolen is the host's
+    // (a busy host's stalled vCPU: in one CI run 2 of 15 misses woken
+    // 3–15 ms late, 1 with 3 ms stolen). Of the others, the hog's.
+    let by_the_host = a
+        .misses
+        .iter()
+        .filter(|m| matches!(m.cause, Cause::WokenLate | Cause::Stolen))
+        .count();
+    assert!(
+        waited.len() as f64 >= 0.9 * (a.misses.len() - by_the_host) as f64,
+        "{:#?}",
+        a.misses
+    );
     // The hog is named first; under load the kernel's fair server may run
     // another thread on the core too (it preempts SCHED_FIFO for the
     // starved others), so a few waits may be mostly someone else's.
@@ -286,6 +299,27 @@ fn a_chain_added_later_is_judged_by_its_period_and_its_long_member_named() {
         "{:#?}",
         a.misses
     );
-    assert!(share(&a, Cause::OwnWork) >= 0.8, "{:#?}", a.misses);
+    // The member's own work past the period shows in the long periods'
+    // misses, and it is their cause unless the host stole more of the
+    // cycle than the work's excess over the period (a busy host stole
+    // 6–9 ms of such 20 ms cycles in one CI run: "stolen", the longest
+    // part).
+    let own = |m: &Miss| m.parts_us.get(&Cause::OwnWork).copied().unwrap_or(0.0);
+    let stolen = |m: &Miss| m.parts_us.get(&Cause::Stolen).copied().unwrap_or(0.0);
+    let long: Vec<&Miss> = a.misses.iter().filter(|m| own(m) > 10_000.0).collect();
+    assert!(long.len() >= 8, "{:#?}", a.misses);
+    let undisturbed: Vec<&&Miss> = long
+        .iter()
+        .filter(|m| stolen(m) < own(m) - 10_000.0)
+        .collect();
+    let named = undisturbed
+        .iter()
+        .filter(|m| m.cause == Cause::OwnWork)
+        .count();
+    assert!(
+        named as f64 >= 0.8 * undisturbed.len() as f64,
+        "{:#?}",
+        a.misses
+    );
     assert!(a.misses.iter().all(|m| m.response_us > 10_000.0));
 }
