@@ -38,8 +38,11 @@ fn a_windowed_run_counts_every_package_once_and_keeps_only_the_last_timings() {
         "each package in one window"
     );
     // 1.8 s measured in windows of 0.25 s: 8 of them, the last a sliver
-    // when the sender slipped.
-    assert!((7..=9).contains(&windows.len()), "{windows:?}");
+    // when the sender slipped — more when the host stalled it for long
+    // (windows count by t1: its span, and the longest Δt after it).
+    let span_ns = emulator.send_span_ns.saturating_sub(200_000_000) + app.response.max_ns();
+    let most = (span_ns.div_ceil(250_000_000) + 1).max(9);
+    assert!((7..=most).contains(&(windows.len() as u64)), "{windows:?}");
     assert!(windows.iter().enumerate().all(|(i, w)| w.index == i as u64
         && w.p50_ns <= w.p99_ns
         && w.p99_ns <= w.max_ns + w.max_ns / 500));
