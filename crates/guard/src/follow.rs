@@ -335,7 +335,8 @@ impl Follower {
     }
 
     /// How threads are found, and how late: "process-events connector
-    /// (immediate), policies polled every 10 ms (after 1 s, every 100 ms; reserved ones every 500 ms)".
+    /// (immediate), policies polled every 10 ms (after 1 s, every 100 ms;
+    /// reserved ones every 500 ms)".
     pub fn mechanism(&self) -> String {
         self.watch.mechanism()
     }

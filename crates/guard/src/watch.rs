@@ -308,7 +308,8 @@ impl Watch {
     }
 
     /// The mechanism and its delay, for display: "process-events connector
-    /// (immediate), policies polled every 10 ms (after 1 s, every 100 ms; reserved ones every 500 ms)".
+    /// (immediate), policies polled every 10 ms (after 1 s, every 100 ms;
+    /// reserved ones every 500 ms)".
     pub fn mechanism(&self) -> String {
         let policies = format!(
             "policies polled every {} ms (after {} s, every {} ms; reserved ones every {} ms)",
