@@ -199,6 +199,29 @@ impl MachineBusy {
     }
 }
 
+/// How long the hypervisor held the machine's vCPUs between two samples:
+/// an overrun in an interval with a period or more of it stolen is the
+/// host's, and no budget would have prevented it.
+#[derive(Debug, Default)]
+pub struct HostSteal {
+    last: Option<u64>,
+}
+
+impl HostSteal {
+    /// Steal time of all CPUs together since the last call, in ns (None on
+    /// the first, or when /proc/stat cannot be read; 0 where the hypervisor
+    /// reports none). /proc/stat counts it in 10 ms ticks.
+    pub fn sample(&mut self) -> Option<u64> {
+        let now: u64 = tessera_sys::proc::cpu_steal_ns()
+            .ok()?
+            .iter()
+            .map(|(_, ns)| ns)
+            .sum();
+        let before = self.last.replace(now)?;
+        Some(now.saturating_sub(before))
+    }
+}
+
 /// A layout in a few words, with the figures it was chosen from: the
 /// guard's live line.
 pub fn describe(layout: &Layout) -> String {
