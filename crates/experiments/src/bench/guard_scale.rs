@@ -4,8 +4,9 @@
 //! server, `tessera guard` asking that daemon, and `tessera-jack-peer`
 //! opening the load clients one after another on a staircase, then holding
 //! them. Measured: the guard's and the daemon's CPU (their processes' user
-//! and system time, with the tools they ran: the guard's `pw-cli`) while the clients join and once all are in, and for
-//! every client thread the time from when it turned real-time (JACK2 and
+//! and system time, with the tools they ran: the guard's `pw-cli`) while
+//! the clients join and once all are in, and for every client thread the
+//! time from when it turned real-time (JACK2 and
 //! PipeWire's libjack make a client's thread SCHED_FIFO just before its
 //! first cycle) to when it read SCHED_DEADLINE, by polling its policy every
 //! [`POLL`].
