@@ -6,10 +6,9 @@
 //! them. Measured: the guard's and the daemon's CPU (their processes' user
 //! and system time, with the tools they ran: the guard's `pw-cli`) while
 //! the clients join and once all are in, and for every client thread the
-//! time from when it turned real-time (JACK2 and
-//! PipeWire's libjack make a client's thread SCHED_FIFO just before its
-//! first cycle) to when it read SCHED_DEADLINE, by polling its policy every
-//! [`POLL`].
+//! time from when it turned real-time (JACK2 and PipeWire's libjack make a
+//! client's thread SCHED_FIFO just before its first cycle) to when it read
+//! SCHED_DEADLINE, by polling its policy every [`POLL`].
 //!
 //! It owns the daemon and its directory (reset and removed however the run
 //! ends) and drives the audio-server subject's run for the rest; it must
