@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::time::{Duration, Instant};
 use tessera_broker::protocol::{CellInfo, ResizeReply};
-use tessera_broker::{Session, StatusReport};
+use tessera_broker::{ErrorCode, Session, StatusReport};
 use tessera_policy::application::{place, share_wanted, CoreRoom, Layout, Room, Spread, Want};
 use tessera_policy::{
     compress, share_out, Adaptive, AdaptiveConfig, Bandwidth, Budget, CellRequest, CoreMode,
@@ -180,6 +180,8 @@ struct Reserved {
     usage: ThreadUsage,
     /// Whether the next reading counts its wake-ups (see [`may_be_held_short`]).
     count_wakes: bool,
+    /// The graph's cycles the guard's client had counted at its last reading.
+    graph_cycles_at: u64,
     /// Whether its use per cycle in the last interval came near enough to
     /// its budget that an overrun may have been its ([`came_near_budget`]).
     near_budget: bool,
@@ -207,7 +209,39 @@ struct LeftOut {
     /// failed): the layout makes room for it.
     asked: Bandwidth,
     why: String,
-    at: Instant,
+    /// Refusals in a row: each doubles the wait before the next try.
+    tries: u32,
+    retry_at: Instant,
+}
+
+impl LeftOut {
+    fn new(pid: Pid, kind: Kind, asked: Bandwidth, why: String) -> LeftOut {
+        LeftOut {
+            pid,
+            kind,
+            asked,
+            why,
+            tries: 0,
+            retry_at: Instant::now() + RETRY_LEFT_OUT,
+        }
+    }
+
+    /// Refused again: waits twice as long as last time before the next try.
+    fn refused_again(&mut self, tries: u32) {
+        self.tries = tries + 1;
+        self.retry_at = Instant::now() + retry_after(self.tries);
+    }
+}
+
+/// How long a thread refused `tries` times in a row waits before the next
+/// try: [`RETRY_LEFT_OUT`], doubled each refusal up to 16 times that. Each
+/// try is an admission request, and a refused one an attempt to create a
+/// cell: with eight clients' threads left out on a host whose steal filled
+/// the shared core, trying each every half second made up a third of the
+/// guard's and much of the daemon's CPU. Room that appears (a client
+/// leaving, a new layout) makes them due at once.
+fn retry_after(tries: u32) -> Duration {
+    RETRY_LEFT_OUT * (1 << tries.min(4))
 }
 
 /// One reserved thread, for the live line, `--json` and plots.
@@ -281,7 +315,7 @@ pub struct Guard {
     fixed_total_pct: u32,
     reserved: BTreeMap<Tid, Reserved>,
     /// Threads that could not be reserved: tried again after
-    /// [`RETRY_LEFT_OUT`], not every interval.
+    /// [`retry_after`], not every interval.
     left_out: BTreeMap<Tid, LeftOut>,
     clients: BTreeSet<Pid>,
     /// Finds the graph's threads at a normal policy (on PipeWire, and with
@@ -587,7 +621,7 @@ impl Guard {
                 }
             }
             Err(e) => {
-                if let Some(cell) = self.cell_holding(tid) {
+                if let Some(cell) = self.cell_holding(tid, &e) {
                     log.push(format!(
                         "thread {tid} ({name}) of process {pid} is a member of {cell:?} \
                          (a workgroup): left to its controller"
@@ -598,16 +632,8 @@ impl Guard {
                     "left thread {tid} ({name}) of process {pid} as its program set it: {e}"
                 ));
                 let asked = self.opening_want(kind);
-                self.left_out.insert(
-                    tid,
-                    LeftOut {
-                        pid,
-                        kind,
-                        asked,
-                        why: e.to_string(),
-                        at: Instant::now(),
-                    },
-                );
+                self.left_out
+                    .insert(tid, LeftOut::new(pid, kind, asked, e.to_string()));
             }
         }
     }
@@ -645,6 +671,7 @@ impl Guard {
             degraded: false,
             usage: ThreadUsage::kept_open(pid, tid),
             count_wakes: false,
+            graph_cycles_at: self.heard.cycles,
             near_budget: false,
             used_ns: 0,
             shrunk_at: None,
@@ -800,7 +827,9 @@ impl Guard {
         self.release_because(r, "it left real-time scheduling or exited", log);
     }
 
+    /// Destroys `r`'s cell; the room it held may take a thread left out.
     fn release_because(&mut self, r: Reserved, why: &str, log: &mut Vec<String>) {
+        self.retry_left_out_now();
         match self.session.destroy_cell(&r.cell) {
             Ok(()) => log.push(format!("released thread {} ({}): {why}", r.tid, r.name)),
             Err(e) => log.push(format!("released thread {} with an error: {e}", r.tid)),
@@ -814,8 +843,14 @@ impl Guard {
     }
 
     /// The cell that holds thread `tid` — not the guard's: a workgroup
-    /// its program joined — as the broker says now.
-    fn cell_holding(&mut self, tid: Tid) -> Option<String> {
+    /// its program joined — as the broker says now, when `refused` may say
+    /// the thread is held by a cell (`invalid`; the broker's list is read
+    /// only then: read at every refusal, it was a fifth of the guard's CPU
+    /// with threads left out for want of room).
+    fn cell_holding(&mut self, tid: Tid, refused: &GuardError) -> Option<String> {
+        if !matches!(refused, GuardError::Broker(e) if e.code == ErrorCode::Invalid) {
+            return None;
+        }
         let cells = self.session.list().ok()?;
         holder_of(&cells, tid).map(|c| c.name.clone())
     }
@@ -905,16 +940,18 @@ impl Guard {
         threads
     }
 
-    /// Tries again the threads refused a while ago: capacity may have been
-    /// freed since (budgets shrink as the predictors learn).
+    /// Tries again the threads refused a while ago ([`retry_after`]):
+    /// capacity may have been freed since (budgets shrink as the
+    /// predictors learn).
     fn retry_left_out(&mut self, log: &mut Vec<String>) {
-        let due: Vec<(Tid, Pid, Kind)> = self
+        let now = Instant::now();
+        let due: Vec<(Tid, Pid, Kind, u32)> = self
             .left_out
             .iter()
-            .filter(|(_, l)| l.at.elapsed() >= RETRY_LEFT_OUT)
-            .map(|(&tid, l)| (tid, l.pid, l.kind))
+            .filter(|(_, l)| l.retry_at <= now)
+            .map(|(&tid, l)| (tid, l.pid, l.kind, l.tries))
             .collect();
-        for (tid, pid, kind) in due {
+        for (tid, pid, kind, tries) in due {
             self.left_out.remove(&tid);
             let Ok(policy) = sched::get_policy(tid) else {
                 continue;
@@ -923,7 +960,19 @@ impl Guard {
             // normal policy (a shared or graph thread).
             if crate::watch::is_program_real_time(&policy) == (kind == Kind::RealTime) {
                 self.reserve(pid, tid, kind, None, log);
+                if let Some(l) = self.left_out.get_mut(&tid) {
+                    l.refused_again(tries);
+                }
             }
+        }
+    }
+
+    /// Makes every thread left out due for a try at the next interval:
+    /// room was freed or the layout changed.
+    fn retry_left_out_now(&mut self) {
+        let now = Instant::now();
+        for l in self.left_out.values_mut() {
+            l.retry_at = now;
         }
     }
 
@@ -1023,10 +1072,22 @@ impl Guard {
     /// decision (`resize-cells`): one request and one save however many
     /// threads are guarded.
     fn adapt(&mut self, log: &mut Vec<String>) {
-        let idle = self.observe();
+        let stalled = self.sample_host_stall();
+        let idle = self.observe(stalled);
         self.give_back(idle, log);
-        self.bump_for_overruns();
+        self.bump_for_overruns(stalled);
         self.apply_targets(log);
+    }
+
+    /// Whether the host stole a period or more of the vCPUs in the interval
+    /// just ended ([`host_stalled`]; known only with a monitor, which gives
+    /// the period).
+    fn sample_host_stall(&mut self) -> bool {
+        self.monitor.is_some()
+            && self
+                .steal
+                .sample()
+                .is_some_and(|ns| host_stalled(ns, self.period_ns))
     }
 
     /// Bumps the controllers for the overruns heard in the interval just
@@ -1049,15 +1110,8 @@ impl Guard {
     /// threads were measured to use, and the bumps re-sized most of 104
     /// reservations several times a second (4 666 `sched_setattr` in 10 s
     /// with 64 PipeWire clients, budgets up to 13 times their need).
-    fn bump_for_overruns(&mut self) {
-        let stolen = match self.monitor {
-            Some(_) => self.steal.sample(),
-            None => None,
-        };
-        if std::mem::take(&mut self.overruns_heard) == 0 {
-            return;
-        }
-        if stolen.is_some_and(|ns| host_stalled(ns, self.period_ns)) {
+    fn bump_for_overruns(&mut self, host_stalled: bool) {
+        if std::mem::take(&mut self.overruns_heard) == 0 || host_stalled {
             return;
         }
         self.bump(|r| r.kind.is_graph() && r.near_budget, Adaptive::on_xrun);
@@ -1119,8 +1173,9 @@ impl Guard {
     /// A shared thread that does not cycle is sampled once a
     /// [`share::WINDOW`], per reservation period. Returns the application
     /// shares idle long enough to be given back ([`share::Idleness`]).
-    fn observe(&mut self) -> Vec<Tid> {
+    fn observe(&mut self, host_stalled: bool) -> Vec<Tid> {
         let mut idle = Vec::new();
+        let cycles_now = self.heard.cycles;
         for r in self.reserved.values_mut() {
             let since = r.usage.age();
             if !r.kind.is_graph() && since < share::WINDOW {
@@ -1140,7 +1195,10 @@ impl Guard {
             };
             r.controller.observe(delta.cpu_ns, cycles);
             r.used_ns = delta.cpu_ns.div_ceil(elapsed) * r.controller.fragments();
-            r.count_wakes = r.kind.is_graph() && may_be_held_short(&delta, elapsed, r.set);
+            let graph_cycles = host_stalled.then(|| cycles_now.saturating_sub(r.graph_cycles_at));
+            r.graph_cycles_at = cycles_now;
+            r.count_wakes = r.kind.is_graph()
+                && may_be_held_short(&delta, runs_expected(elapsed, graph_cycles), r.set);
             r.near_budget = came_near_budget(delta.cpu_ns, cycles, r.set, r.controller.fragments());
             let used = Bandwidth::of(delta.cpu_ns, delta.elapsed_ns.max(1));
             if r.kind == Kind::Share && r.idle.is_idle_after(used) {
@@ -1407,10 +1465,7 @@ impl Guard {
             self.raise_moved(tid, log);
         }
         // Those left out for want of room try the new layout at once.
-        let due = Instant::now().checked_sub(RETRY_LEFT_OUT);
-        for l in self.left_out.values_mut() {
-            l.at = due.unwrap_or(l.at);
-        }
+        self.retry_left_out_now();
     }
 
     /// What ran outside the reservations since the last relayout: the
@@ -1506,16 +1561,9 @@ impl Guard {
                     where_(core)
                 ));
                 let _ = self.session.destroy_cell(&r.cell);
-                self.left_out.insert(
-                    tid,
-                    LeftOut {
-                        pid: r.pid,
-                        kind: r.kind,
-                        asked: r.set.bandwidth(),
-                        why: e.to_string(),
-                        at: Instant::now(),
-                    },
-                );
+                let why = e.to_string();
+                self.left_out
+                    .insert(tid, LeftOut::new(r.pid, r.kind, r.set.bandwidth(), why));
                 false
             }
         }
@@ -1791,6 +1839,20 @@ fn cell_prefix(process: &str) -> String {
 /// may have been throttled in some cycles.
 const NEAR_BUDGET: f64 = 0.8;
 
+/// How many times a graph thread that was not held short would have run
+/// in `elapsed` periods: once a period, or, in an interval in which the
+/// host stole a period or more of the vCPUs, once a cycle of the graph's
+/// as the guard's client counted them (`graph_cycles`) when the graph ran
+/// fewer — a period the host stalled the vCPUs through is one no thread
+/// ran in. (Without steal the periods stand: a graph that skipped may have
+/// waited for a thread its budget held short, and that thread ran as often
+/// as the graph did.) Against the periods alone, on a host stealing a sixth
+/// of the vCPUs, most graph threads seemed held short every interval and
+/// had their /proc status read: a fifth of the guard's CPU.
+fn runs_expected(elapsed: u64, graph_cycles: Option<u64>) -> u64 {
+    graph_cycles.map_or(elapsed, |cycles| elapsed.min(cycles))
+}
+
 /// Whether a graph thread's cycles must be counted by its wake-ups (its
 /// voluntary switches: a read of its /proc status, which the kernel
 /// formats whole, a dozen times the cost of its schedstat): only when it
@@ -1845,6 +1907,21 @@ mod tests {
             !host_stalled(0, 0),
             "no steal, even before a period is known"
         );
+    }
+
+    #[test]
+    fn a_thread_refused_again_waits_twice_as_long_up_to_sixteen_times() {
+        let waits: Vec<u64> = (0..7).map(|t| retry_after(t).as_millis() as u64).collect();
+        assert_eq!(waits, [500, 1000, 2000, 4000, 8000, 8000, 8000]);
+    }
+
+    #[test]
+    fn runs_are_expected_once_a_period_or_once_a_graph_cycle_when_fewer() {
+        assert_eq!(runs_expected(19, None), 19);
+        assert_eq!(runs_expected(19, Some(15)), 15);
+        assert_eq!(runs_expected(19, Some(22)), 19);
+        // The client counted no cycle (the graph stopped): no run is owed.
+        assert_eq!(runs_expected(19, Some(0)), 0);
     }
 
     #[test]
