@@ -1,16 +1,19 @@
 //! The audio-server subject's network application (scenarios/network-app.toml,
 //! issue 21): (as root) the file run short makes both hosts' clients
 //! receive each other's packets, puts their counters in results.json as
-//! metrics, and leaves no namespace and no jackd behind. Asserts
-//! behaviour, never speed.
+//! metrics, traces each host's graph as a chain of its own for `--why`,
+//! and leaves no namespace and no jackd behind. Asserts behaviour, never
+//! speed.
 
 mod common;
 
 use common::built;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tessera_experiments::runner;
-use tessera_experiments::subject::audio_server::network_app::{NetworkFigures, HOSTS, HOSTS_NOTE};
+use tessera_experiments::runner::{self, Options};
+use tessera_experiments::subject::audio_server::network_app::{
+    metric_name, NetworkFigures, HOSTS, HOSTS_NOTE, XRUNS,
+};
 use tessera_measure::{ConfigurationResult, RunResults};
 use tessera_scenario::Scenario;
 use tessera_testkit::within;
@@ -81,7 +84,7 @@ fn a_short_run_links_both_hosts_counts_and_cleans_up() {
     let dir = machine.dir().join("report");
     let out = dir.clone();
     within(Duration::from_secs(180), move || {
-        runner::run(&scenario, &out, |_| {}).map_err(|e| e.to_string())
+        runner::run_with(&scenario, &out, Options { why: true }, |_| {}).map_err(|e| e.to_string())
     })
     .unwrap();
     let results = RunResults::load(&dir.join("results.json")).expect("results.json");
@@ -110,6 +113,24 @@ fn a_short_run_links_both_hosts_counts_and_cleans_up() {
             );
         }
         assert_eq!(figures.reserved_pct.is_some(), guarded, "{notes}");
+        let why = result.why.as_ref().expect("causes with --why");
+        assert_eq!(why.unavailable, None, "{notes}");
+        for (k, host) in HOSTS.iter().enumerate() {
+            let chain: Vec<_> = why
+                .watched
+                .iter()
+                .filter(|w| w.watch.chain.is_some_and(|c| c.chain == k as u32))
+                .collect();
+            assert!(
+                chain
+                    .iter()
+                    .any(|w| w.watch.chain.is_some_and(|c| c.driver))
+                    && chain.iter().all(|w| w.metric == metric_name(XRUNS, host)),
+                "{}: host {host}'s jackd traced, its late periods in its xruns: {:?}",
+                result.name,
+                why.watched
+            );
+        }
         for (namespace, pid) in hosts_of(result) {
             let left = still_there(&namespace, pid);
             assert!(left.is_empty(), "{}: left behind: {left:?}", result.name);

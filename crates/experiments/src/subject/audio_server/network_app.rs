@@ -18,14 +18,17 @@
 
 mod figures;
 
-pub use figures::{report_section, HostData, HostFigures, NetworkAppData, NetworkFigures, HOSTS};
+pub use figures::{
+    metric_name, report_section, HostData, HostFigures, NetworkAppData, NetworkFigures, HOSTS,
+    XRUNS,
+};
 
 use super::figures::Window;
-use super::{budgets, guard_files, server_spec};
+use super::{budgets, guard_files, server_spec, GraphChain};
 use crate::harness::guard::{start_guard, GuardChild};
 use crate::harness::servers::{self, AudioServer, JackServer, OwnedChild};
 use crate::scratch::Scratch;
-use crate::subject::contract::{Measured, Running, Stopped};
+use crate::subject::contract::{Measured, Running, Stopped, Watched};
 use std::fs;
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -66,6 +69,8 @@ pub struct NetworkAppRun {
     lan: Lan,
     sched: ServerSched,
     total: Duration,
+    /// The audio period both servers run.
+    period: Duration,
     t0: Option<u64>,
 }
 
@@ -99,6 +104,7 @@ impl NetworkAppRun {
             lan,
             sched: sched.clone(),
             total: scenario.total(),
+            period: subject.period(),
             t0: None,
         };
         for (k, id) in ids.into_iter().enumerate() {
@@ -365,6 +371,30 @@ impl crate::subject::contract::Subject for Kind {
 impl Running for NetworkAppRun {
     fn release(&mut self, t0: u64) -> Result<(), String> {
         NetworkAppRun::release(self, t0)
+    }
+
+    /// Each host's graph — its jackd and its client's JACK thread — as a
+    /// chain of its own (`tessera run --why`), its late periods counted in
+    /// the host's jackd xruns.
+    fn watched(&self) -> Vec<Watched> {
+        self.hosts
+            .iter()
+            .enumerate()
+            .flat_map(|(chain, host)| {
+                let record = host
+                    .guard
+                    .as_ref()
+                    .map(|_| guard_files(&host.scratch).record);
+                GraphChain {
+                    server: host.server.as_ref().map(AudioServer::pid),
+                    clients: host.peer.as_ref().map(OwnedChild::pid),
+                    period: self.period,
+                    guard_record: record.as_deref(),
+                    rtkit_grants: false,
+                }
+                .threads(chain as u32, &metric_name(XRUNS, host.name), None)
+            })
+            .collect()
     }
 
     fn stop(self: Box<Self>, _notes: &mut Vec<String>) -> Box<dyn Stopped> {

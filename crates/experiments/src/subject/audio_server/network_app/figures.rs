@@ -43,7 +43,7 @@ const UNDERRUNS: &str = "underruns";
 const LATE: &str = "late packets";
 const RECEIVED: &str = "packets received";
 const CYCLES: &str = "cycles";
-const XRUNS: &str = "jackd xruns";
+pub const XRUNS: &str = "jackd xruns";
 /// The CPU reserved by both hosts' guards together, % of a CPU.
 pub const CPU_RESERVED: &str = "network-app CPU reserved";
 /// The note naming a configuration's scheduling.
