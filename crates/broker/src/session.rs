@@ -16,12 +16,13 @@ use crate::monitor::Sample;
 use crate::paths::Paths;
 use crate::protocol::{
     BudgetChange, CellInfo, HelloReply, MemberBudget, Request, RequestLine, ResizeCellsReply,
-    ResizeMembersReply, ResizeReply, Response, StatusReport, PROTOCOL_VERSION,
+    ResizeMembersReply, ResizeReply, StatusReport, PROTOCOL_VERSION,
 };
 use crate::registry::{ServiceEntry, ServiceInfo, ServicePolicy};
 use crate::state::Reported;
 use crate::workgroup::{WorkgroupInfo, WorkgroupShape};
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -195,6 +196,17 @@ impl Session {
 
     /// Sends a request and returns its result.
     pub fn call(&mut self, request: Request) -> Result<serde_json::Value, BrokerError> {
+        self.typed(request)
+    }
+
+    /// Sends a request and reads its result as a `T`. A daemon's reply is
+    /// read straight into `T` (its result kept as raw JSON until then):
+    /// read into a `serde_json::Value` first, a status of a hundred cells
+    /// was most of what a guard spent asking the broker.
+    fn typed<T: DeserializeOwned>(&mut self, request: Request) -> Result<T, BrokerError> {
+        let unexpected = |e: serde_json::Error| {
+            BrokerError::new(ErrorCode::Malformed, format!("unexpected reply: {e}"), "")
+        };
         match self {
             Session::Daemon {
                 reader,
@@ -224,26 +236,20 @@ impl Session {
                 if reader.read_line(&mut reply).map_err(lost)? == 0 {
                     return Err(lost(std::io::Error::other("connection closed")));
                 }
-                let reply: Response = serde_json::from_str(&reply).map_err(|e| {
+                let reply: RawResponse = serde_json::from_str(&reply).map_err(|e| {
                     BrokerError::new(ErrorCode::Malformed, format!("daemon reply: {e}"), "")
                 })?;
-                unwrap_response(reply)
+                serde_json::from_str(reply.result()?).map_err(unexpected)
             }
             Session::Embedded { paths } => {
                 let _lock = hold_lock(paths, Duration::from_secs(10))?;
                 let label = format!("embedded (pid {})", tessera_sys::proc::current_pid());
                 let (mut broker, _notes) = Broker::open(paths.clone(), Config::default(), label)?;
                 broker.reap();
-                handle(&mut broker, request, own_credentials()?)
+                serde_json::from_value(handle(&mut broker, request, own_credentials()?)?)
+                    .map_err(unexpected)
             }
         }
-    }
-
-    fn typed<T: DeserializeOwned>(&mut self, request: Request) -> Result<T, BrokerError> {
-        let value = self.call(request)?;
-        serde_json::from_value(value).map_err(|e| {
-            BrokerError::new(ErrorCode::Malformed, format!("unexpected reply: {e}"), "")
-        })
     }
 
     pub fn hello(&mut self) -> Result<HelloReply, BrokerError> {
@@ -557,13 +563,74 @@ impl Drop for ServiceRegistration {
     }
 }
 
-fn unwrap_response(reply: Response) -> Result<serde_json::Value, BrokerError> {
-    if reply.ok {
-        return Ok(reply.result.unwrap_or(serde_json::Value::Null));
+/// A daemon's reply line as the client reads it: a
+/// [`crate::protocol::Response`] with its result left as the JSON it came
+/// as, for the caller's type.
+#[derive(serde::Deserialize)]
+struct RawResponse<'a> {
+    ok: bool,
+    #[serde(default, borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(default)]
+    error: Option<BrokerError>,
+}
+
+impl<'a> RawResponse<'a> {
+    /// Its result (JSON `null` when it has none), or its error.
+    fn result(self) -> Result<&'a str, BrokerError> {
+        if self.ok {
+            return Ok(self.result.map_or("null", RawValue::get));
+        }
+        Err(self.error.unwrap_or(BrokerError::new(
+            ErrorCode::Malformed,
+            "reply without result or error",
+            "",
+        )))
     }
-    Err(reply.error.unwrap_or(BrokerError::new(
-        ErrorCode::Malformed,
-        "reply without result or error",
-        "",
-    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Response;
+
+    /// What the daemon writes for `result` (or `error`), read back as the
+    /// client reads it.
+    fn read_back(
+        ok: bool,
+        result: Option<serde_json::Value>,
+        error: Option<BrokerError>,
+    ) -> Result<String, BrokerError> {
+        let line = serde_json::to_string(&Response {
+            v: PROTOCOL_VERSION,
+            id: 7,
+            ok,
+            result,
+            error,
+        })
+        .unwrap();
+        let reply: RawResponse = serde_json::from_str(&line).unwrap();
+        reply.result().map(str::to_string)
+    }
+
+    #[test]
+    fn a_reply_is_read_as_the_json_its_result_came_as() {
+        let cells = serde_json::json!([{"name": "a \"quoted\" cell", "runtime": 1000}]);
+        let read = read_back(true, Some(cells.clone()), None).unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&read).unwrap(),
+            cells
+        );
+        assert_eq!(read_back(true, None, None).unwrap(), "null");
+    }
+
+    #[test]
+    fn a_refusal_is_its_error_and_a_reply_without_either_is_malformed() {
+        let refused = BrokerError::new(ErrorCode::Refused, "no room", "ask less");
+        assert_eq!(read_back(false, None, Some(refused.clone())), Err(refused));
+        assert_eq!(
+            read_back(false, None, None).unwrap_err().code,
+            ErrorCode::Malformed
+        );
+    }
 }
