@@ -141,13 +141,12 @@ impl Broker {
         &self.facts.mode
     }
 
-    /// Lets budget changes (`resize-cell`, `resize-cells`) and reported
-    /// counts (`report`) wait up to `delay` to be saved,
-    /// [`Broker::save_if_due`] saving them: a daemon serving a guard of 64
-    /// threads, or a workgroup's controller fed every cycle, would
-    /// otherwise write its whole state several times a second. A crash
-    /// loses at most `delay` of them; recovery re-admits the cells at the
-    /// budgets saved, and their owners adapt them again.
+    /// Lets budget changes (`resize-cell`, `resize-cells`) wait up to
+    /// `delay` to be saved, [`Broker::save_if_due`] saving them: a daemon
+    /// serving a guard of 64 threads, or a workgroup's controller fed every
+    /// cycle, would otherwise write its whole state several times a second.
+    /// A crash loses at most `delay` of budget changes; recovery re-admits
+    /// the cells at the budgets saved, and their owners adapt them again.
     pub fn defer_budget_saves(&mut self, delay: Duration) {
         self.budget_save_delay = Some(delay);
     }
@@ -1204,11 +1203,7 @@ impl Broker {
     }
 
     /// Adds what a cell's program reports (misses and xruns since its last
-    /// report) to the cell's counters. Its owner or root only. Saved like a
-    /// budget change ([`Broker::defer_budget_saves`]): a guard whose graph
-    /// skips a period every second on a stealing host had the daemon write
-    /// its whole state each second for the count alone (two thirds of its
-    /// saves).
+    /// report) to the cell's counters. Its owner or root only.
     pub fn report(&mut self, name: &str, reported: Reported, uid: u32) -> Outcome<Reported> {
         self.cell_owned_by(name, uid)?;
         let cell = self
@@ -1219,7 +1214,7 @@ impl Broker {
         cell.reported.misses = cell.reported.misses.saturating_add(reported.misses);
         cell.reported.xruns = cell.reported.xruns.saturating_add(reported.xruns);
         let total = cell.reported;
-        self.persist_soon()?;
+        self.persist()?;
         Ok(total)
     }
 

@@ -357,8 +357,9 @@ pub struct Guard {
 }
 
 /// How often the graph's overruns are reported to the broker at most: each
-/// report is a request the daemon answers and, within a second, a save of
-/// its whole state.
+/// report is saved at once (counts survive a crash), and a graph that
+/// overruns every interval would have the daemon write its whole state ten
+/// times a second.
 const XRUN_REPORT_EVERY: Duration = Duration::from_secs(1);
 
 /// Share of the guard's core kept out of the squeeze, so that a thread
