@@ -39,7 +39,10 @@ fn every_package_is_answered_and_measured_once() {
         packages,
         "every package gets an answer or is counted: {context}"
     );
-    assert!(no_room * 100 <= packages, "at most 1 % had no room: {context}");
+    assert!(
+        no_room * 100 <= packages,
+        "at most 1 % had no room: {context}"
+    );
     let answered = emulator.answered;
     assert_eq!(emulator.unexpected, 0);
     assert_eq!(app.cycles, answered);
