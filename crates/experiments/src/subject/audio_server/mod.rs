@@ -166,7 +166,10 @@ impl AudioServerRun {
     /// periods counted in [`END_TO_END`] and its clients ending late in
     /// [`CLIENT_END`].
     pub(crate) fn chain_threads(&self, chain: u32) -> Vec<Watched> {
-        let record = self.guard.as_ref().map(|_| self.scratch.file("guard.csv"));
+        let record = self
+            .guard
+            .as_ref()
+            .map(|_| guard_files(&self.scratch).record);
         GraphChain {
             server: self.server.as_ref().map(AudioServer::pid),
             clients: self.peer.as_ref().map(PeerClients::pid),
@@ -249,7 +252,7 @@ impl AudioServerRun {
         };
         (
             note,
-            budgets::read(&self.scratch.file("guard.csv"), &origin),
+            budgets::read(&guard_files(&self.scratch).record, &origin),
         )
     }
 }

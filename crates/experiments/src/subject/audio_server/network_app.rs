@@ -309,7 +309,7 @@ fn stop_guard(
     };
     (
         note,
-        budgets::read(&host.scratch.file("guard.csv"), &origin),
+        budgets::read(&guard_files(&host.scratch).record, &origin),
     )
 }
 
