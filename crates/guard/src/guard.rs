@@ -277,6 +277,8 @@ pub struct Status {
     /// Real-time threads left as their program set them, and why.
     pub left_out: Vec<String>,
     pub xruns: u64,
+    /// The graph's cycles since the guard joined its server.
+    pub cycles: u64,
     /// Periods the graph did not run (heard by the guard's own client).
     pub skipped_periods: u64,
     pub joins: u64,
@@ -396,14 +398,14 @@ impl Guard {
         server: Server,
         settings: Settings,
     ) -> Result<Guard, GuardError> {
-        let monitor = match &server.kind {
+        let mut monitor = match &server.kind {
             ServerKind::Jack { name } => Some(Monitor::join_jack(name, "tessera-guard")?),
             ServerKind::PipeWire(endpoint) => {
                 Some(Monitor::join_pipewire(endpoint, "tessera-guard")?)
             }
             ServerKind::Process => None,
         };
-        let heard = monitor.as_ref().map(Monitor::snapshot).unwrap_or_default();
+        let heard = monitor.as_mut().map(Monitor::snapshot).unwrap_or_default();
         let period_ns = settings
             .period_ns
             .or_else(|| heard.period_ns())
@@ -978,7 +980,7 @@ impl Guard {
 
     /// Reads what the server said since the last interval.
     fn hear_server(&mut self, log: &mut Vec<String>) {
-        let Some(monitor) = &self.monitor else {
+        let Some(monitor) = &mut self.monitor else {
             return;
         };
         let now = monitor.snapshot();
@@ -1056,10 +1058,10 @@ impl Guard {
                 self.clients.remove(&pid);
             }
         }
-        // The guard's own JACK client takes part in every cycle: its
+        // Where the guard's own JACK client takes part in every cycle, its
         // real-time thread is reserved like any client's.
         let me = proc::current_pid();
-        if self.monitor.is_some() && self.clients.insert(me) {
+        if self.monitor.as_ref().is_some_and(Monitor::in_graph) && self.clients.insert(me) {
             let _ = self.watch.add_process(me);
         }
     }
@@ -1640,6 +1642,7 @@ impl Guard {
                 .map(|(tid, l)| format!("thread {tid}: {}", l.why))
                 .collect(),
             xruns: self.heard.xruns,
+            cycles: self.heard.cycles,
             skipped_periods: self.heard.skipped,
             joins: self.heard.joins,
             degradations: self

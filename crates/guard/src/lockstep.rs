@@ -9,7 +9,9 @@
 //! `data-loop.N` names came with later versions), and neither the core's nor
 //! the nodes' properties in `pw-dump` give a thread id. What it does give is
 //! the cycle: the guard's own JACK client runs in every cycle of the graph
-//! (the monitor counts them), and a thread that runs the graph is woken for
+//! (the monitor counts them; on JACK2 it counts them from the server's
+//! frame time instead, outside the graph), and a thread that runs the
+//! graph is woken for
 //! every cycle — the driver's timer wakes the daemon's data loop, each
 //! client's eventfd wakes its process thread — so it blocks about once a
 //! cycle, while the main loops block only when a message comes. A thread of

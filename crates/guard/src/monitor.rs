@@ -1,24 +1,30 @@
 //! What the audio server tells its clients, heard by a JACK client of the
-//! guard's own: the period (buffer size and sample rate), xruns, and clients
-//! coming and going, and the periods the graph skipped (the frame time
-//! jumped by more than one period between two cycles of the monitor) —
-//! PipeWire's libjack sends JACK clients no xrun callbacks, so skipped
-//! periods are how an overrun is heard there. It also counts the graph's
-//! cycles: the threads that wake in step with them are the graph's
-//! (`crate::lockstep`). JACK2 is reached through Debian's libjack; PipeWire
-//! through its JACK library (`pw-jack`: the process must start with
-//! PipeWire's libjack first on LD_LIBRARY_PATH, see [`pipewire_jack_dir`]).
+//! guard's own: the period (buffer size and sample rate), xruns, clients
+//! coming and going, and the graph's cycles — the threads that wake in
+//! step with them are the graph's (`crate::lockstep`).
+//!
+//! JACK2 (Debian's libjack) tells all of it by notice, and its shared
+//! frame time advances a period per cycle: the guard's client there stays
+//! out of the graph ([`notices`]), never woken by a cycle, adding no node
+//! to the user's chain. PipeWire's libjack (`pw-jack`: the process must
+//! start with PipeWire's libjack first on LD_LIBRARY_PATH, see
+//! [`pipewire_jack_dir`]) sends JACK clients no xrun callbacks, and a
+//! client outside the graph sees its frame time stand still: there the
+//! guard's client takes part in every cycle, counting them, and hears an
+//! overrun as the periods the graph skipped (the frame time jumped by more
+//! than one period between two of its cycles).
 //!
 //! The callbacks only bump atomics: the guard reads them on its own
-//! schedule, so nothing here allocates, locks or blocks on the client's
-//! real-time thread. It must never connect ports or change the server's
-//! settings.
+//! schedule, so nothing here allocates, locks or blocks on a real-time
+//! thread. It must never connect ports or change the server's settings.
 
 use crate::server::Endpoint;
 use crate::{fail, GuardError};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+
+mod notices;
 
 /// Counters the callbacks raise.
 #[derive(Debug, Default)]
@@ -39,7 +45,7 @@ pub struct Snapshot {
     pub frames: u32,
     /// Frames per second.
     pub rate: u32,
-    /// Cycles the graph ran the guard's client in.
+    /// Cycles the graph ran (the guard's client in them, on PipeWire).
     pub cycles: u64,
     pub xruns: u64,
     /// Periods the graph did not run, from the frame time's jumps.
@@ -119,43 +125,74 @@ fn skipped_periods(last: jack::Frames, now: jack::Frames, frames: jack::Frames) 
     u64::from((advanced / frames).saturating_sub(1))
 }
 
+/// JACK2's graph cycles, counted from the frame time of the cycle in
+/// progress as the guard reads it.
+#[derive(Debug, Default)]
+struct FrameCycles {
+    /// The frame time counted up to (a whole number of periods after the
+    /// first reading).
+    counted_to: Option<jack::Frames>,
+    cycles: u64,
+}
+
+impl FrameCycles {
+    /// The cycles counted once the frame time has reached `now`, with
+    /// periods of `frames`. A frame time that went back (the server
+    /// restarted) starts the count again from there.
+    fn advance(&mut self, now: jack::Frames, frames: jack::Frames) -> u64 {
+        let Some(last) = self.counted_to.filter(|_| frames > 0) else {
+            self.counted_to = Some(now);
+            return self.cycles;
+        };
+        let advanced = now.wrapping_sub(last);
+        if advanced > jack::Frames::MAX / 2 {
+            self.counted_to = Some(now);
+            return self.cycles;
+        }
+        let whole = advanced / frames;
+        self.cycles += u64::from(whole);
+        self.counted_to = Some(last.wrapping_add(whole * frames));
+        self.cycles
+    }
+}
+
+/// How the guard's client hears the graph.
+enum Client {
+    /// JACK2: by notice, outside the graph.
+    Notices(notices::Notices, FrameCycles),
+    /// PipeWire: in every cycle (kept open: its callbacks count).
+    InGraph {
+        _client: jack::AsyncClient<Notifications, Cycles>,
+    },
+}
+
 /// The guard's JACK client, active while it lives.
 pub struct Monitor {
     heard: Arc<Heard>,
-    _client: jack::AsyncClient<Notifications, Cycles>,
+    client: Client,
 }
 
 impl Monitor {
-    /// Joins JACK2's server `server` as client `name`.
+    /// Joins JACK2's server `server` as client `name`, outside its graph.
     pub fn join_jack(server: &str, name: &str) -> Result<Monitor, GuardError> {
         std::env::set_var("JACK_DEFAULT_SERVER", server);
-        Monitor::open(name)
+        let (client, heard) = open(name)?;
+        let notices = notices::Notices::activate(client, heard.clone())?;
+        Ok(Monitor {
+            heard,
+            client: Client::Notices(notices, FrameCycles::default()),
+        })
     }
 
-    /// Joins the PipeWire daemon at `endpoint` (any user's) as client `name`.
-    /// PipeWire's libjack reads where to connect from the environment when
-    /// the client opens: this process is pointed at the daemon first (a
-    /// guard process guards one server).
+    /// Joins the PipeWire daemon at `endpoint` (any user's) as client `name`,
+    /// in every cycle of its graph. PipeWire's libjack reads where to
+    /// connect from the environment when the client opens: this process is
+    /// pointed at the daemon first (a guard process guards one server).
     pub fn join_pipewire(endpoint: &Endpoint, name: &str) -> Result<Monitor, GuardError> {
         for (var, value) in endpoint.client_env() {
             std::env::set_var(var, value);
         }
-        Monitor::open(name)
-    }
-
-    /// Joins the server the environment names as client `name`, never
-    /// starting a server.
-    fn open(name: &str) -> Result<Monitor, GuardError> {
-        let (client, _status) = jack::Client::new(name, jack::ClientOptions::NO_START_SERVER)
-            .map_err(|e| {
-                fail(
-                    format!("could not join the JACK server as a client: {e}"),
-                    "is the server running? JACK2: give its name (-n / JACK_DEFAULT_SERVER); PipeWire: its --pid, so that its socket is found",
-                )
-            })?;
-        let heard = Arc::new(Heard::default());
-        heard.frames.store(client.buffer_size(), Ordering::Relaxed);
-        heard.rate.store(client.sample_rate(), Ordering::Relaxed);
+        let (client, heard) = open(name)?;
         let client = client
             .activate_async(
                 Notifications(heard.clone()),
@@ -172,22 +209,50 @@ impl Monitor {
             })?;
         Ok(Monitor {
             heard,
-            _client: client,
+            client: Client::InGraph { _client: client },
         })
     }
 
-    pub fn snapshot(&self) -> Snapshot {
+    /// Whether the guard's client runs in the graph's cycles (its thread
+    /// is then one of the graph's).
+    pub fn in_graph(&self) -> bool {
+        matches!(self.client, Client::InGraph { .. })
+    }
+
+    /// What the server has said so far.
+    pub fn snapshot(&mut self) -> Snapshot {
         let h = &self.heard;
+        let frames = h.frames.load(Ordering::Relaxed);
+        let cycles = match &mut self.client {
+            Client::Notices(notices, counted) => counted.advance(notices.cycle_frame(), frames),
+            Client::InGraph { .. } => h.cycles.load(Ordering::Relaxed),
+        };
         Snapshot {
-            frames: h.frames.load(Ordering::Relaxed),
+            frames,
             rate: h.rate.load(Ordering::Relaxed),
-            cycles: h.cycles.load(Ordering::Relaxed),
+            cycles,
             xruns: h.xruns.load(Ordering::Relaxed),
             skipped: h.skipped.load(Ordering::Relaxed),
             joins: h.joins.load(Ordering::Relaxed),
             leaves: h.leaves.load(Ordering::Relaxed),
         }
     }
+}
+
+/// Opens a client of the server the environment names as `name`, never
+/// starting a server, with what it says of the period so far.
+fn open(name: &str) -> Result<(jack::Client, Arc<Heard>), GuardError> {
+    let (client, _status) =
+        jack::Client::new(name, jack::ClientOptions::NO_START_SERVER).map_err(|e| {
+            fail(
+                format!("could not join the JACK server as a client: {e}"),
+                "is the server running? JACK2: give its name (-n / JACK_DEFAULT_SERVER); PipeWire: its --pid, so that its socket is found",
+            )
+        })?;
+    let heard = Arc::new(Heard::default());
+    heard.frames.store(client.buffer_size(), Ordering::Relaxed);
+    heard.rate.store(client.sample_rate(), Ordering::Relaxed);
+    Ok((client, heard))
 }
 
 /// Where PipeWire keeps its libjack (what `pw-jack` puts first on
@@ -253,6 +318,26 @@ mod tests {
         };
         assert_eq!(s.period_ns(), Some(1_333_333));
         assert_eq!(Snapshot::default().period_ns(), None);
+    }
+
+    #[test]
+    fn jack2s_cycles_are_whole_periods_of_its_frame_time() {
+        let mut c = FrameCycles::default();
+        assert_eq!(c.advance(1000, 64), 0, "the first reading only starts");
+        assert_eq!(c.advance(1000 + 64 * 3 + 10, 64), 3);
+        // The part of a period left over counts with the next reading.
+        assert_eq!(c.advance(1000 + 64 * 4, 64), 4);
+        // The frame time wraps at 2^32.
+        let mut c = FrameCycles::default();
+        c.advance(u32::MAX - 63, 64);
+        assert_eq!(c.advance(64, 64), 2);
+        // A restarted server's frame time starts again: nothing counted.
+        assert_eq!(c.advance(10, 64), 2);
+        assert_eq!(c.advance(10 + 128, 64), 4);
+        // No period known yet: nothing counted, the reading kept.
+        let mut c = FrameCycles::default();
+        c.advance(500, 0);
+        assert_eq!(c.advance(500 + 128, 64), 2);
     }
 
     #[test]

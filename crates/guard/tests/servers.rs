@@ -102,6 +102,22 @@ fn jackd_and_its_clients_get_reservations_of_their_own() {
             "jackd thread {tid} reads back SCHED_DEADLINE"
         );
     }
+    // The guard hears JACK2 by notice, outside its graph: the cycles are
+    // counted from the server's frame time, and no thread of the guard's
+    // runs them (none is reserved as real-time).
+    step_until(&mut guard, "the graph's cycles are counted", |g| {
+        g.status().cycles > 0
+    });
+    let me = std::process::id() as i32;
+    assert!(
+        guard
+            .status()
+            .threads
+            .iter()
+            .all(|t| t.pid != me || t.kind == Kind::Guard),
+        "the guard's client takes no part in JACK2's cycles: {:?}",
+        guard.status().threads
+    );
     client_joins_and_leaves(
         &mut guard,
         &m,
