@@ -6,13 +6,9 @@
 
 mod common;
 
-use common::{privileged, run_logged};
+use common::{leftover_files, marked_processes, privileged, run_logged};
 use std::path::Path;
 use std::process::Stdio;
-
-/// Marks the environment of everything the benchmark starts (its children
-/// inherit it), so that a survivor can be found after it exited.
-const MARKER_VAR: &str = "TESSERA_LOWEST_TEST_MARK";
 
 fn installed(program: &str) -> bool {
     tessera_sys::process::installed(program)
@@ -37,56 +33,6 @@ fn can_run(test: &str) -> bool {
     }
     eprintln!("{msg}");
     false
-}
-
-/// Processes whose environment carries `marker`.
-fn marked_processes(marker: &str) -> Vec<String> {
-    let needle = format!("{MARKER_VAR}={marker}");
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| {
-            let environ = std::fs::read(e.path().join("environ")).unwrap_or_default();
-            environ.split(|b| *b == 0).any(|v| v == needle.as_bytes())
-        })
-        .map(|e| {
-            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
-            format!(
-                "{}: {}",
-                e.file_name().to_string_lossy(),
-                String::from_utf8_lossy(&cmdline).replace('\0', " ")
-            )
-        })
-        .collect()
-}
-
-/// Files of run `pid` that must be gone: jackd's in /dev/shm, the trials'
-/// scratch directories and PipeWire's runtime directories.
-fn leftover_files(pid: u32) -> Vec<String> {
-    let shm = format!("tessera-{pid}-");
-    let scratch = [
-        format!("tessera-audio-{pid}-"),
-        format!("tessera-pw-{pid}-"),
-    ];
-    let names = |dir: &Path| -> Vec<String> {
-        std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect()
-    };
-    let mut found: Vec<String> = names(Path::new("/dev/shm"))
-        .into_iter()
-        .filter(|f| f.contains(&shm))
-        .collect();
-    found.extend(
-        names(&std::env::temp_dir())
-            .into_iter()
-            .filter(|f| scratch.iter().any(|s| f.starts_with(s))),
-    );
-    found
 }
 
 fn assert_trial(trial: &serde_json::Value) {
@@ -158,7 +104,7 @@ fn a_short_search_runs_both_configurations_reports_and_leaves_nothing_running() 
     let marker = format!("{}-{}", std::process::id(), test);
     let child = m
         .tessera()
-        .env(MARKER_VAR, &marker)
+        .env(common::MARKER_VAR, &marker)
         .args([
             "bench",
             "lowest",

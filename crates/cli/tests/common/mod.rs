@@ -159,3 +159,57 @@ pub fn as_nobody(m: &Machine, args: &[&str]) -> Output {
         args,
     )
 }
+
+/// Marks the environment of everything a test's benchmark starts (its
+/// children inherit it), so that a survivor can be found after it exited.
+pub const MARKER_VAR: &str = "TESSERA_TEST_MARK";
+
+/// Processes whose environment carries `marker`.
+pub fn marked_processes(marker: &str) -> Vec<String> {
+    let needle = format!("{MARKER_VAR}={marker}");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let environ = std::fs::read(e.path().join("environ")).unwrap_or_default();
+            environ.split(|b| *b == 0).any(|v| v == needle.as_bytes())
+        })
+        .map(|e| {
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            format!(
+                "{}: {}",
+                e.file_name().to_string_lossy(),
+                String::from_utf8_lossy(&cmdline).replace('\0', " ")
+            )
+        })
+        .collect()
+}
+
+/// Files of a benchmark run `pid` that must be gone: jackd's in /dev/shm,
+/// its runs' scratch directories and PipeWire's runtime directories.
+pub fn leftover_files(pid: u32) -> Vec<String> {
+    let shm = format!("tessera-{pid}-");
+    let scratch = [
+        format!("tessera-audio-{pid}-"),
+        format!("tessera-pw-{pid}-"),
+    ];
+    let names = |dir: &Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let mut found: Vec<String> = names(Path::new("/dev/shm"))
+        .into_iter()
+        .filter(|f| f.contains(&shm))
+        .collect();
+    found.extend(
+        names(&std::env::temp_dir())
+            .into_iter()
+            .filter(|f| scratch.iter().any(|s| f.starts_with(s))),
+    );
+    found
+}

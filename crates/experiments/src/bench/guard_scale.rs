@@ -14,6 +14,7 @@
 //! ends) and drives the audio-server subject's run for the rest; it must
 //! never judge the figures.
 
+use crate::jack_peer::Window;
 use crate::subject::audio_server::{AudioServerRun, GuardPlace};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -87,8 +88,14 @@ pub struct ServerResult {
     pub threads_reserved: usize,
     /// Reserved within one control interval of the guard.
     pub within_interval: usize,
-    /// Xruns the monitor client counted.
+    /// Xruns the monitor client counted (PipeWire's libjack tells of none).
     pub xruns: u64,
+    /// The graph's cycles in the steady phase, as the clients recorded
+    /// them: what ran, what ended after its period, and the periods lost
+    /// (no cycle at all) — how PipeWire's overruns show.
+    pub steady_cycles: u64,
+    pub steady_late: u64,
+    pub steady_lost: u64,
     pub notes: Vec<String>,
 }
 
@@ -240,9 +247,13 @@ fn run_one(
     let clients = subject.clients.len();
     let joining = options.join_every * clients as u32;
     let total = joining + SETTLE + options.steady;
+    // The guard as users run it: its record (`--record`, a row per thread
+    // per interval for the scenarios' budget figures) was a tenth of its
+    // CPU here, and this bench reads none of it.
     let place = GuardPlace {
         core: None,
         broker_dir: Some(daemon.dir.clone()),
+        record: false,
     };
     let sched = ServerSched::Guard(GuardSettings::default());
     let mut run = AudioServerRun::start_on(&subject, sched, None, total, &place)?;
@@ -273,6 +284,12 @@ fn run_one(
         ));
     }
     let data = run.finish();
+    let steady = Window {
+        from_ns: t0 + (joining + SETTLE).as_nanos() as u64,
+        to_ns: t0 + total.as_nanos() as u64,
+        t0_ns: t0,
+    };
+    let cycles = data.cycles_over(&steady).unwrap_or_default();
     let delays = seen.delays_ms();
     let within = delays
         .iter()
@@ -290,6 +307,9 @@ fn run_one(
         threads_reserved: seen.reserved.len(),
         within_interval: within,
         xruns: data.record.as_ref().map(|r| r.xruns).unwrap_or(0),
+        steady_cycles: cycles.cycles,
+        steady_late: cycles.late,
+        steady_lost: cycles.lost,
         notes: data.notes,
     })
 }

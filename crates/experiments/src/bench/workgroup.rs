@@ -160,7 +160,7 @@ fn run_configuration(
         Some(settings) => {
             let files = GuardFiles {
                 log: scratch.file("guard.log"),
-                record: scratch.file("guard.csv"),
+                record: Some(scratch.file("guard.csv")),
             };
             let guarded = Guarded::Process {
                 pid: child.pid(),

@@ -32,7 +32,8 @@ pub(crate) struct GuardChild {
 /// Where the guard logs (stdout and stderr) and records (`--record`).
 pub(crate) struct GuardFiles {
     pub log: PathBuf,
-    pub record: PathBuf,
+    /// None: it keeps no record, as users run it (a bench of its own cost).
+    pub record: Option<PathBuf>,
 }
 
 /// What the guard guards.
@@ -90,10 +91,11 @@ pub(crate) fn start_guard_of(
                 .arg(format!("{}ns", period.as_nanos()));
         }
     }
+    command.args(settings);
+    if let Some(record) = &files.record {
+        command.arg("--record").arg(record);
+    }
     command
-        .args(settings)
-        .arg("--record")
-        .arg(&files.record)
         .args(["--seconds", &(total + GUARD_DEAD_MAN).as_secs().to_string()])
         .arg("--quiet");
     let log = &files.log;

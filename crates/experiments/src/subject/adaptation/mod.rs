@@ -360,6 +360,7 @@ impl DemandRun {
         let place = GuardPlace {
             core: Some("global".into()),
             broker_dir: self.daemon.as_ref().map(|d| d.dir().to_path_buf()),
+            record: true,
         };
         match AudioServerRun::start_on(&subject, sched, None, total, &place) {
             Ok(run) => {

@@ -51,6 +51,8 @@ pub(crate) struct GuardPlace {
     /// The run directory of the broker it asks (`TESSERA_RUN_DIR`); None:
     /// the one `tessera_broker::Session::connect` finds.
     pub broker_dir: Option<PathBuf>,
+    /// Whether it keeps its record (`--record`: the budgets' figures).
+    pub record: bool,
 }
 
 /// One configuration's server, guard and clients. Fields drop in order:
@@ -76,6 +78,15 @@ pub struct AudioServerData {
     pub notes: Vec<String>,
 }
 
+impl AudioServerData {
+    /// The clients' cycles over `window` (their figures, as a scenario's
+    /// headline counts them: late, lost, xruns); None without a record.
+    pub(crate) fn cycles_over(&self, window: &figures::Window) -> Option<Headline> {
+        let record = self.record.as_ref().ok()?;
+        Some(figures::measure(record, &self.subject, window).1)
+    }
+}
+
 impl AudioServerRun {
     /// Starts the server (and the guard); the clients start at
     /// [`AudioServerRun::release`].
@@ -98,6 +109,7 @@ impl AudioServerRun {
                 core => core.map(|c| c.to_string()),
             },
             broker_dir: None,
+            record: true,
         };
         AudioServerRun::start_on(subject, sched, scenario.core, scenario.total(), &guard)
     }
@@ -134,10 +146,14 @@ impl AudioServerRun {
                 if let Some(core) = &guard.core {
                     args.extend(["--core".to_string(), core.clone()]);
                 }
+                let mut files = guard_files(&scratch);
+                if !guard.record {
+                    files.record = None;
+                }
                 Some(start_guard(
                     &server,
                     &args,
-                    &guard_files(&scratch),
+                    &files,
                     total,
                     guard.broker_dir.as_deref(),
                 )?)
@@ -166,10 +182,7 @@ impl AudioServerRun {
     /// periods counted in [`END_TO_END`] and its clients ending late in
     /// [`CLIENT_END`].
     pub(crate) fn chain_threads(&self, chain: u32) -> Vec<Watched> {
-        let record = self
-            .guard
-            .as_ref()
-            .map(|_| guard_files(&self.scratch).record);
+        let record = self.guard.as_ref().map(|_| guard_record(&self.scratch));
         GraphChain {
             server: self.server.as_ref().map(AudioServer::pid),
             clients: self.peer.as_ref().map(PeerClients::pid),
@@ -250,10 +263,7 @@ impl AudioServerRun {
             guard_started_ns: guard.started_ns,
             t0_ns: self.t0.unwrap_or(guard.started_ns),
         };
-        (
-            note,
-            budgets::read(&guard_files(&self.scratch).record, &origin),
-        )
+        (note, budgets::read(&guard_record(&self.scratch), &origin))
     }
 }
 
@@ -497,8 +507,13 @@ fn start_peer(
 fn guard_files(scratch: &Scratch) -> GuardFiles {
     GuardFiles {
         log: scratch.file("guard.log"),
-        record: scratch.file("guard.csv"),
+        record: Some(guard_record(scratch)),
     }
+}
+
+/// Where the guard keeps its record (`--record`) in a run's scratch.
+fn guard_record(scratch: &Scratch) -> PathBuf {
+    scratch.file("guard.csv")
 }
 
 /// `[subject] kind = "audio-server"` without a network application.

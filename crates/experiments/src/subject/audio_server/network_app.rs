@@ -24,7 +24,7 @@ pub use figures::{
 };
 
 use super::figures::Window;
-use super::{budgets, guard_files, server_spec, GraphChain};
+use super::{budgets, guard_files, guard_record, server_spec, GraphChain};
 use crate::harness::guard::{start_guard, GuardChild};
 use crate::harness::servers::{self, AudioServer, JackServer, OwnedChild};
 use crate::scratch::Scratch;
@@ -307,10 +307,7 @@ fn stop_guard(
         guard_started_ns: guard.started_ns,
         t0_ns: t0.unwrap_or(guard.started_ns),
     };
-    (
-        note,
-        budgets::read(&guard_files(&host.scratch).record, &origin),
-    )
+    (note, budgets::read(&guard_record(&host.scratch), &origin))
 }
 
 fn read_record(host: &Host, t0: Option<u64>) -> Result<PeerRecord, String> {
@@ -381,10 +378,7 @@ impl Running for NetworkAppRun {
             .iter()
             .enumerate()
             .flat_map(|(chain, host)| {
-                let record = host
-                    .guard
-                    .as_ref()
-                    .map(|_| guard_files(&host.scratch).record);
+                let record = host.guard.as_ref().map(|_| guard_record(&host.scratch));
                 GraphChain {
                     server: host.server.as_ref().map(AudioServer::pid),
                     clients: host.peer.as_ref().map(OwnedChild::pid),

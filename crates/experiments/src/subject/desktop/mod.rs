@@ -112,7 +112,7 @@ impl DesktopRun {
             (RightsHolder::Tessera(daemon), Rights::Tessera { guard: true }) => {
                 let files = GuardFiles {
                     log: scratch.file("guard.log"),
-                    record: scratch.file("guard.csv"),
+                    record: Some(scratch.file("guard.csv")),
                 };
                 Some(start_guard(
                     &server,
