@@ -8,34 +8,12 @@
 mod common;
 
 use common::{leftover_files, marked_processes, privileged};
-use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// Longer than the run (two servers: 1 s of joining, 2 s settling, 2 s
 /// together, and their start and stop) can take on a stalled host.
 const DEADLINE: Duration = Duration::from_secs(240);
-
-/// Whether this machine has both servers and the peer (else skipped, or
-/// failed under CI=true, which builds every binary first).
-fn can_run(test: &str) -> bool {
-    let installed = tessera_sys::process::installed;
-    let peer = Path::new(env!("CARGO_BIN_EXE_tessera")).with_file_name("tessera-jack-peer");
-    let missing: Vec<&str> = ["jackd", "pipewire", "pw-jack"]
-        .into_iter()
-        .filter(|p| !installed(p))
-        .chain((!peer.is_file()).then_some("tessera-jack-peer (cargo build --bins)"))
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let msg = format!("SKIPPED {test}: missing {}", missing.join(", "));
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg}, and CI=true requires it");
-    }
-    eprintln!("{msg}");
-    false
-}
 
 fn assert_server(s: &serde_json::Value) {
     assert_eq!(s["clients"], 4, "{s}");
@@ -73,7 +51,7 @@ fn assert_server(s: &serde_json::Value) {
 fn a_small_session_is_guarded_and_measured_on_both_servers_and_nothing_is_left() {
     let test = "guard_scale_small_session";
     let Some(m) = privileged(test) else { return };
-    if !can_run(test) {
+    if !common::can_run_bench(test, &["jackd", "pipewire", "pw-jack"]) {
         return;
     }
     let marker = format!("{}-{test}", std::process::id());

@@ -7,33 +7,7 @@
 mod common;
 
 use common::{leftover_files, marked_processes, privileged, run_logged};
-use std::path::Path;
 use std::process::Stdio;
-
-fn installed(program: &str) -> bool {
-    tessera_sys::process::installed(program)
-}
-
-/// Whether this machine can run the benchmark: its programs, and
-/// tessera-jack-peer built beside tessera (else skipped, or failed under
-/// CI=true, which builds every binary first).
-fn can_run(test: &str) -> bool {
-    let peer = Path::new(env!("CARGO_BIN_EXE_tessera")).with_file_name("tessera-jack-peer");
-    let missing: Vec<&str> = ["jackd", "rt-app", "stress-ng"]
-        .into_iter()
-        .filter(|p| !installed(p))
-        .chain((!peer.is_file()).then_some("tessera-jack-peer (cargo build --bins)"))
-        .collect();
-    if missing.is_empty() {
-        return true;
-    }
-    let msg = format!("SKIPPED {test}: missing {}", missing.join(", "));
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{msg}, and CI=true requires it");
-    }
-    eprintln!("{msg}");
-    false
-}
 
 fn assert_trial(trial: &serde_json::Value) {
     let frames = trial["frames"].as_u64().expect("frames");
@@ -97,7 +71,7 @@ fn assert_consistent(config: &serde_json::Value) {
 fn a_short_search_runs_both_configurations_reports_and_leaves_nothing_running() {
     let test = "a_short_search_runs_both_configurations";
     let Some(m) = privileged(test) else { return };
-    if !can_run(test) {
+    if !common::can_run_bench(test, &["jackd", "rt-app", "stress-ng"]) {
         return;
     }
     let out = m.dir.join("lowest");

@@ -213,3 +213,25 @@ pub fn leftover_files(pid: u32) -> Vec<String> {
     );
     found
 }
+
+/// Whether this machine can run a benchmark: `programs`, and
+/// tessera-jack-peer built beside tessera (else skipped, or failed under
+/// CI=true, which builds every binary first).
+pub fn can_run_bench(test: &str, programs: &[&str]) -> bool {
+    let peer = Path::new(env!("CARGO_BIN_EXE_tessera")).with_file_name("tessera-jack-peer");
+    let missing: Vec<&str> = programs
+        .iter()
+        .copied()
+        .filter(|p| !tessera_sys::process::installed(p))
+        .chain((!peer.is_file()).then_some("tessera-jack-peer (cargo build --bins)"))
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    let msg = format!("SKIPPED {test}: missing {}", missing.join(", "));
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg}, and CI=true requires it");
+    }
+    eprintln!("{msg}");
+    false
+}
