@@ -32,6 +32,7 @@ pub fn run(
         if rtkit {
             serve_rtkit(shared, fallback, limits)?;
         }
+        stop_on_termination(std::sync::Arc::clone(shared), paths.socket())?;
         // Ready means the socket and, when configured, the bus name.
         tell_service_manager_ready(&listening);
         if let Ok(exe) = std::env::current_exe() {
@@ -42,6 +43,59 @@ pub fn run(
         Ok::<(), Failure>(())
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// From now on SIGTERM, SIGINT and SIGHUP (`systemctl stop`, Ctrl-C, a
+/// closed terminal) stop the daemon cleanly: once the request in hand is
+/// answered (the broker's lock), its socket is removed — no client tries
+/// a daemon that is gone — and it exits. The cells stay as a crash leaves
+/// them: the next daemon re-admits them from `state.json`. Killed by a
+/// signal's default action instead, the daemon left its socket behind.
+fn stop_on_termination(
+    broker: std::sync::Arc<std::sync::Mutex<tessera_broker::Broker>>,
+    socket: std::path::PathBuf,
+) -> Result<(), Failure> {
+    use tessera_sys::process::{catch_termination, take_termination};
+    catch_termination().map_err(|e| failed(e.to_string(), ""))?;
+    std::thread::Builder::new()
+        .name("tessera-stop".into())
+        .spawn(move || loop {
+            if let Some((signal, _)) = take_termination() {
+                let _answered = answered(&broker);
+                let _ = std::fs::remove_file(&socket);
+                eprintln!(
+                    "tessera daemon: stopped by signal {signal}; its cells stay, \
+                     re-admitted when it starts again"
+                );
+                std::process::exit(0);
+            }
+            std::thread::sleep(STOP_POLL);
+        })
+        .map_err(|e| failed(format!("start the daemon's stop thread: {e}"), ""))?;
+    Ok(())
+}
+
+/// How often the stop thread looks for a termination signal.
+const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+/// The longest a stop waits for the request in hand.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The broker's lock once the request in hand is answered, or None after
+/// [`STOP_WAIT`]: a stop never hangs on a request stuck in a call.
+fn answered(
+    broker: &std::sync::Mutex<tessera_broker::Broker>,
+) -> Option<std::sync::MutexGuard<'_, tessera_broker::Broker>> {
+    let start = std::time::Instant::now();
+    loop {
+        match broker.try_lock() {
+            Ok(held) => return Some(held),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) if start.elapsed() < STOP_WAIT => {
+                std::thread::sleep(std::time::Duration::from_millis(5))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        }
+    }
 }
 
 /// RTKit's interface on the system bus, answered with reservations. A

@@ -147,6 +147,47 @@ fn the_daemon_recovers_after_sigkill() {
 }
 
 #[test]
+fn a_terminated_daemon_removes_its_socket_and_the_next_keeps_its_cells() {
+    let Some(mut m) = privileged("daemon-sigterm") else {
+        return;
+    };
+    let d1 = m.start_daemon(None);
+    m.ok(&[
+        "cell",
+        "create",
+        "kept",
+        "--policy",
+        "event-triggered",
+        "--runtime",
+        "200us",
+        "--period",
+        "1ms",
+    ]);
+    let sleeper = m.spawn(Command::new("sleep").arg("60"));
+    m.ok(&["cell", "attach", "kept", "--pid", &sleeper.to_string()]);
+    let daemon = m.children[d1].id().to_string();
+    let kill = Command::new("kill").args(["-TERM", &daemon]).status();
+    assert!(kill.is_ok_and(|s| s.success()), "kill -TERM {daemon}");
+    let mut status = None;
+    wait_until("the daemon exits", || {
+        status = m.children[d1].try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(status.unwrap().success(), "a clean stop: {status:?}");
+    assert!(
+        !m.dir.join("tessera.sock").exists(),
+        "no socket left for clients to try"
+    );
+    assert!(
+        policy_of(sleeper).starts_with("SCHED_DEADLINE runtime 200 µs"),
+        "the cell's member keeps its reservation: {}",
+        policy_of(sleeper)
+    );
+    m.start_daemon(None);
+    assert_eq!(cells(&m), vec!["kept"], "re-admitted from the state");
+}
+
+#[test]
 fn garbage_on_the_socket_gets_an_error_and_the_connection_stays_usable() {
     let Some(mut m) = privileged("garbage") else {
         return;
