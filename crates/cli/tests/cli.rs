@@ -105,25 +105,24 @@ fn a_killed_clients_cell_is_released_by_the_next_embedded_broker() {
     );
 }
 
+/// A `sleep 60` attached to a new cell `name` of 200 µs every 1 ms.
+fn sleeper_in_a_cell(m: &mut Machine, name: &str) -> u32 {
+    let budget = ["--runtime", "200us", "--period", "1ms"];
+    let mut create = vec!["cell", "create", name, "--policy", "event-triggered"];
+    create.extend(budget);
+    m.ok(&create);
+    let sleeper = m.spawn(Command::new("sleep").arg("60"));
+    m.ok(&["cell", "attach", name, "--pid", &sleeper.to_string()]);
+    sleeper
+}
+
 #[test]
 fn the_daemon_recovers_after_sigkill() {
     let Some(mut m) = privileged("daemon-recovery") else {
         return;
     };
     let d1 = m.start_daemon(None);
-    m.ok(&[
-        "cell",
-        "create",
-        "keep",
-        "--policy",
-        "event-triggered",
-        "--runtime",
-        "200us",
-        "--period",
-        "1ms",
-    ]);
-    let sleeper = m.spawn(Command::new("sleep").arg("60"));
-    m.ok(&["cell", "attach", "keep", "--pid", &sleeper.to_string()]);
+    let sleeper = sleeper_in_a_cell(&mut m, "keep");
     let client = start_client(&mut m, "gone");
     m.kill(d1);
     m.kill(client);
@@ -152,19 +151,7 @@ fn a_terminated_daemon_removes_its_socket_and_the_next_keeps_its_cells() {
         return;
     };
     let d1 = m.start_daemon(None);
-    m.ok(&[
-        "cell",
-        "create",
-        "kept",
-        "--policy",
-        "event-triggered",
-        "--runtime",
-        "200us",
-        "--period",
-        "1ms",
-    ]);
-    let sleeper = m.spawn(Command::new("sleep").arg("60"));
-    m.ok(&["cell", "attach", "kept", "--pid", &sleeper.to_string()]);
+    let sleeper = sleeper_in_a_cell(&mut m, "kept");
     let daemon = m.children[d1].id().to_string();
     let kill = Command::new("kill").args(["-TERM", &daemon]).status();
     assert!(kill.is_ok_and(|s| s.success()), "kill -TERM {daemon}");
