@@ -159,6 +159,15 @@ impl Broker {
         }
     }
 
+    /// Saves the budget changes still waiting ([`Broker::defer_budget_saves`]):
+    /// a daemon stopping cleanly loses none.
+    pub fn save_unsaved(&mut self) -> Outcome<()> {
+        match self.unsaved_since {
+            Some(_) => self.persist(),
+            None => Ok(()),
+        }
+    }
+
     /// Saves a budget change now, or marks it for [`Broker::save_if_due`].
     fn persist_soon(&mut self) -> Outcome<()> {
         match self.budget_save_delay {

@@ -47,10 +47,11 @@ pub fn run(
 
 /// From now on SIGTERM, SIGINT and SIGHUP (`systemctl stop`, Ctrl-C, a
 /// closed terminal) stop the daemon cleanly: once the request in hand is
-/// answered (the broker's lock), its socket is removed — no client tries
-/// a daemon that is gone — and it exits. The cells stay as a crash leaves
-/// them: the next daemon re-admits them from `state.json`. Killed by a
-/// signal's default action instead, the daemon left its socket behind.
+/// answered (the broker's lock), the budget changes still waiting are
+/// saved and its socket is removed — no client tries a daemon that is
+/// gone — and it exits. The cells stay: the next daemon re-admits them
+/// from `state.json`. Killed by a signal's default action instead, the
+/// daemon left its socket behind.
 fn stop_on_termination(
     broker: std::sync::Arc<std::sync::Mutex<tessera_broker::Broker>>,
     socket: std::path::PathBuf,
@@ -61,7 +62,10 @@ fn stop_on_termination(
         .name("tessera-stop".into())
         .spawn(move || loop {
             if let Some((signal, _)) = take_termination() {
-                let _answered = answered(&broker);
+                let saved = answered(&broker).map(|mut b| b.save_unsaved());
+                if let Some(Err(e)) = saved {
+                    eprintln!("tessera daemon: budget changes not saved: {e}");
+                }
                 let _ = std::fs::remove_file(&socket);
                 eprintln!(
                     "tessera daemon: stopped by signal {signal}; its cells stay, \

@@ -152,6 +152,17 @@ fn a_terminated_daemon_removes_its_socket_and_the_next_keeps_its_cells() {
     };
     let d1 = m.start_daemon(None);
     let sleeper = sleeper_in_a_cell(&mut m, "kept");
+    // A budget change the daemon holds back up to a second before saving
+    // it: the stop saves it.
+    m.ok(&[
+        "cell",
+        "resize",
+        "kept",
+        "--runtime",
+        "300us",
+        "--period",
+        "1ms",
+    ]);
     let daemon = m.children[d1].id().to_string();
     let kill = Command::new("kill").args(["-TERM", &daemon]).status();
     assert!(kill.is_ok_and(|s| s.success()), "kill -TERM {daemon}");
@@ -166,12 +177,17 @@ fn a_terminated_daemon_removes_its_socket_and_the_next_keeps_its_cells() {
         "no socket left for clients to try"
     );
     assert!(
-        policy_of(sleeper).starts_with("SCHED_DEADLINE runtime 200 µs"),
+        policy_of(sleeper).starts_with("SCHED_DEADLINE runtime 300 µs"),
         "the cell's member keeps its reservation: {}",
         policy_of(sleeper)
     );
     m.start_daemon(None);
     assert_eq!(cells(&m), vec!["kept"], "re-admitted from the state");
+    assert!(
+        policy_of(sleeper).starts_with("SCHED_DEADLINE runtime 300 µs"),
+        "re-admitted at the budget saved on the way out: {}",
+        policy_of(sleeper)
+    );
 }
 
 #[test]
