@@ -1,7 +1,7 @@
 //! Debian's jackd2 for tests: a server of a private name on its dummy
-//! driver, started by a test, ready once its real-time thread runs, killed
-//! by its PID and its /dev/shm files removed when the handle drops (error
-//! or not).
+//! driver, started by a test, ready once its real-time thread runs,
+//! stopped by its PID and its /dev/shm files removed when the handle drops
+//! (error or not).
 //!
 //! It must never touch a server it did not start.
 
@@ -11,6 +11,8 @@ use tessera_sys::sched::{self, Policy};
 
 /// How long jackd may take to run its real-time thread.
 const READY_WAIT: Duration = Duration::from_secs(10);
+/// How long jackd may take to exit after SIGTERM before it is killed.
+const STOP_WAIT: Duration = Duration::from_secs(3);
 
 /// A jackd started here (`jackd -n NAME -R -P 70 -d dummy -r 48000 -p FRAMES`).
 pub struct Jackd {
@@ -59,8 +61,19 @@ impl Jackd {
         &self.name
     }
 
-    /// Kills it (by its PID) and reaps it.
+    /// Stops it (by its PID) and reaps it: SIGTERM, so that it removes its
+    /// shared memory on the way out (killed, it left ~100 MB in
+    /// /dev/shm/jack-UID-N until the next server reclaimed it), and SIGKILL
+    /// if it has not exited within [`STOP_WAIT`].
     pub fn kill(&mut self) {
+        let _ = tessera_sys::process::terminate(self.pid());
+        let start = Instant::now();
+        while start.elapsed() < STOP_WAIT {
+            if !matches!(self.child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
