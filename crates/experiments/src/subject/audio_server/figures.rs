@@ -118,7 +118,7 @@ fn us(ns: u64) -> f64 {
 }
 
 /// The metrics, the headline and notes of one configuration's record.
-pub(crate) fn measure(
+pub(super) fn measure(
     record: &PeerRecord,
     subject: &AudioServerSubject,
     window: &Window,
