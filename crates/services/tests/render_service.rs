@@ -44,6 +44,10 @@ fn socket_path(test: &str) -> PathBuf {
 }
 
 fn start(test: &str, capacity_cores: f64) -> RenderServer {
+    RenderServer::start(config(test, capacity_cores)).unwrap()
+}
+
+fn config(test: &str, capacity_cores: f64) -> ServerConfig {
     let mut config = ServerConfig::new(
         socket_path(test),
         capacity_cores,
@@ -52,7 +56,7 @@ fn start(test: &str, capacity_cores: f64) -> RenderServer {
     );
     config.screen_width = 64;
     config.screen_height = 48;
-    RenderServer::start(config).unwrap()
+    config
 }
 
 fn hello(name: &str, window: Option<Rect>) -> Hello {
@@ -109,7 +113,13 @@ fn terms(per_second: f64) -> Terms {
 
 #[test]
 fn probes_lead_to_an_offer_too_few_or_too_much_to_a_reasoned_refusal() {
-    let server = start("sla", 0.5);
+    let mut config = config("sla", 0.5);
+    // On a busy virtual machine one probe of 200 µs has measured 36 ms of
+    // CPU time (CI, twice), and the default p99 of 25 probes is their
+    // maximum: that one probe sized the offer past a core. The median keeps
+    // this test about the negotiation, not about the host.
+    config.rules.quantile = 0.5;
+    let server = RenderServer::start(config).unwrap();
     let mut display = open(server.socket(), hello("player", None));
     let frame = solid([1, 2, 3]);
     for _ in 0..5 {
