@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::error::{BrokerError, ErrorCode};
 use crate::facts::{Facts, Mode};
 use crate::layout::{Layout, Shape};
-use crate::monitor::{CellFacts, CellSample, Monitor, Sample, UnguaranteedThread};
+use crate::monitor::{CellFacts, CellSample, Monitor, Sample};
 use crate::paths::Paths;
 use crate::placement::{self, Enforcement};
 use crate::protocol::{
@@ -19,7 +19,7 @@ use crate::protocol::{
     StatusReport,
 };
 use crate::registry::{self, ServiceEntry, ServiceInfo};
-use crate::state::{CellState, Member, Owner, ProcessId, Reported, State};
+use crate::state::{CellState, Member, Owner, ProcessId, Reported, State, UnguaranteedThread};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -67,9 +67,6 @@ pub struct Broker {
     unsaved_since: Option<Instant>,
     /// How long budget changes may wait to be saved; None: saved at once.
     budget_save_delay: Option<Duration>,
-    /// Real-time threads left without a reservation, as their granter
-    /// last reported them (see [`Broker::set_unguaranteed`]).
-    unguaranteed: Vec<UnguaranteedThread>,
     /// The reaper's view of owners and members, each checked through a
     /// /proc file kept open.
     liveness: Liveness,
@@ -126,7 +123,6 @@ impl Broker {
             calm: BTreeMap::new(),
             unsaved_since: None,
             budget_save_delay: None,
-            unguaranteed: Vec::new(),
             liveness: Liveness::default(),
         };
         let notes = match loaded {
@@ -198,6 +194,9 @@ impl Broker {
         self.state.snapshot = old.snapshot.clone();
         // Services are processes of their own: stale ones go on lookup.
         self.state.services = old.services.clone();
+        // RTKit's fallback threads: their granter checks them on taking
+        // them back (Grants::new).
+        self.state.unguaranteed = old.unguaranteed.clone();
         let mut survivors = Vec::new();
         for (name, cell) in old.cells {
             let Some(grant) = old.ledger.grant(&name).cloned() else {
@@ -1238,15 +1237,26 @@ impl Broker {
             })
         });
         self.monitor
-            .sample(cells, &self.unguaranteed, &mut self.liveness)
+            .sample(cells, &self.state.unguaranteed, &mut self.liveness)
             .clone()
     }
 
     /// The real-time threads that hold no reservation, for the monitor's
-    /// samples (`tessera top`): RTKit's fallback reports every change of
-    /// the threads it left on SCHED_RR.
-    pub fn set_unguaranteed(&mut self, threads: Vec<UnguaranteedThread>) {
-        self.unguaranteed = threads;
+    /// samples (`tessera top`) and the next daemon: RTKit's fallback
+    /// reports every change of the threads it left on SCHED_RR, saved when
+    /// the list changed.
+    pub fn set_unguaranteed(&mut self, threads: Vec<UnguaranteedThread>) -> Outcome<()> {
+        if threads == self.state.unguaranteed {
+            return Ok(());
+        }
+        self.state.unguaranteed = threads;
+        self.persist()
+    }
+
+    /// The threads last reported unguaranteed, also by a daemon before this
+    /// one (their threads may have ended since).
+    pub fn unguaranteed(&self) -> &[UnguaranteedThread] {
+        &self.state.unguaranteed
     }
 
     /// The samples after `since_unix_ms`; a fresh one first when the newest

@@ -14,7 +14,7 @@
 //! does, from what it sampled) and never reads anything but /proc and the
 //! broker's state.
 
-use crate::state::CellState;
+use crate::state::{CellState, UnguaranteedThread};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::io::{BufRead, Write};
@@ -79,22 +79,6 @@ impl CellSample {
     pub fn cpu_pct(&self) -> f64 {
         self.threads.iter().map(|t| t.cpu_pct).sum()
     }
-}
-
-/// A thread running real-time without a reservation, so that nothing
-/// guarantees it CPU time: admission refused it, and RTKit's fallback
-/// (`rtkit_fallback = "fifo"`) left it on SCHED_RR. Reported by what
-/// granted it (`tessera_rtkit`) through [`crate::Broker::set_unguaranteed`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UnguaranteedThread {
-    pub pid: i32,
-    pub tid: i32,
-    pub uid: u32,
-    pub name: String,
-    /// Its SCHED_RR priority.
-    pub priority: u32,
-    /// Why it holds no reservation: admission's refusal.
-    pub why: String,
 }
 
 /// The whole machine at one instant.

@@ -91,6 +91,24 @@ pub struct Reported {
     pub xruns: u64,
 }
 
+/// A thread running real-time without a reservation, so that nothing
+/// guarantees it CPU time: admission refused it, and RTKit's fallback
+/// (`rtkit_fallback = "fifo"`) left it on SCHED_RR. Reported by what
+/// granted it (`tessera_rtkit`) through [`crate::Broker::set_unguaranteed`],
+/// and kept in the state so that a restarted daemon still labels it and
+/// still tries it for a reservation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnguaranteedThread {
+    pub pid: i32,
+    pub tid: i32,
+    pub uid: u32,
+    pub name: String,
+    /// Its SCHED_RR priority.
+    pub priority: u32,
+    /// Why it holds no reservation: admission's refusal.
+    pub why: String,
+}
+
 /// Machine settings found before tessera changed them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Snapshot {
@@ -107,6 +125,9 @@ pub struct State {
     /// Absent from state files written before services existed.
     #[serde(default)]
     pub services: Services,
+    /// Absent from state files written before RTKit's fallback was kept.
+    #[serde(default)]
+    pub unguaranteed: Vec<UnguaranteedThread>,
 }
 
 impl State {
@@ -117,6 +138,7 @@ impl State {
             cells: BTreeMap::new(),
             snapshot: Snapshot::default(),
             services: Services::default(),
+            unguaranteed: Vec::new(),
         }
     }
 

@@ -227,7 +227,8 @@ fn render(sample: &Sample, view: &View, broker: &str) -> String {
             c.budget
                 .map(|b| b.runtime_ns as f64 / b.period_ns as f64 * c.reservations as f64)
         })
-        .sum();
+        // Not `sum`: f64's sum of nothing is −0.0, printed "-0.00".
+        .fold(0.0, |total, cores| total + cores);
     let mut out = format!(
         "tessera top — {} cells, {reserved:.2} cores reserved; {broker}; every {:.1} s, sorted by {}\n",
         sample.cells.len(),
@@ -335,7 +336,7 @@ fn truncate(text: &str, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_broker::monitor::UnguaranteedThread;
+    use tessera_broker::state::UnguaranteedThread;
 
     fn view() -> View {
         View {

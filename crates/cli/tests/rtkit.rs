@@ -83,6 +83,13 @@ impl Desktop {
         self.m.kill(index);
     }
 
+    /// SIGKILL to the daemon, and a new one with `config`.
+    fn restart_with(&mut self, config: &str) {
+        std::fs::write(self.m.dir.join("daemon.toml"), config).unwrap();
+        self.kill_daemon();
+        self.start_daemon();
+    }
+
     /// A command run as the test user, on the private bus, with a runtime
     /// directory of its own (as a login session has).
     fn as_user(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
@@ -353,13 +360,33 @@ fn past_the_quota_a_request_falls_back_to_rtkits_own_answer_or_is_refused() {
     let row = text.lines().find(|l| l.starts_with(&p.to_string()));
     assert!(text.contains("UNGUARANTEED") && row.is_some(), "{text}");
 
-    std::fs::write(
-        d.m.dir.join("daemon.toml"),
-        "rtkit = true\ndefault_quota = 0.01\nrtkit_fallback = \"refuse\"\n",
-    )
-    .unwrap();
+    // A restarted daemon labels it still, and gives it a reservation once
+    // the quota has room.
     d.kill_daemon();
     d.start_daemon();
+    assert!(
+        d.daemon_log().contains("1 grant(s) taken back"),
+        "{}",
+        d.daemon_log()
+    );
+    // Past several adaptations and a retry that the quota refused, the
+    // thread is still granted and labelled (they once forgot it).
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        sched::get_policy(p).unwrap(),
+        Policy::RoundRobin { priority: 10 }
+    );
+    let text = d.m.ok(&["top", "-b", "-n", "1", "-d", "0.1"]);
+    assert!(text.contains("UNGUARANTEED"), "{text}");
+    d.restart_with("rtkit = true\ndefault_quota = 0.5\nrtkit_fallback = \"fifo\"\n");
+    d.wait_for(
+        "the fallback thread is reserved after the restart",
+        Duration::from_secs(10),
+        |_| is_deadline(p),
+    );
+    assert_eq!(d.m.cells_of(p).len(), 1);
+
+    d.restart_with("rtkit = true\ndefault_quota = 0.01\nrtkit_fallback = \"refuse\"\n");
     let q = d.user_sleeper(true);
     let (ok, text) = d.realtime(Some(d.user.uid), q, q, 10);
     assert!(!ok, "{text}");

@@ -16,7 +16,9 @@
 //!
 //! The threads left on RTKit's SCHED_RR (the fifo fallback) are reported
 //! to the broker after every change ([`Broker::set_unguaranteed`]), so that
-//! its monitor's samples, and `tessera top`, label them unguaranteed.
+//! its monitor's samples, and `tessera top`, label them unguaranteed; its
+//! state keeps them, so that a restarted daemon labels them still and keeps
+//! trying them for a reservation.
 //!
 //! It must never hold the broker's lock across a call to the bus, and never
 //! leave a thread it gave up on with a policy it set: a reservation goes
@@ -27,7 +29,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_broker::config::RtkitFallback;
-use tessera_broker::monitor::UnguaranteedThread;
+use tessera_broker::state::UnguaranteedThread;
 use tessera_broker::state::{Owner, ProcessId};
 use tessera_broker::{Broker, BrokerError, ErrorCode};
 use tessera_policy::{Adaptive, AdaptiveConfig, Budget, CellRequest, Placement};
@@ -296,15 +298,21 @@ impl Grants {
                 );
                 Some(line)
             }
-            Err(_) => {
-                if let Some(Grant {
-                    held: Held::Unguaranteed { since, .. },
+            Err(refusal) => {
+                let Some(Grant {
+                    held: Held::Unguaranteed { since, why, .. },
                     ..
                 }) = self.threads.get_mut(&tid)
-                {
-                    *since = Instant::now();
-                }
-                None
+                else {
+                    return None;
+                };
+                *since = Instant::now();
+                // The label says why now; the log, when that changed.
+                let now = refusal.to_string();
+                (now != *why).then(|| {
+                    *why = now;
+                    format!("thread {tid} still unguaranteed: {why}")
+                })
             }
         }
     }
@@ -341,7 +349,9 @@ impl Grants {
                 _ => None,
             })
             .collect();
-        self.broker().set_unguaranteed(threads);
+        // A state that cannot be saved loses only the label's survival of a
+        // restart; the broker's other changes report the same failure.
+        let _ = self.broker().set_unguaranteed(threads);
     }
 
     fn check_thread_count(&self, target: &Target) -> Result<(), RtkitError> {
@@ -439,12 +449,22 @@ impl Grants {
     /// Learns the thread's period, feeds its controller and asks admission
     /// for the budget it wants.
     fn adapt_one(&mut self, tid: Tid) -> Result<(), BrokerError> {
-        let Some(Grant {
-            target,
-            held: Held::Reserved(mut r),
-        }) = self.threads.remove(&tid)
-        else {
+        let Some(Grant { target, held }) = self.threads.remove(&tid) else {
             return Ok(());
+        };
+        // Only reservations adapt; the other grants go back as they were.
+        let mut r = match held {
+            Held::Reserved(r) => r,
+            other => {
+                self.threads.insert(
+                    tid,
+                    Grant {
+                        target,
+                        held: other,
+                    },
+                );
+                return Ok(());
+            }
         };
         let outcome = observe(&mut r).and_then(|()| self.apply(&mut r, target.uid));
         self.threads.insert(
@@ -507,9 +527,51 @@ impl Grants {
         }
     }
 
-    /// Takes back the reservations of a daemon that ran before: each cell
-    /// `rtkit-<tid>` whose member still runs gets a new controller.
+    /// Takes back what a daemon that ran before granted: its reservations
+    /// ([`Grants::adopt_reservations`]) and the threads its fallback left
+    /// on SCHED_RR ([`Grants::adopt_unguaranteed`]).
     fn adopt_existing(&mut self) {
+        self.adopt_reservations();
+        self.adopt_unguaranteed();
+        self.report_unguaranteed();
+    }
+
+    /// Each thread the broker's state lists as left on RTKit's SCHED_RR
+    /// that still is — a thread of the same process, of the same user, at
+    /// the same priority — is labelled again and tried for a reservation at
+    /// the next adaptation; the others are dropped from the list.
+    fn adopt_unguaranteed(&mut self) {
+        let listed = self.broker().unguaranteed().to_vec();
+        for t in listed {
+            let same_user = proc::owner_uid(t.pid).ok() == Some(t.uid);
+            let in_process = proc::threads_of(t.pid).is_ok_and(|tids| tids.contains(&t.tid));
+            let still_rr = matches!(
+                sched::get_policy(t.tid),
+                Ok(Policy::RoundRobin { priority }) if priority == t.priority
+            );
+            if !(same_user && in_process && still_rr) {
+                continue;
+            }
+            let target = Target {
+                pid: t.pid,
+                tid: t.tid,
+                uid: t.uid,
+                process_start: proc::start_time(t.pid).unwrap_or(0),
+                thread_start: proc::thread_start_time(t.pid, t.tid).unwrap_or(0),
+            };
+            let held = Held::Unguaranteed {
+                priority: t.priority,
+                why: t.why,
+                since: Instant::now()
+                    .checked_sub(RETRY_AFTER)
+                    .unwrap_or_else(Instant::now),
+            };
+            self.threads.insert(t.tid, Grant { target, held });
+        }
+    }
+
+    /// Each cell `rtkit-<tid>` whose member still runs gets a new controller.
+    fn adopt_reservations(&mut self) {
         let cells = self.broker().list();
         for cell in cells {
             let Some(tid) = cell
