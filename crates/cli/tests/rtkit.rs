@@ -395,6 +395,57 @@ fn past_the_quota_a_request_falls_back_to_rtkits_own_answer_or_is_refused() {
 }
 
 #[test]
+fn rtkits_per_user_limits_hold_and_reset_known_undoes_every_kind_of_grant() {
+    let config = "rtkit = true\n[rtkit_limits]\nthreads_per_user = 2\nactions_per_burst = 4\n";
+    let Some(mut d) = Desktop::new("rtkit_user_limits", config) else {
+        return;
+    };
+    let uid = Some(d.user.uid);
+    let [a, b, c] = [(); 3].map(|()| d.user_sleeper(true));
+    assert!(d.realtime(uid, a, a, 10).0);
+    assert!(d.realtime(uid, b, b, 10).0);
+    // A third thread is past the user's threads (busctl prints the error's
+    // name; the daemon's log has its text).
+    let (ok, text) = d.realtime(uid, c, c, 10);
+    assert!(!ok, "{text}");
+    assert!(d.daemon_log().contains("holds 2 real-time threads"));
+    assert_eq!(sched::get_policy(c).unwrap(), Policy::Other { nice: 0 });
+    assert_eq!(d.m.cells().len(), 2);
+    // MakeThreadHighPriorityWithPID: the nice level, with RESET_ON_FORK.
+    let high = |d: &Desktop, pid: i32, nice: i32| {
+        let (pid, nice) = (pid.to_string(), nice.to_string());
+        // `--`: a negative nice level is not an option of busctl's.
+        let args = [
+            "--",
+            "call",
+            NAME,
+            PATH,
+            NAME,
+            "MakeThreadHighPriorityWithPID",
+            "tti",
+        ];
+        let args: Vec<&str> = args.into_iter().chain([&*pid, &*pid, &*nice]).collect();
+        d.busctl(uid, &args)
+    };
+    let (ok, text) = high(&d, c, -10);
+    assert!(ok, "{text}");
+    assert_eq!(sched::get_policy(c).unwrap(), Policy::Other { nice: -10 });
+    // A fifth request in the burst window is refused, whatever it asks.
+    let (ok, text) = high(&d, c, -5);
+    assert!(!ok, "{text}");
+    assert!(d.daemon_log().contains("made 4 requests in 20 s"));
+    assert_eq!(sched::get_policy(c).unwrap(), Policy::Other { nice: -10 });
+    // Past several adaptations, root's ResetKnown finds all three grants.
+    std::thread::sleep(Duration::from_millis(700));
+    let (ok, text) = d.busctl(None, &["call", NAME, PATH, NAME, "ResetKnown"]);
+    assert!(ok, "{text}");
+    for pid in [a, b, c] {
+        assert_eq!(sched::get_policy(pid).unwrap(), Policy::Other { nice: 0 });
+    }
+    assert!(d.m.cells().is_empty());
+}
+
+#[test]
 fn a_foreign_client_asks_for_its_own_thread_and_a_restarted_daemon_keeps_the_grant() {
     let Some(mut d) = Desktop::new("rtkit_restart", "rtkit = true\n") else {
         return;
@@ -490,7 +541,10 @@ fn fuzzed_call(
 
 #[test]
 fn ten_thousand_fuzzed_calls_get_replies_and_change_nothing() {
-    let Some(d) = Desktop::new("rtkit_fuzz", "rtkit = true\n") else {
+    // No burst limit in reach: every call in range goes on to the thread's
+    // and its process's checks instead of stopping at the 26th.
+    let config = "rtkit = true\n[rtkit_limits]\nactions_per_burst = 1000000\n";
+    let Some(d) = Desktop::new("rtkit_fuzz", config) else {
         return;
     };
     // Threads of this process that stay alive through the test.
@@ -514,16 +568,30 @@ fn ten_thousand_fuzzed_calls_get_replies_and_change_nothing() {
         .build()
         .expect("connect to the private bus");
     let mut rng = Rng(0x7e55_e2a1_u64);
-    let (mut replies, mut errors) = (0, 0);
+    let (mut replies, mut errors, mut rttime, mut burst) = (0, 0, 0, 0);
     for i in 0..10_000 {
         match fuzzed_call(&bus, &mut rng, &own) {
             Ok(_) => replies += 1,
-            Err(zbus::Error::MethodError(..)) | Err(zbus::Error::FDO(_)) => errors += 1,
+            Err(zbus::Error::MethodError(_, text, _)) => {
+                errors += 1;
+                let text = text.unwrap_or_default();
+                rttime += usize::from(text.contains("RLIMIT_RTTIME"));
+                burst += usize::from(text.contains("requests in"));
+            }
+            Err(zbus::Error::FDO(_)) => errors += 1,
             Err(e) => panic!("call {i} got no reply: {e}\n{}", d.logs()),
         }
     }
-    eprintln!("10 000 fuzzed calls: {replies} answered, {errors} refused with an error");
+    eprintln!(
+        "10 000 fuzzed calls: {replies} answered, {errors} refused with an error \
+         ({rttime} for RLIMIT_RTTIME, {burst} for the burst limit)"
+    );
     assert!(errors > 9_000, "almost every fuzzed call is refused");
+    assert_eq!(burst, 0, "the burst limit is out of reach");
+    assert!(
+        rttime > 0,
+        "calls in range reach RTKit's RLIMIT_RTTIME rule"
+    );
     assert!(d.m.cells().is_empty(), "nothing was reserved");
     let after: Vec<Policy> = own
         .iter()
