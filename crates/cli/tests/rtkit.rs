@@ -678,6 +678,98 @@ fn a_hundred_kills_of_daemon_client_or_pipewire_leave_nothing_behind() {
     });
 }
 
+/// Processes frozen as a suspend freezes user space, in a freezer cgroup of
+/// the test's own: cgroup v1's freezer where it is mounted, else cgroup
+/// v2's `cgroup.freeze`. Dropped, they are thawed, moved back to the root
+/// cgroup and the cgroup is removed, also when the test fails.
+struct Frozen {
+    dir: PathBuf,
+    root: PathBuf,
+    v1: bool,
+    pids: Vec<i32>,
+}
+
+impl Frozen {
+    fn new(pids: &[i32]) -> Frozen {
+        let v1 = Path::new("/sys/fs/cgroup/freezer/cgroup.procs").exists();
+        let root = match v1 {
+            true => PathBuf::from("/sys/fs/cgroup/freezer"),
+            false if Path::new("/sys/fs/cgroup/unified/cgroup.procs").exists() => {
+                PathBuf::from("/sys/fs/cgroup/unified")
+            }
+            false => PathBuf::from("/sys/fs/cgroup"),
+        };
+        let dir = root.join(format!("tessera-test-freeze-{}", std::process::id()));
+        std::fs::create_dir(&dir).expect("create a freezer cgroup");
+        let frozen = Frozen {
+            dir,
+            root,
+            v1,
+            pids: pids.to_vec(),
+        };
+        for pid in pids {
+            std::fs::write(frozen.dir.join("cgroup.procs"), pid.to_string()).unwrap();
+        }
+        frozen.set(true);
+        wait_until("the processes are frozen", || frozen.is_frozen());
+        frozen
+    }
+
+    fn set(&self, freeze: bool) {
+        let (file, value) = match (self.v1, freeze) {
+            (true, true) => ("freezer.state", "FROZEN"),
+            (true, false) => ("freezer.state", "THAWED"),
+            (false, true) => ("cgroup.freeze", "1"),
+            (false, false) => ("cgroup.freeze", "0"),
+        };
+        std::fs::write(self.dir.join(file), value).unwrap();
+    }
+
+    fn is_frozen(&self) -> bool {
+        let read = |file: &str| std::fs::read_to_string(self.dir.join(file)).unwrap_or_default();
+        match self.v1 {
+            true => read("freezer.state").trim() == "FROZEN",
+            false => read("cgroup.events").lines().any(|l| l == "frozen 1"),
+        }
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        self.set(false);
+        for pid in &self.pids {
+            let _ = std::fs::write(self.root.join("cgroup.procs"), pid.to_string());
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+#[test]
+fn a_suspend_simulated_with_the_freezer_keeps_every_grant() {
+    let Some(mut d) = Desktop::new("rtkit_freeze", "rtkit = true\n") else {
+        return;
+    };
+    let p = d.user_sleeper(true);
+    assert!(d.realtime(Some(d.user.uid), p, p, 10).0);
+    let cell = d.m.cells_of(p)[0]["name"].clone();
+    let daemon = d.m.children[d.daemon.expect("a daemon runs")].id() as i32;
+    // What a suspend freezes: the granted program and the daemon itself
+    // (its adaptation sees a gap of seconds when it thaws).
+    {
+        let _frozen = Frozen::new(&[p, daemon]);
+        std::thread::sleep(Duration::from_secs(3));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(is_deadline(p), "no demotion over the freeze");
+    let cells = d.m.cells_of(p);
+    assert!(cells.len() == 1 && cells[0]["name"] == cell, "{cells:?}");
+    assert!(!d.daemon_log().contains("released"), "{}", d.daemon_log());
+    // The daemon still grants.
+    let q = d.user_sleeper(true);
+    assert!(d.realtime(Some(d.user.uid), q, q, 10).0);
+    assert!(is_deadline(q));
+}
+
 #[test]
 fn a_daemon_that_cannot_own_the_name_fails_and_says_why() {
     let Some(d) = Desktop::new("rtkit_name_taken", "rtkit = true\n") else {
