@@ -3,9 +3,12 @@
 //! libtessera.so, and run as root on a private broker state directory
 //! (the machine reset afterwards): join, intervals and leave; a second
 //! process joining the first's workgroup by name; the refusals and their
-//! codes; the system calls of the interval calls, counted with strace.
+//! codes; the system calls of the interval calls, counted with strace;
+//! and a C++ host built through pkg-config against the library's soname,
+//! run by a user without privileges, best-effort.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -190,3 +193,94 @@ fn a_cycle_in_step_costs_one_system_call() {
         "{per_pair:.3} system calls per start + finish ({with} with {PAIRS} pairs, {without} without)"
     );
 }
+
+/// Compiler and linker flags from crates/libtessera/tessera.pc, its
+/// prefix's directories pointed at this tree's header and `libdir`.
+fn pkg_config_flags(libdir: &Path) -> Vec<String> {
+    let out = Command::new("pkg-config")
+        .env("PKG_CONFIG_PATH", CRATE)
+        .arg(format!("--define-variable=includedir={CRATE}/include"))
+        .arg(format!("--define-variable=libdir={}", libdir.display()))
+        .args(["--cflags", "--libs", "tessera"])
+        .output()
+        .expect("pkg-config runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn a_cpp_host_built_through_pkg_config_runs_best_effort_without_privileges() {
+    let Some(machine) =
+        privileged("a_cpp_host_built_through_pkg_config_runs_best_effort_without_privileges")
+    else {
+        return;
+    };
+    let lib = built_library();
+    let readelf = Command::new("readelf")
+        .arg("-d")
+        .arg(&lib)
+        .output()
+        .unwrap();
+    let dynamic = String::from_utf8_lossy(&readelf.stdout);
+    assert!(
+        dynamic.contains("Library soname: [libtessera.so.0]"),
+        "{dynamic}"
+    );
+
+    // Everything the unprivileged user runs or writes, readable by it.
+    let dir = machine.dir();
+    let host = dir.join("cpp");
+    let run = host.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    for d in [&dir, &host] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::os::unix::fs::chown(&run, Some(NOBODY), Some(NOBODY)).unwrap();
+    std::fs::copy(&lib, host.join("libtessera.so")).unwrap();
+    std::fs::copy(&lib, host.join("libtessera.so.0")).unwrap();
+    let exe = host.join("best_effort");
+    let out = Command::new("c++")
+        .arg(Path::new(CRATE).join("tests/c/best_effort.cpp"))
+        .args(pkg_config_flags(&host))
+        .arg(format!("-Wl,-rpath,{}", host.display()))
+        .args(["-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .output()
+        .expect("c++ runs");
+    assert!(
+        out.status.success(),
+        "c++: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let ids = NOBODY.to_string();
+    let out = Command::new("setpriv")
+        .args(["--reuid", &ids, "--regid", &ids, "--clear-groups"])
+        .arg(&exe)
+        .env("TESSERA_RUN_DIR", &run)
+        .output()
+        .expect("setpriv runs");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // TESSERA_BEST_EFFORT (1) from the open and the join, no error from the
+    // intervals, the leave or the close.
+    assert!(
+        said.contains("opened=1 guaranteed=0 joined=1 intervals=0 left=0 closed=0"),
+        "{said}"
+    );
+}
+
+/// nobody's uid and gid on Debian.
+const NOBODY: u32 = 65534;
