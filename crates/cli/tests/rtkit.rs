@@ -57,7 +57,8 @@ impl Desktop {
         Some(d)
     }
 
-    fn start_daemon(&mut self) {
+    /// The test's daemon, on the private bus, logging to daemon.log.
+    fn daemon_command(&self) -> Command {
         let log = std::fs::File::create(self.m.dir.join("daemon.log")).unwrap();
         let mut cmd = self.m.tessera();
         cmd.args(["daemon", "--run-dir"])
@@ -66,6 +67,11 @@ impl Desktop {
             .arg(self.m.dir.join("daemon.toml"))
             .env("DBUS_SYSTEM_BUS_ADDRESS", &self.bus.address)
             .stderr(log);
+        cmd
+    }
+
+    fn start_daemon(&mut self) {
+        let mut cmd = self.daemon_command();
         let index = self.m.children.len();
         self.m.children.push(cmd.spawn().expect("start the daemon"));
         self.daemon = Some(index);
@@ -615,15 +621,7 @@ fn a_hundred_kills_of_daemon_client_or_pipewire_leave_nothing_behind() {
     let Some(mut d) = Desktop::new("rtkit_kills", "rtkit = true\n") else {
         return;
     };
-    let bus = zbus::blocking::connection::Builder::address(d.bus.address.as_str())
-        .unwrap()
-        .build()
-        .unwrap();
-    let dbus = zbus::blocking::fdo::DBusProxy::new(&bus).unwrap();
-    let name_owned = || {
-        dbus.name_has_owner(NAME.try_into().unwrap())
-            .unwrap_or(false)
-    };
+    let name_owned = name_owner(&d.bus);
     let mut reserved = Vec::new();
     for round in 0..100 {
         let victim = round % 3;
@@ -768,6 +766,46 @@ fn a_suspend_simulated_with_the_freezer_keeps_every_grant() {
     let q = d.user_sleeper(true);
     assert!(d.realtime(Some(d.user.uid), q, q, 10).0);
     assert!(is_deadline(q));
+}
+
+/// Whether RTKit's name has an owner on `bus`, asked of the bus itself.
+fn name_owner(bus: &PrivateBus) -> impl Fn() -> bool {
+    let connection = zbus::blocking::connection::Builder::address(bus.address.as_str())
+        .unwrap()
+        .build()
+        .unwrap();
+    let dbus = zbus::blocking::fdo::DBusProxy::new(&connection).unwrap();
+    move || {
+        dbus.name_has_owner(NAME.try_into().unwrap())
+            .unwrap_or(false)
+    }
+}
+
+#[test]
+fn ready_comes_once_the_socket_listens_and_the_bus_name_is_owned() {
+    let Some(mut d) = Desktop::new("rtkit_ready", "rtkit = true\n") else {
+        return;
+    };
+    let owned = name_owner(&d.bus);
+    d.kill_daemon();
+    d.wait_for("the bus drops the name", Duration::from_secs(5), |_| {
+        !owned()
+    });
+    // systemd's Type=notify: READY=1 on the datagram socket it names.
+    let notify = d.m.dir.join("notify.sock");
+    let socket = std::os::unix::net::UnixDatagram::bind(&notify).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut daemon = d.daemon_command();
+    daemon.env("NOTIFY_SOCKET", &notify);
+    d.m.children.push(daemon.spawn().expect("start the daemon"));
+    let mut message = [0u8; 4096];
+    let n = socket.recv(&mut message).expect("READY=1 within 10 s");
+    let message = String::from_utf8_lossy(&message[..n]);
+    assert!(message.lines().any(|l| l == "READY=1"), "{message}");
+    assert!(owned(), "READY=1 came after the name was owned");
+    assert!(std::os::unix::net::UnixStream::connect(d.m.dir.join("tessera.sock")).is_ok());
 }
 
 #[test]
