@@ -311,9 +311,19 @@ fn the_daemon_follows_a_users_pipewire_daemons_as_they_come_and_go() {
         return;
     };
     let config = s.m.dir.join("daemon.toml");
+    // `user = "*"`, every user's PipeWire, where no other user runs one
+    // (CI): the test must not guard a desktop it did not start.
+    let others = others_pipewire(s.user.uid);
+    let user = match others.is_empty() {
+        true => "*",
+        false => {
+            eprintln!("other users run PipeWire ({others:?}): guarding {USER} by name");
+            USER
+        }
+    };
     std::fs::write(
         &config,
-        format!("[[guard]]\nserver = \"pipewire\"\nuser = \"{USER}\"\n"),
+        format!("[[guard]]\nserver = \"pipewire\"\nuser = \"{user}\"\n"),
     )
     .unwrap();
     let log = s.log("daemon.log");
@@ -373,4 +383,15 @@ fn the_daemon_follows_a_users_pipewire_daemons_as_they_come_and_go() {
             .all(|l| l.contains(&of(first)) || l.contains(&of(second))),
         "guards only for the user's daemons: {guarded:?}"
     );
+}
+
+/// The PipeWire daemons of users other than root and `test_uid`.
+fn others_pipewire(test_uid: u32) -> Vec<i32> {
+    use tessera_sys::proc;
+    proc::all_pids()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|&pid| proc::thread_name(pid, pid) == "pipewire")
+        .filter(|&pid| proc::owner_uid(pid).is_ok_and(|uid| uid != 0 && uid != test_uid))
+        .collect()
 }
