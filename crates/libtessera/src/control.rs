@@ -24,10 +24,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use tessera_broker::{MemberBudget, Session};
-use tessera_policy::{
-    AdaptiveConfig, Budget, CycleSample, MemberReport, PredictorConfig, PredictorKind,
-    WorkgroupControl,
-};
+use tessera_policy::workgroup::per_cycle_config;
+use tessera_policy::{Budget, CycleSample, MemberReport, WorkgroupControl};
 
 /// How often the control thread looks at the rings: a few cycles.
 const TICK: Duration = Duration::from_millis(2);
@@ -104,28 +102,6 @@ impl Shared {
     }
 }
 
-/// The controller's parameters: AQuoSA's, starting at 20 % of the period,
-/// predicting from the 95th percentile of the last 64 cycles. With a
-/// sample a cycle, the largest of the last 16 (the guard's predictor, fed
-/// means over 100 ms) follows every spike — a vCPU the host held counts as
-/// the member's CPU time — and the cell's one budget, the largest
-/// member's, sat at 1.2 × spikes of 1.5–1.9 × the cycle's work; the
-/// percentile ignores three spikes a window and follows a step within
-/// four cycles, sooner when the step makes a member miss (the bump).
-/// A 10 % increment instead of 20 % gave reserved ÷ p99 demand 1.18
-/// instead of 1.26 in `tessera bench workgroup`, and up to 3 missed
-/// cycles a step instead of 1.
-pub fn config() -> AdaptiveConfig {
-    AdaptiveConfig {
-        initial_budget_pct: 20,
-        predictor: PredictorConfig {
-            kind: PredictorKind::Percentile(95),
-            window: 64,
-        },
-        ..AdaptiveConfig::default()
-    }
-}
-
 /// Starts the control thread of `shared`, resizing through `session`
 /// (none: best-effort, samples counted but no budget asked).
 pub fn spawn(
@@ -133,7 +109,7 @@ pub fn spawn(
     session: Option<Session>,
     period_ns: u64,
 ) -> std::io::Result<JoinHandle<()>> {
-    let control = WorkgroupControl::new(config(), period_ns)
+    let control = WorkgroupControl::new(per_cycle_config(), period_ns)
         .expect("the library's config and the broker's period are valid");
     let mut run = Control {
         shared,

@@ -304,7 +304,10 @@ impl Workgroup {
 /// together; never below 1 %.
 fn initial_pct(capacity: usize) -> u32 {
     let share = INITIAL_TOTAL_PCT / u32::try_from(capacity.max(1)).unwrap_or(u32::MAX);
-    control::config().initial_budget_pct.min(share).max(1)
+    tessera_policy::workgroup::per_cycle_config()
+        .initial_budget_pct
+        .min(share)
+        .max(1)
 }
 
 #[cfg(test)]
