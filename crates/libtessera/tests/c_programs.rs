@@ -28,14 +28,19 @@ fn built_library() -> PathBuf {
         .expect("libtessera.so is built with the tests")
 }
 
-/// Compiles tests/c/`source` into `dir`, beside a copy of the library
-/// under its soname.
-fn compile(source: &str, dir: &Path) -> PathBuf {
+/// A copy of this build's library in `dir`, under its name and its soname.
+fn place_library(dir: &Path) {
     let lib = built_library();
     for name in ["libtessera.so", "libtessera.so.0"] {
         let _ = std::fs::remove_file(dir.join(name));
         std::fs::copy(&lib, dir.join(name)).unwrap();
     }
+}
+
+/// Compiles tests/c/`source` into `dir`, beside a copy of the library
+/// under its soname.
+fn compile(source: &str, dir: &Path) -> PathBuf {
+    place_library(dir);
     let exe = dir.join(source.trim_end_matches(".c"));
     let out = Command::new("cc")
         .arg(Path::new(CRATE).join("tests/c").join(source))
@@ -244,8 +249,7 @@ fn a_cpp_host_built_through_pkg_config_runs_best_effort_without_privileges() {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     std::os::unix::fs::chown(&run, Some(NOBODY), Some(NOBODY)).unwrap();
-    std::fs::copy(&lib, host.join("libtessera.so")).unwrap();
-    std::fs::copy(&lib, host.join("libtessera.so.0")).unwrap();
+    place_library(&host);
     let exe = host.join("best_effort");
     let out = Command::new("c++")
         .arg(Path::new(CRATE).join("tests/c/best_effort.cpp"))

@@ -18,11 +18,11 @@
 //! samples, asks it what to request and tells it what admission granted.
 //!
 //! Invariants (property-tested, with the guard's parameters and with
-//! [`per_cycle_config`], libtessera's): every budget it asks for lies within the
-//! members' bounds; a member's budget covers its predicted cycle with the
-//! increment, up to the maximum; an overrun or a miss is counted once per
-//! cycle that had it and never otherwise; a cycle period that changes
-//! moves every member's reservation period with it.
+//! [`per_cycle_config`], libtessera's): every budget it asks for lies
+//! within the members' bounds; a member's budget covers its predicted
+//! cycle with the increment, up to the maximum; an overrun or a miss is
+//! counted once per cycle that had it and never otherwise; a cycle period
+//! that changes moves every member's reservation period with it.
 
 use crate::adaptive::{Adaptive, AdaptiveConfig, PredictorConfig, PredictorKind};
 use crate::cell::{Budget, RequestError};
@@ -31,8 +31,8 @@ use std::collections::BTreeMap;
 
 /// The parameters libtessera's control thread gives this controller:
 /// AQuoSA's, starting at 20 % of the period, predicting from the 95th
-/// percentile of the last 64 cycles. With a
-/// sample a cycle, the largest of the last 16 (the guard's predictor, fed
+/// percentile of the last 64 cycles. With a sample a cycle, the largest of
+/// the last 16 (the guard's predictor, fed
 /// means over 100 ms) follows every spike — a vCPU the host held counts as
 /// the member's CPU time — and the cell's one budget, the largest
 /// member's, sat at 1.2 × spikes of 1.5–1.9 × the cycle's work; the
