@@ -204,9 +204,12 @@ int32_t tessera_workgroup_join(struct tessera_workgroup *wg, struct tessera_join
  a few milliseconds, made by the workgroup's control thread. For a
  thread that joins from inside its first cycle (an audio callback),
  where the broker's answer would make that cycle late. A refusal shows
- in `tessera_member_stats.join_code`. Not yet lock-free: it takes the
- workgroup's roster lock, which the control thread holds while it makes
- a deferred join (two threads joining at once wait for each other).
+ in `tessera_member_stats.join_code`. Real-time safe: it claims one of
+ the member places made at open (each with its ring) by a
+ compare-and-swap, allocates nothing and waits for no other thread (the
+ first join of a thread aside, where the C library registers the
+ thread-local's destructor). `TESSERA_ERR_REFUSED` when every place is
+ taken (twice `max_parallel_threads`, at least 16).
 
  # Safety
  `wg` is null or a live handle; `token` is null or writable.
@@ -230,8 +233,9 @@ int32_t tessera_workgroup_leave(struct tessera_workgroup *wg,
  thread is no longer a member at once (it marks no more cycles), and
  the workgroup's control thread ends its reservation within a few
  milliseconds. For a thread that leaves from inside a cycle (an audio
- callback), where the broker's answer would make that cycle late. Not
- yet lock-free, as `tessera_workgroup_join_deferred`.
+ callback), where the broker's answer would make that cycle late.
+ Real-time safe as `tessera_workgroup_join_deferred`: it hands its
+ member place back with a compare-and-swap.
 
  # Safety
  `wg` is null or a live handle; `token` is null or readable.
@@ -249,7 +253,9 @@ int32_t tessera_workgroup_interval_start(struct tessera_workgroup *wg,
                                          uint64_t deadline_ns);
 
 /*
- The current cycle's deadline moved. Real-time safe, no system call.
+ The current cycle's deadline moved: whether this cycle is late is
+ judged by it, while its period (the reservation's) stays what
+ `interval_start` gave. Real-time safe, no system call.
  */
 int32_t tessera_workgroup_interval_update(struct tessera_workgroup *wg, uint64_t deadline_ns);
 

@@ -43,6 +43,11 @@ pub(crate) const FRESH_AFTER_PERIODS: u64 = 2;
 #[derive(Debug, Clone, Copy)]
 struct Interval {
     start_ns: u64,
+    /// The cycle's period: its deadline as `interval_start` gave it. A
+    /// deadline that `interval_update` moves says when this cycle is late,
+    /// not how long the next one is (the reservation's period follows the
+    /// cycles, not one cycle's extension).
+    period_ns: u64,
     deadline_ns: u64,
     cpu_start_ns: u64,
 }
@@ -53,6 +58,8 @@ pub struct Membership {
     /// The address of the C handle it was joined through.
     pub handle: usize,
     pub tid: i32,
+    /// Its place in the workgroup ([`Shared::claim`]).
+    pub slot: usize,
     ring: Producer<CycleSample>,
     interval: Option<Interval>,
     /// When the last cycle finished (CLOCK_MONOTONIC) and the thread's
@@ -70,25 +77,33 @@ thread_local! {
     static MEMBER: RefCell<Option<Membership>> = const { RefCell::new(None) };
 }
 
-/// Makes this thread a member through `handle`; refused when it is a
-/// member of a workgroup still open.
-pub fn enter(shared: Arc<Shared>, handle: usize, tid: i32, ring: Producer<CycleSample>) -> i32 {
+/// Makes this thread a member through `handle`, with its ring from
+/// `slot`; refused (the ring given back) when it is a member of a
+/// workgroup still open.
+pub fn enter(
+    shared: Arc<Shared>,
+    handle: usize,
+    tid: i32,
+    slot: usize,
+    ring: Producer<CycleSample>,
+) -> Result<(), (i32, Producer<CycleSample>)> {
     MEMBER.with(|m| {
         let mut m = m.borrow_mut();
         if m.as_ref().is_some_and(|old| !old.shared.is_closed()) {
-            return TESSERA_ERR_ALREADY_JOINED;
+            return Err((TESSERA_ERR_ALREADY_JOINED, ring));
         }
         *m = Some(Membership {
             shared,
             handle,
             tid,
+            slot,
             ring,
             interval: None,
             finished: None,
             target_ns: 0,
         });
         JOINED.with(|j| j.set(true));
-        TESSERA_OK
+        Ok(())
     })
 }
 
@@ -114,6 +129,13 @@ pub fn exit(handle: usize) -> Result<Membership, i32> {
             _ => Err(TESSERA_ERR_NOT_JOINED),
         }
     })
+}
+
+impl Membership {
+    /// The ring's producing half, to hand back to its slot.
+    pub fn into_ring(self) -> Producer<CycleSample> {
+        self.ring
+    }
 }
 
 /// Runs `f` on this thread's membership through `handle`, or says why not.
@@ -149,6 +171,7 @@ pub fn interval_start(handle: usize, start_ns: u64, deadline_ns: u64) -> i32 {
         };
         m.interval = Some(Interval {
             start_ns,
+            period_ns,
             deadline_ns,
             cpu_start_ns,
         });
@@ -156,7 +179,7 @@ pub fn interval_start(handle: usize, start_ns: u64, deadline_ns: u64) -> i32 {
     })
 }
 
-/// The cycle's deadline moved.
+/// The cycle's deadline moved (this cycle's only: its period stays).
 pub fn interval_update(handle: usize, deadline_ns: u64) -> i32 {
     with_member(handle, |m| match m.interval.as_mut() {
         Some(i) if deadline_ns > i.start_ns => {
@@ -179,7 +202,7 @@ pub fn interval_finish(handle: usize) -> i32 {
         m.finished = Some((now_ns, cpu_now_ns));
         let sample = CycleSample {
             cpu_ns: cpu_now_ns.saturating_sub(i.cpu_start_ns),
-            period_ns: i.deadline_ns - i.start_ns,
+            period_ns: i.period_ns,
             late: now_ns > i.deadline_ns,
         };
         send(m, sample);

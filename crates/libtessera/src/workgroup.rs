@@ -7,10 +7,9 @@
 //! It must never be called from the real-time path: every operation here
 //! may talk to the broker.
 
-use crate::control::{self, Shared};
+use crate::control::{self, state, Shared};
 use crate::member;
 use crate::status::{self, TESSERA_BEST_EFFORT, TESSERA_ERR_BROKER, TESSERA_OK};
-use rtrb::RingBuffer;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use tessera_broker::{ErrorCode, Mode, Session, WorkgroupShape};
@@ -22,8 +21,12 @@ const INITIAL_PERIOD_NS: u64 = 10_000_000;
 /// measured, at most, % of a CPU: ten JACK clients of 20 % each did not
 /// fit on two cores beside their server.
 const INITIAL_TOTAL_PCT: u32 = 50;
-/// Samples a member's ring holds: over a second of 2.7 ms cycles.
-const RING_CYCLES: usize = 512;
+/// A workgroup's members' places in this process, at least: each slot's
+/// ring is made at open, so a join allocates nothing.
+const MIN_SLOTS: usize = 16;
+/// How long a leave that must wait for the broker waits for a deferred
+/// join the control thread is still making.
+const JOIN_SETTLES: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The machine's cores: a workgroup's members by default.
 fn cores() -> usize {
@@ -86,8 +89,9 @@ impl Workgroup {
             .show(name)
             .is_ok_and(|c| c.bound_to_pid == Some(pid));
         let guaranteed = info.mode != Mode::BestEffort;
-        let shared = Arc::new(Shared::new(name.to_string(), Some(info.budget)));
-        let control = control::spawn(shared.clone(), Some(session), info.budget.period_ns)
+        let (shared, rings) = Shared::new(name.to_string(), Some(info.budget), slots(capacity));
+        let shared = Arc::new(shared);
+        let control = control::spawn(shared.clone(), rings, Some(session), info.budget.period_ns)
             .map_err(|_| TESSERA_ERR_BROKER)?;
         Ok(Workgroup {
             shared,
@@ -102,8 +106,9 @@ impl Workgroup {
     /// A workgroup no broker backs: members are measured and counted,
     /// nothing is reserved.
     fn best_effort(name: &str, capacity: usize) -> Workgroup {
-        let shared = Arc::new(Shared::new(name.to_string(), None));
-        let control = control::spawn(shared.clone(), None, INITIAL_PERIOD_NS).ok();
+        let (shared, rings) = Shared::new(name.to_string(), None, slots(capacity));
+        let shared = Arc::new(shared);
+        let control = control::spawn(shared.clone(), rings, None, INITIAL_PERIOD_NS).ok();
         Workgroup {
             shared,
             capacity,
@@ -138,26 +143,48 @@ impl Workgroup {
         self.admit(handle, true)
     }
 
+    /// Makes the calling thread a member: a slot claimed (its ring made at
+    /// open) and the membership in a thread-local. Deferred, it allocates
+    /// nothing and takes no lock another thread waits on (the
+    /// thread-local's first use on a thread aside: glibc allocates once
+    /// to register its destructor).
     fn admit(&self, handle: usize, deferred: bool) -> Result<(i32, i32), i32> {
         if member::is_member() {
             return Err(status::TESSERA_ERR_ALREADY_JOINED);
         }
         let tid = tessera_sys::proc::current_tid();
-        let reserved = self.backed && (deferred || self.broker_join(tid)?) && self.guaranteed;
-        let (producer, consumer) = RingBuffer::new(RING_CYCLES);
-        let code = member::enter(self.shared.clone(), handle, tid, producer);
-        if code != TESSERA_OK {
+        // Some(whether it is reserved) once the broker holds the member.
+        let joined = match self.backed && !deferred {
+            true => Some(self.broker_join(tid)?),
+            false => None,
+        };
+        let held = joined.is_some();
+        let next = match () {
+            _ if deferred && self.backed => state::PENDING,
+            _ if held => state::HELD,
+            _ => state::UNHELD,
+        };
+        let Some((slot, producer)) = self.shared.claim(tid, next) else {
+            if held {
+                self.broker_leave(tid)?;
+            }
+            return Err(status::TESSERA_ERR_REFUSED);
+        };
+        if let Err((code, producer)) =
+            member::enter(self.shared.clone(), handle, tid, slot, producer)
+        {
+            self.shared.unclaim(slot, producer);
+            if held {
+                self.broker_leave(tid)?;
+            }
             return Err(code);
         }
-        let mut roster = self.shared.roster();
-        roster.joined.push((tid, consumer));
-        roster.members.push(tid);
-        if deferred && self.backed {
-            roster.pending.push(tid);
+        if next == state::PENDING {
             if let Some(control) = &self.control {
                 control.thread().unpark();
             }
         }
+        let reserved = (joined == Some(true) || next == state::PENDING) && self.guaranteed;
         Ok((
             tid,
             if reserved {
@@ -195,66 +222,56 @@ impl Workgroup {
 
     fn part(&self, handle: usize, deferred: bool) -> Result<(), i32> {
         let membership = member::exit(handle)?;
-        let tid = membership.tid;
-        drop(membership);
-        if !(self.forget(tid, deferred) && self.backed) {
-            return Ok(());
-        }
-        if deferred {
-            if let Some(control) = &self.control {
-                control.thread().unpark();
+        let (tid, slot) = (membership.tid, membership.slot);
+        if !deferred {
+            // The broker has ended the reservation when a leave returns:
+            // a deferred join the control thread is making comes first.
+            let since = std::time::Instant::now();
+            while self.shared.pending(slot) && since.elapsed() < JOIN_SETTLES {
+                std::thread::sleep(std::time::Duration::from_millis(1));
             }
-            return Ok(());
         }
+        let leave_is_ours = self
+            .shared
+            .hand_back(slot, membership.into_ring(), deferred);
+        if let Some(control) = &self.control {
+            control.thread().unpark();
+        }
+        match leave_is_ours {
+            true => self.broker_leave(tid),
+            false => Ok(()),
+        }
+    }
+
+    fn broker_leave(&self, tid: i32) -> Result<(), i32> {
         let mut session = Session::connect().map_err(|e| status::of_broker(&e))?;
         session
             .leave_workgroup(&self.shared.name, tid)
             .map_err(|e| status::of_broker(&e))
     }
 
-    /// Takes `tid` off the roster; whether the broker holds it as a member
-    /// (not when its deferred join was still pending, or refused). With
-    /// `deferred`, the broker's leave is the control thread's to make.
-    fn forget(&self, tid: i32, deferred: bool) -> bool {
-        let mut roster = self.shared.roster();
-        roster.members.retain(|t| *t != tid);
-        roster.left.push(tid);
-        let held = roster.broker_holds(tid);
-        if held && deferred && self.backed {
-            roster.leaving.push(tid);
-        }
-        roster.pending.retain(|t| *t != tid);
-        roster.refused.retain(|(t, _)| *t != tid);
-        held
-    }
-
     /// The control thread's counts for member `tid`.
     pub fn member_report(&self, tid: i32) -> Option<MemberReport> {
-        self.shared
-            .roster()
-            .report
-            .iter()
-            .find(|r| r.member == tid)
-            .copied()
+        let reports = self.shared.reports();
+        reports.members.iter().find(|r| r.member == tid).copied()
     }
 
     /// The broker's refusal of member `tid`'s deferred join, as a return
     /// code: the member marks its cycles without a reservation.
     pub fn refusal(&self, tid: i32) -> Option<i32> {
-        self.shared
-            .roster()
-            .refused
+        let slots = self.shared.slots();
+        let slot = slots
             .iter()
-            .find(|(t, _)| *t == tid)
-            .map(|(_, code)| *code)
+            .find(|s| s.tid() == tid && s.state() == state::UNHELD);
+        slot.and_then(|s| s.refusal())
     }
 
     /// The budget member `tid`'s reservation has now: its own once the
     /// controller gave it one, else the workgroup's opening budget.
     pub fn budget_of(&self, tid: i32) -> Option<Budget> {
-        let roster = self.shared.roster();
-        let own = roster.report.iter().find(|r| r.member == tid);
-        own.and_then(|r| r.budget).or(roster.budget)
+        let reports = self.shared.reports();
+        let own = reports.members.iter().find(|r| r.member == tid);
+        own.and_then(|r| r.budget).or(reports.budget)
     }
 
     /// Stops the control thread; members still joined through this handle
@@ -272,18 +289,16 @@ impl Workgroup {
         let Ok(mut session) = Session::connect() else {
             return TESSERA_ERR_BROKER;
         };
-        // Members whose deferred join the broker never made are not its;
-        // deferred leaves the control thread did not make yet are.
-        let members: Vec<i32> = {
-            let mut roster = self.shared.roster();
-            let members = std::mem::take(&mut roster.members);
-            let leaving = std::mem::take(&mut roster.leaving);
-            members
-                .into_iter()
-                .filter(|&t| roster.broker_holds(t))
-                .chain(leaving)
-                .collect()
-        };
+        // Members the broker holds: joined, or left deferred with their
+        // leave not yet made (the control thread has stopped, so no
+        // deferred join is half made).
+        let members: Vec<i32> = self
+            .shared
+            .slots()
+            .iter()
+            .filter(|s| matches!(s.state(), state::HELD | state::LEFT_HELD))
+            .map(|s| s.tid())
+            .collect();
         let mut code = TESSERA_OK;
         for tid in members {
             if let Err(e) = session.leave_workgroup(&self.shared.name, tid) {
@@ -297,6 +312,12 @@ impl Workgroup {
         }
         code
     }
+}
+
+/// The slots of a workgroup for `capacity` members: room for members that
+/// leave and join again before the control thread frees their old slots.
+fn slots(capacity: usize) -> usize {
+    capacity.saturating_mul(2).max(MIN_SLOTS)
 }
 
 /// Each member's opening budget, % of the initial period: the library's,
@@ -313,6 +334,67 @@ fn initial_pct(capacity: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn members_joining_and_leaving_at_once_each_get_a_place_and_give_it_back() {
+        let wg = Arc::new(Workgroup::best_effort("wg-places", 4));
+        let threads: Vec<_> = (0..4)
+            .map(|n| {
+                let wg = wg.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        let (tid, code) = wg.join_deferred(n).expect("a place");
+                        assert_eq!(code, TESSERA_BEST_EFFORT);
+                        assert_eq!(tid, tessera_sys::proc::current_tid());
+                        assert!(wg.join_deferred(n).is_err(), "joined twice");
+                        wg.leave_deferred(n).expect("left");
+                        std::thread::sleep(std::time::Duration::from_millis(3));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let since = std::time::Instant::now();
+        let free = || wg.shared.slots().iter().all(|s| s.state() == state::FREE);
+        while !free() && since.elapsed() < std::time::Duration::from_secs(2) {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert!(free(), "every place given back");
+        assert_eq!(wg.shared.slots().len(), MIN_SLOTS);
+    }
+
+    #[test]
+    fn a_deadline_moved_by_interval_update_leaves_the_period_alone() {
+        let wg = Workgroup::best_effort("wg-update", 1);
+        let handle = 1;
+        wg.join(handle).expect("joined");
+        let tid = tessera_sys::proc::current_tid();
+        let start = tessera_sys::clock::monotonic_ns();
+        for cycle in 0..20 {
+            let begin = start + cycle * 1_000_000;
+            assert_eq!(member::interval_start(handle, begin, begin + 1_000_000), 0);
+            assert_eq!(member::interval_update(handle, begin + 1_700_000), 0);
+            assert_eq!(member::interval_finish(handle), 0);
+        }
+        let since = std::time::Instant::now();
+        let report = loop {
+            match wg.member_report(tid) {
+                Some(r) if r.cycles == 20 => break r,
+                _ if since.elapsed() > std::time::Duration::from_secs(2) => {
+                    panic!("the control thread's report: {:?}", wg.member_report(tid))
+                }
+                _ => std::thread::sleep(std::time::Duration::from_millis(2)),
+            }
+        };
+        assert_eq!(report.wanted.period_ns % 1_000_000, 0, "{report:?}");
+        assert_eq!(
+            report.misses, 0,
+            "late by the moved deadline only: {report:?}"
+        );
+        wg.leave(handle).expect("left");
+    }
 
     #[test]
     fn many_members_open_with_a_share_that_fits_together() {
