@@ -169,6 +169,92 @@ impl Desktop {
 }
 
 impl Desktop {
+    /// The test user's PipeWire, its data thread reserved through RTKit:
+    /// its index among the children, its pid and that thread.
+    fn start_pipewire(&mut self) -> (usize, i32, i32) {
+        let mut pipewire = self.as_user("pipewire");
+        pipewire.stderr(std::fs::File::create(self.m.dir.join("pipewire.log")).unwrap());
+        let index = self.m.children.len();
+        let pid = self.m.spawn(&mut pipewire) as i32;
+        let tid = self.reserved_thread("PipeWire's data thread", pid);
+        (index, pid, tid)
+    }
+
+    /// A pw-jack client of the test user (tessera-jack-peer, one load of
+    /// `load` of each cycle), its process thread reserved through RTKit:
+    /// its index among the children and its pid.
+    fn start_pw_jack_client(&mut self, load: f64) -> (usize, i32) {
+        let mut client = self.as_user("pw-jack");
+        client
+            .arg(jack_peer())
+            .args(["--topology", "chain", "--loads", "1", "--load"])
+            .arg(load.to_string())
+            .args(["--seconds", "60"])
+            .arg("--out")
+            .arg(self.m.dir.join("xdg/peer.json"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(self.m.dir.join("client.log")).unwrap());
+        let index = self.m.children.len();
+        let pid = self.m.spawn(&mut client) as i32;
+        // Its clients open and active: a thread reserved while the peer
+        // set up may have exited since (pw-jack's setup asks for some).
+        self.wait_for("the client records", Duration::from_secs(15), |d| {
+            let log = std::fs::read_to_string(d.m.dir.join("client.log"));
+            log.is_ok_and(|log| log.contains(" s recording"))
+        });
+        self.reserved_thread("the client's process thread", pid);
+        (index, pid)
+    }
+
+    /// The thread of `pid` its cell reserves, once it has one.
+    fn reserved_thread(&self, what: &str, pid: i32) -> i32 {
+        let reserved = format!("{what} is reserved");
+        self.wait_for(&reserved, Duration::from_secs(15), |d| {
+            !d.m.cells_of(pid).is_empty()
+        });
+        let cell = &self.m.cells_of(pid)[0];
+        cell["members"][0]["tid"].as_i64().expect("a member's tid") as i32
+    }
+
+    /// SIGKILL to child `index` while a thread of the pw-jack client
+    /// `client` runs (state R): the client's work is inside PipeWire's
+    /// cycle, so the graph is mid-cycle. Looks for up to 2 s; whether it
+    /// was caught so.
+    fn kill_mid_cycle(&mut self, index: usize, client: i32) -> bool {
+        let stats: Vec<String> = tessera_sys::proc::threads_of(client)
+            .unwrap_or_default()
+            .iter()
+            .map(|t| format!("/proc/{client}/task/{t}/stat"))
+            .collect();
+        let running = || {
+            stats.iter().any(|stat| {
+                std::fs::read_to_string(stat)
+                    .ok()
+                    .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('R')))
+                    .unwrap_or(false)
+            })
+        };
+        let since = Instant::now();
+        while !running() && since.elapsed() < Duration::from_secs(2) {
+            std::hint::spin_loop();
+        }
+        let caught = running();
+        self.m.kill(index);
+        caught
+    }
+
+    /// The cells that reserve a thread of `pid` or are bound to it.
+    fn cells_held_for(&self, pid: i32) -> Vec<serde_json::Value> {
+        let reserves = |c: &serde_json::Value| {
+            let members = c["members"].as_array();
+            members.is_some_and(|m| m.iter().any(|m| m["pid"] == pid))
+        };
+        let cells = self.m.cells().into_iter();
+        cells
+            .filter(|c| c["bound_to_pid"] == pid || reserves(c))
+            .collect()
+    }
+
     /// The logs of the daemon and the peers, for a failure's message.
     fn logs(&self) -> String {
         ["daemon.log", "pipewire.log", "client.log", "python.log"]
@@ -237,21 +323,13 @@ fn a_users_pipewire_and_its_pw_jack_client_get_reservations_through_rtkit() {
 
     // PipeWire as an ordinary user: no rlimits, no portal; module-rt asks
     // RTKit on the system bus, which is tessera.
-    let mut pipewire = d.as_user("pipewire");
-    pipewire.stderr(std::fs::File::create(d.m.dir.join("pipewire.log")).unwrap());
-    let pw = d.m.spawn(&mut pipewire) as i32;
-    d.wait_for(
-        "PipeWire's data thread is reserved",
-        Duration::from_secs(15),
-        |d| !d.m.cells_of(pw).is_empty(),
-    );
+    let (_, pw, tid) = d.start_pipewire();
     let cell = &d.m.cells_of(pw)[0];
     assert_eq!(
         cell["owner_uid"], d.user.uid,
         "the user's quota holds it: {cell}"
     );
     assert_eq!(cell["bound_to_pid"], pw, "its exit releases it");
-    let tid = cell["members"][0]["tid"].as_i64().unwrap() as i32;
     assert!(is_deadline(tid), "thread {tid} of {:?}", threads_named(pw));
     let Ok(Policy::Deadline(params)) = sched::get_policy(tid) else {
         unreachable!()
@@ -260,30 +338,7 @@ fn a_users_pipewire_and_its_pw_jack_client_get_reservations_through_rtkit() {
 
     // A pw-jack client of the user: its process thread is reserved too,
     // and released when the client is killed.
-    let mut client = d.as_user("pw-jack");
-    client
-        .arg(jack_peer())
-        .args([
-            "--topology",
-            "chain",
-            "--loads",
-            "1",
-            "--load",
-            "0.05",
-            "--seconds",
-            "60",
-        ])
-        .arg("--out")
-        .arg(d.m.dir.join("xdg/peer.json"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(d.m.dir.join("client.log")).unwrap());
-    let client_index = d.m.children.len();
-    let client_pid = d.m.spawn(&mut client) as i32;
-    d.wait_for(
-        "the client's thread is reserved",
-        Duration::from_secs(15),
-        |d| !d.m.cells_of(client_pid).is_empty(),
-    );
+    let (client_index, client_pid) = d.start_pw_jack_client(0.05);
     d.m.kill(client_index);
     d.wait_for(
         "the client's reservation is released",
@@ -617,57 +672,78 @@ fn ten_thousand_fuzzed_calls_get_replies_and_change_nothing() {
 }
 
 #[test]
-fn a_hundred_kills_of_daemon_client_or_pipewire_leave_nothing_behind() {
+fn a_hundred_kills_of_daemon_client_or_pipewire_mid_cycle_leave_nothing_behind() {
     let Some(mut d) = Desktop::new("rtkit_kills", "rtkit = true\n") else {
         return;
     };
     let name_owned = name_owner(&d.bus);
-    let mut reserved = Vec::new();
+    let (mut pipewire, mut pw, _) = d.start_pipewire();
+    let (mut killed, mut mid_cycle) = (Vec::new(), 0);
     for round in 0..100 {
-        let victim = round % 3;
-        let (index, pid) = match victim {
-            // A PipeWire of the user: its data thread reserved, then killed.
-            2 => {
-                let mut pw = d.as_user("pipewire");
-                pw.stderr(Stdio::null());
-                let index = d.m.children.len();
-                let pid = d.m.spawn(&mut pw) as i32;
-                d.wait_for("PipeWire is reserved", Duration::from_secs(15), |d| {
-                    !d.m.cells_of(pid).is_empty()
-                });
-                (index, pid)
+        // A pw-jack client of PipeWire, its process thread reserved, in
+        // its cycles (a third of each its own work).
+        let (client, client_pid) = d.start_pw_jack_client(0.3);
+        killed.push(client_pid);
+        match round % 3 {
+            // The daemon dies with both grants in force; a new one takes
+            // them back, and the bus gives the name to it. Then the client
+            // dies mid-cycle under the new daemon.
+            0 => {
+                d.kill_daemon();
+                d.wait_for(
+                    "the bus drops the dead daemon's name",
+                    Duration::from_secs(5),
+                    |_| !name_owned(),
+                );
+                d.start_daemon();
+                assert!(name_owned());
+                for pid in [pw, client_pid] {
+                    let cells = d.m.cells_of(pid);
+                    assert!(
+                        !cells.is_empty(),
+                        "round {round}: {pid} taken back: {cells:?}\n{}",
+                        d.logs()
+                    );
+                }
+                mid_cycle += usize::from(d.kill_mid_cycle(client, client_pid));
             }
-            // A client granted a reservation for its own thread.
+            // The client dies mid-cycle.
+            1 => mid_cycle += usize::from(d.kill_mid_cycle(client, client_pid)),
+            // PipeWire dies mid-cycle under its client; the client, its
+            // server gone, is ended too, and the user starts PipeWire again.
             _ => {
-                let index = d.m.children.len();
-                let pid = d.user_sleeper(true);
-                let (ok, text) = d.realtime(Some(d.user.uid), pid, pid, 10);
-                assert!(ok, "round {round}: {text}\n{}", d.logs());
-                (index, pid)
+                mid_cycle += usize::from(d.kill_mid_cycle(pipewire, client_pid));
+                killed.push(pw);
+                d.wait_for(
+                    "the dead PipeWire's cells are released",
+                    Duration::from_secs(5),
+                    |d| d.cells_held_for(pw).is_empty(),
+                );
+                d.m.kill(client);
+                (pipewire, pw, _) = d.start_pipewire();
             }
-        };
-        reserved.push(pid);
-        if victim == 0 {
-            // The daemon dies with the grant in force; a new one takes it
-            // back, and the bus gives the name to it.
-            d.kill_daemon();
-            d.wait_for(
-                "the bus drops the dead daemon's name",
-                Duration::from_secs(5),
-                |_| !name_owned(),
-            );
-            d.start_daemon();
-            assert!(name_owned());
         }
-        d.m.kill(index);
         d.wait_for(
-            "the killed process's reservation is released",
+            "the killed client's cells are released",
             Duration::from_secs(5),
-            |d| d.m.cells_of(pid).is_empty(),
+            |d| d.cells_held_for(client_pid).is_empty(),
+        );
+        let cells = d.m.cells();
+        assert_eq!(
+            cells.len(),
+            1,
+            "round {round}: PipeWire's cell alone: {cells:?}"
         );
     }
-    assert!(d.m.cells().is_empty());
-    for pid in reserved {
+    eprintln!("{mid_cycle} of 100 processes killed while the client was in its cycle");
+    assert!(mid_cycle >= 50, "{mid_cycle} of 100 kills mid-cycle");
+    d.m.kill(pipewire);
+    d.wait_for(
+        "the last PipeWire is released",
+        Duration::from_secs(5),
+        |d| d.m.cells().is_empty(),
+    );
+    for pid in killed {
         assert!(!tessera_sys::proc::is_running(pid));
     }
     d.kill_daemon();
