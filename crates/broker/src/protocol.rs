@@ -395,6 +395,7 @@ mod tests {
                     capacity: 4,
                     budget: Budget::new(500_000, 2_666_666),
                     core: None,
+                    for_process: None,
                 })
             }
         );

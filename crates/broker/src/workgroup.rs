@@ -47,6 +47,23 @@ pub struct WorkgroupShape {
     /// that run in parallel).
     #[serde(default)]
     pub core: Option<usize>,
+    /// The process it is bound to, whose user owns it: an audio server's,
+    /// for which root (a guard) opens the server's workgroup, so that the
+    /// server's clients — of the server's user — join it and it lives as
+    /// long as the server. None: the caller's process.
+    #[serde(default)]
+    pub for_process: Option<i32>,
+}
+
+/// The name of the workgroup a guard opens for JACK server `server`, which
+/// its clients join (`tessera_workgroup_open`, `tessera-jack-peer
+/// --workgroup`), as a host joins its audio device's on macOS. None when
+/// the server's name makes no cell name (see `CellRequest`'s rules).
+pub fn jack_server_workgroup(server: &str) -> Option<String> {
+    let name = format!("jack-{server}");
+    tessera_policy::cell::validate_name(&name)
+        .ok()
+        .map(|()| name)
 }
 
 /// A workgroup as its members see it.
@@ -76,15 +93,42 @@ pub fn open(
     let cell = match (broker.show(name), create) {
         (Ok(cell), _) => cell,
         (Err(e), Some(shape)) if e.code == ErrorCode::NotFound => {
-            let owner = Owner {
-                uid: peer.uid,
-                process: Some(ProcessId::of(peer.pid)?),
-            };
+            let owner = owner_for(&shape, peer)?;
             broker.create_cell(request(name, shape), owner)?
         }
         (Err(e), _) => return Err(unknown(name, e)),
     };
     info(broker, cell, peer)
+}
+
+/// Who owns a workgroup created from `shape` for `peer`: the peer and its
+/// process, or — root only — the process `shape` names and its user.
+fn owner_for(shape: &WorkgroupShape, peer: &PeerCredentials) -> Outcome<Owner> {
+    let pid = match shape.for_process {
+        Some(pid) if pid != peer.pid && peer.uid != 0 => {
+            return Err(BrokerError::new(
+                ErrorCode::Permission,
+                format!("only root opens a workgroup for another process ({pid})"),
+                "open it from the process it is for, or as root (`tessera guard` opens an audio server's)",
+            ))
+        }
+        Some(pid) => pid,
+        None => peer.pid,
+    };
+    let uid = match pid == peer.pid {
+        true => peer.uid,
+        false => tessera_sys::proc::owner_uid(pid).map_err(|_| {
+            BrokerError::new(
+                ErrorCode::NotFound,
+                format!("no process {pid} to open a workgroup for"),
+                "give the pid of a running audio server",
+            )
+        })?,
+    };
+    Ok(Owner {
+        uid,
+        process: Some(ProcessId::of(pid)?),
+    })
 }
 
 /// Makes thread `tid` of the peer's process a member of workgroup `name`.

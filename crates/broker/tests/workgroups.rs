@@ -5,7 +5,8 @@
 //! reservations; a member that leaves gets its scheduling back; a thread
 //! that held a reservation of its own leaves it to join; under global EDF
 //! a workgroup holds more members than the machine has cores; each member
-//! holds a budget of its own, and an empty reservation the largest.
+//! holds a budget of its own, and an empty reservation the largest; root
+//! opens an audio server's workgroup for the server's user.
 
 use std::time::Duration;
 use tessera_broker::config::Config;
@@ -24,6 +25,7 @@ fn shape(capacity: usize) -> WorkgroupShape {
         capacity,
         budget: Budget::new(1_000_000, PERIOD),
         core: None,
+        for_process: None,
     }
 }
 
@@ -317,6 +319,7 @@ fn a_workgroup_on_one_core_holds_its_members_there() {
         core: Some(core),
         capacity: 64,
         budget: Budget::new(PERIOD / 10, PERIOD),
+        ..shape(64)
     };
     let refused = session
         .open_workgroup("wg-core-full", Some(too_much))
@@ -327,4 +330,68 @@ fn a_workgroup_on_one_core_holds_its_members_there() {
     }
     let _ = stop_tx.send(());
     other.join().unwrap();
+}
+
+#[test]
+fn root_opens_an_audio_servers_workgroup_for_its_user_and_it_lives_as_long_as_the_server() {
+    let Some(machine) = privileged("root_opens_an_audio_servers_workgroup_for_its_user") else {
+        return;
+    };
+    // The "server": a process of another user (nobody).
+    let mut server = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sleep",
+            "60",
+        ])
+        .spawn()
+        .expect("setpriv (util-linux)");
+    let pid = server.id() as i32;
+    let since = std::time::Instant::now();
+    while tessera_sys::proc::owner_uid(pid).ok() != Some(65534) {
+        assert!(
+            since.elapsed() < Duration::from_secs(5),
+            "the server runs as nobody"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let for_server = WorkgroupShape {
+        for_process: Some(pid),
+        ..shape(4)
+    };
+    {
+        let _lock = hold_lock(&machine.paths, Duration::from_secs(10)).unwrap();
+        let (mut broker, _) =
+            Broker::open(machine.paths.clone(), Config::default(), "test".into()).unwrap();
+        let open = |name: &str| Request::OpenWorkgroup {
+            name: name.into(),
+            create: Some(for_server),
+        };
+        // Not root: refused, and nothing is made.
+        let refused = handle(&mut broker, open("wg-server"), me(1000)).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::Permission, "{refused}");
+        assert!(broker.show("wg-server").is_err());
+        // Root: owned by the server's user, bound to the server.
+        let opened: WorkgroupInfo =
+            serde_json::from_value(handle(&mut broker, open("wg-server"), me(0)).unwrap()).unwrap();
+        assert_eq!((opened.owner_uid, opened.capacity), (65534, 4));
+        let cell = broker.show("wg-server").unwrap();
+        assert_eq!(cell.bound_to_pid, Some(pid));
+        // The server's user opens it as its own.
+        let server_user = PeerCredentials {
+            pid,
+            uid: 65534,
+            gid: 65534,
+        };
+        let seen = handle(&mut broker, open("wg-server"), server_user);
+        assert!(seen.is_ok(), "{seen:?}");
+        // The server ends: so does its workgroup.
+        server.kill().unwrap();
+        server.wait().unwrap();
+        broker.reap();
+        let gone = broker.show("wg-server").unwrap_err();
+        assert_eq!(gone.code, ErrorCode::NotFound, "{gone}");
+    }
 }

@@ -51,6 +51,12 @@ pub struct GuardArgs {
     /// The audio period when the server cannot tell it (required for `pid`).
     #[arg(long)]
     period: Option<String>,
+    /// Open the JACK server's workgroup (`jack-NAME`) for this many of its
+    /// clients' threads: bound to the server, owned by its user; clients
+    /// join it with tessera_workgroup_open("jack-NAME") and mark their
+    /// cycles (tessera-jack-peer --workgroup jack-NAME). jackd only.
+    #[arg(long, value_name = "THREADS")]
+    workgroup: Option<usize>,
     /// Headroom over the predicted use, % (AQuoSA's -I).
     #[arg(long, default_value_t = 20)]
     increment: u32,
@@ -117,7 +123,8 @@ pub const EXAMPLES: &str = "Examples:\n  \
     sudo tessera guard pid 4242 --period 1333us --fixed 40\n  \
     sudo tessera guard jackd --json | jq .reserved_cpus\n  \
     sudo tessera guard jackd --app-share 5        (at least 5 % of a CPU per program's busy threads)\n  \
-    sudo tessera guard jackd --rt-only --core 1   (real-time threads only, all on CPU 1)\n\n\
+    sudo tessera guard jackd --rt-only --core 1   (real-time threads only, all on CPU 1)\n  \
+    sudo tessera guard jackd --workgroup 8        (clients' threads join workgroup jack-default)\n\n\
     Every real-time thread of the server and its clients gets a SCHED_DEADLINE\n\
     reservation of its own (a cell named <process>-<tid>), its budget adapted to\n\
     what it uses; each program's busy threads that are not real-time get its\n\
@@ -164,6 +171,11 @@ pub fn run(target: GuardTarget) -> Result<ExitCode, Failure> {
         guard.server().describe(),
         guard.mechanism()
     );
+    if let Some(name) = guard.workgroup() {
+        eprintln!(
+            "tessera guard: opened workgroup {name} for the server's clients (docs/workgroups.md)"
+        );
+    }
     let outcome = follow(&mut guard, &opts);
     let status = guard.status();
     for line in guard.stop() {
@@ -328,5 +340,6 @@ fn settings(opts: &GuardArgs) -> Result<Settings, BrokerError> {
         interval: parse::time(&opts.interval, "--interval 100ms")?,
         period_ns,
         app_share: opts.share.app_share()?,
+        workgroup: opts.workgroup,
     })
 }

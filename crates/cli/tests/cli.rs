@@ -957,3 +957,33 @@ fn adaptation_grows_a_cell_that_misses_within_admission_shrinks_an_idle_one_and_
     ]);
     assert_eq!(budget_us(&m, "owned"), 400, "its owner still resizes it");
 }
+
+#[test]
+fn a_workgroup_for_a_server_that_is_not_jacks_is_refused_with_the_fix() {
+    let Some(mut m) = privileged("a_workgroup_for_a_server_that_is_not_jacks_is_refused") else {
+        return;
+    };
+    let sleeper = m.spawn(Command::new("sleep").arg("30")).to_string();
+    let out = m
+        .tessera()
+        .args([
+            "guard",
+            "pid",
+            &sleeper,
+            "--period",
+            "10ms",
+            "--workgroup",
+            "2",
+        ])
+        .args(["--seconds", "1", "--quiet"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("only a JACK server's"), "{stderr}");
+    assert!(
+        stderr.contains("tessera guard jackd --workgroup"),
+        "{stderr}"
+    );
+    assert!(cells(&m).is_empty(), "nothing was made: {:?}", cells(&m));
+}

@@ -47,6 +47,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::time::{Duration, Instant};
 use tessera_broker::protocol::{CellInfo, ResizeReply};
+use tessera_broker::workgroup::{jack_server_workgroup, WorkgroupShape};
 use tessera_broker::{ErrorCode, Session, StatusReport};
 use tessera_policy::application::{place, share_wanted, CoreRoom, Layout, Room, Spread, Want};
 use tessera_policy::{
@@ -83,6 +84,10 @@ pub struct Settings {
     /// The share of each guarded process's threads that are not real-time;
     /// None reserves only the real-time threads (`--rt-only`).
     pub app_share: Option<AppShare>,
+    /// A JACK server's workgroup for this many of its clients' threads
+    /// (`--workgroup N`): opened by the guard, bound to the server and
+    /// owned by its user, named [`jack_server_workgroup`]; None: none.
+    pub workgroup: Option<usize>,
 }
 
 /// Where the reservations live.
@@ -122,6 +127,7 @@ impl Default for Settings {
             period_ns: None,
             cores: default_cores(),
             app_share: Some(AppShare::default()),
+            workgroup: None,
         }
     }
 }
@@ -302,10 +308,19 @@ pub struct Status {
     pub placement: String,
 }
 
+/// Each member's budget in a server's workgroup until its process gives
+/// it its own, % of [`WORKGROUP_PERIOD_NS`]: the members' controllers
+/// (libtessera's) size them from their cycles.
+const WORKGROUP_OPENING_PCT: u64 = 2;
+/// A server's workgroup's period until its members mark their cycles.
+const WORKGROUP_PERIOD_NS: u64 = 10_000_000;
+
 /// A guard at work.
 pub struct Guard {
     session: Session,
     server: Server,
+    /// The server's workgroup the guard opened (`Settings::workgroup`).
+    workgroup: Option<String>,
     settings: Settings,
     monitor: Option<Monitor>,
     heard: Snapshot,
@@ -427,9 +442,11 @@ impl Guard {
             (matches!(server.kind, ServerKind::PipeWire(_)) || hears_cycles).then(Lockstep::new);
         let mut watch = Watch::new()?;
         watch.add_process(server.pid)?;
+        let workgroup = open_server_workgroup(&mut session, &server, settings.workgroup)?;
         let mut guard = Guard {
             session,
             server,
+            workgroup,
             settings,
             monitor,
             heard,
@@ -1671,8 +1688,71 @@ impl Guard {
         for r in all {
             self.release(r, &mut log);
         }
+        if let Some(name) = self.workgroup.take() {
+            // Its members get back the scheduling they had before joining.
+            match self.session.destroy_cell(&name) {
+                Ok(()) => log.push(format!("closed workgroup {name}")),
+                Err(e) => log.push(format!("workgroup {name} not closed: {e}")),
+            }
+        }
         log
     }
+
+    /// The server's workgroup the guard opened, by name.
+    pub fn workgroup(&self) -> Option<&str> {
+        self.workgroup.as_deref()
+    }
+}
+
+/// Opens JACK server `server`'s workgroup for `capacity` of its clients'
+/// threads, bound to the server and owned by its user, so the clients join
+/// it with their own credentials and it lives as long as the server: its
+/// name, or None without `capacity`. Only a JACK server names one (a
+/// PipeWire session's clients reach no name of the server's here).
+fn open_server_workgroup(
+    session: &mut Session,
+    server: &Server,
+    capacity: Option<usize>,
+) -> Result<Option<String>, GuardError> {
+    let Some(capacity) = capacity else {
+        return Ok(None);
+    };
+    let ServerKind::Jack { name } = &server.kind else {
+        return Err(fail(
+            format!(
+                "{} has no workgroup: only a JACK server's is opened",
+                server.describe()
+            ),
+            "drop --workgroup, or guard a JACK server (tessera guard jackd --workgroup N)",
+        ));
+    };
+    let workgroup = jack_server_workgroup(name).ok_or_else(|| {
+        fail(
+            format!("JACK server {name:?} makes no workgroup name"),
+            "name the server with 1–43 letters, digits, '-' or '_'",
+        )
+    })?;
+    let shape = WorkgroupShape {
+        capacity,
+        budget: Budget::new(
+            WORKGROUP_PERIOD_NS * WORKGROUP_OPENING_PCT / 100,
+            WORKGROUP_PERIOD_NS,
+        ),
+        core: None,
+        for_process: Some(server.pid),
+    };
+    session.open_workgroup(&workgroup, Some(shape))?;
+    let bound_to = session.show(&workgroup)?.bound_to_pid;
+    if bound_to != Some(server.pid) {
+        return Err(fail(
+            format!(
+                "workgroup {workgroup} exists already, bound to process {bound_to:?}, not to {}",
+                server.describe()
+            ),
+            "let the program that opened it close it first (or `tessera cell destroy` it)",
+        ));
+    }
+    Ok(Some(workgroup))
 }
 
 /// A fixed budget: a controller whose bounds meet.

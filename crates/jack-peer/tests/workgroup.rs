@@ -1,13 +1,16 @@
 //! The JACK bridge (root): Debian's jackd2 on its dummy driver, guarded by
-//! `tessera guard`'s guard, and tessera-jack-peer with one load that joins
-//! a workgroup on its first cycle and marks every cycle after. Its thread
-//! ends in the workgroup — SCHED_DEADLINE with the cycle's period — the
-//! guard leaves it to the workgroup's controller, and libtessera's counts
-//! for it advance. Everything started here is ended by its PID, and the
+//! `tessera guard`'s guard, which opens the server's workgroup
+//! (`--workgroup`: bound to jackd, owned by its user), and tessera-jack-peer
+//! with one load that joins it on its first cycle and marks every cycle
+//! after. Its thread ends in the workgroup — SCHED_DEADLINE with the
+//! cycle's period — the guard leaves it to the workgroup's controller,
+//! libtessera's counts for it advance, and the guard closes the workgroup
+//! when it stops. Everything started here is ended by its PID, and the
 //! machine reset, even when the test fails.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tessera_broker::workgroup::jack_server_workgroup;
 use tessera_guard::guard::{Guard, Settings};
 use tessera_guard::server::Server;
 use tessera_jack_peer::record::PeerRecord;
@@ -20,7 +23,6 @@ const JACK_NAME: &str = "tessera-bridge-test";
 /// 256 frames at 48 kHz.
 const FRAMES: u32 = 256;
 const PERIOD_NS: u64 = 5_333_333;
-const WORKGROUP: &str = "wg-bridge";
 /// How long the peer records.
 const SECONDS: u64 = 6;
 
@@ -37,7 +39,10 @@ impl Drop for Peer {
 /// The member thread, once it holds the workgroup's reservation at the
 /// cycle's period and the guard holds none for it.
 fn member_at_the_cycles_period(machine: &tessera_testkit::Machine, guard: &Guard) -> Option<i32> {
-    let wg = machine.session().open_workgroup(WORKGROUP, None).ok()?;
+    let wg = machine
+        .session()
+        .open_workgroup(guard.workgroup()?, None)
+        .ok()?;
     let &[tid] = wg.members.as_slice() else {
         return None;
     };
@@ -56,14 +61,23 @@ fn a_guarded_servers_client_marks_its_cycles_in_a_workgroup() {
     };
     let jackd = Jackd::start(JACK_NAME, FRAMES);
     let server = Server::jack(JACK_NAME, Some(jackd.pid())).expect("the guard finds jackd");
-    let mut guard =
-        Guard::start(machine.session(), server, Settings::default()).expect("guard starts");
+    let settings = Settings {
+        workgroup: Some(2),
+        ..Settings::default()
+    };
+    let mut guard = Guard::start(machine.session(), server, settings).expect("guard starts");
+    let workgroup = jack_server_workgroup(JACK_NAME).unwrap();
+    assert_eq!(guard.workgroup(), Some(workgroup.as_str()));
+    let cell = machine.session().show(&workgroup).unwrap();
+    assert_eq!(cell.bound_to_pid, Some(jackd.pid()), "{cell:?}");
+    let jackd_uid = tessera_sys::proc::owner_uid(jackd.pid()).unwrap();
+    assert_eq!(cell.owner_uid, jackd_uid, "{cell:?}");
     let out = machine.dir().join("peer.txt");
     let log = std::fs::File::create(machine.dir().join("peer.log")).unwrap();
     let mut peer = Peer(
         Command::new(env!("CARGO_BIN_EXE_tessera-jack-peer"))
             .args(["--topology", "chain", "--loads", "1", "--load", "0.1"])
-            .args(["--workgroup", WORKGROUP, "--seconds", &SECONDS.to_string()])
+            .args(["--workgroup", &workgroup, "--seconds", &SECONDS.to_string()])
             .arg("--out")
             .arg(&out)
             .env("JACK_DEFAULT_SERVER", JACK_NAME)
@@ -128,4 +142,6 @@ fn a_guarded_servers_client_marks_its_cycles_in_a_workgroup() {
     assert_eq!(load.period_ns, PERIOD_NS, "{load:?}");
     assert!(load.budget_ns > 0 && load.budget_ns < PERIOD_NS, "{load:?}");
     guard.stop();
+    let closed = machine.session().show(&workgroup).unwrap_err();
+    assert_eq!(closed.code, tessera_broker::ErrorCode::NotFound, "{closed}");
 }

@@ -71,6 +71,7 @@ impl Workgroup {
             let shape = WorkgroupShape {
                 core,
                 capacity,
+                for_process: None,
                 budget: Budget::new(INITIAL_PERIOD_NS * u64::from(pct) / 100, INITIAL_PERIOD_NS),
             };
             match session.open_workgroup(name, Some(shape)) {

@@ -416,7 +416,8 @@ impl CellRequest {
     }
 }
 
-fn validate_name(name: &str) -> Result<(), RequestError> {
+/// Whether `name` can name a cell (it names a cgroup directory too).
+pub fn validate_name(name: &str) -> Result<(), RequestError> {
     let ok = !name.is_empty()
         && name.len() <= 48
         && name
