@@ -2,10 +2,11 @@
 //! them — compiled with `cc` against include/tessera.h and the built
 //! libtessera.so, and run as root on a private broker state directory
 //! (the machine reset afterwards): join, intervals and leave; a second
-//! process joining the first's workgroup by name; the refusals and their
-//! codes; the system calls of the interval calls, counted with strace;
-//! and a C++ host built through pkg-config against the library's soname,
-//! run by a user without privileges, best-effort.
+//! process joining the first's workgroup by name; another user's host
+//! refused root's workgroup (through a daemon open to every user); the
+//! refusals and their codes; the system calls of the interval calls,
+//! counted with strace; and a C++ host built through pkg-config against
+//! the library's soname, run by a user without privileges, best-effort.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -288,3 +289,86 @@ fn a_cpp_host_built_through_pkg_config_runs_best_effort_without_privileges() {
 
 /// nobody's uid and gid on Debian.
 const NOBODY: u32 = 65534;
+
+/// A daemon of this build, killed when dropped (before the machine's reset,
+/// which needs the broker's lock), also when the test fails.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The daemon's socket in `dir`, open to every user (`socket_world`),
+/// served by this build's `tessera daemon`.
+fn world_daemon(dir: &Path) -> Daemon {
+    let deps = std::env::current_exe().unwrap();
+    let tessera = deps.parent().unwrap().parent().unwrap().join("tessera");
+    assert!(
+        tessera.is_file(),
+        "{} is built first (cargo build --bins)",
+        tessera.display()
+    );
+    let config = dir.join("daemon.toml");
+    std::fs::write(&config, "socket_world = true\n").unwrap();
+    let daemon = Command::new(&tessera)
+        .args(["daemon", "--run-dir"])
+        .arg(dir)
+        .arg("--config")
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Daemon)
+        .unwrap();
+    let since = std::time::Instant::now();
+    while std::os::unix::net::UnixStream::connect(dir.join("tessera.sock")).is_err() {
+        assert!(
+            since.elapsed() < Duration::from_secs(10),
+            "the daemon listens"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemon
+}
+
+#[test]
+fn another_users_workgroup_is_refused_to_a_c_host_with_its_code() {
+    let Some(machine) = privileged("another_users_workgroup_is_refused_to_a_c_host") else {
+        return;
+    };
+    let dir = machine.dir();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let host = compile("host.c", &dir);
+    let daemon = world_daemon(&dir);
+    // root's workgroup, opened through the daemon.
+    let shape = tessera_broker::WorkgroupShape {
+        capacity: 2,
+        budget: tessera_policy::Budget::new(500_000, 10_000_000),
+        core: None,
+        for_process: None,
+    };
+    let mut session = tessera_broker::Session::daemon_at(&machine.paths).unwrap();
+    session.open_workgroup("wg-roots", Some(shape)).unwrap();
+
+    let ids = NOBODY.to_string();
+    let out = Command::new("setpriv")
+        .args(["--reuid", &ids, "--regid", &ids, "--clear-groups"])
+        .arg(&host)
+        .args(["wg-roots", "10", "0"])
+        .env("TESSERA_RUN_DIR", &dir)
+        .output()
+        .expect("setpriv runs");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("open wg-roots: the workgroup belongs to another user"),
+        "{said}"
+    );
+    let wg = session.open_workgroup("wg-roots", None).unwrap();
+    assert!(wg.members.is_empty(), "nobody joined: {wg:?}");
+    session.destroy_cell("wg-roots").unwrap();
+    drop(daemon);
+}
