@@ -66,6 +66,13 @@ pub fn jack_server_workgroup(server: &str) -> Option<String> {
         .map(|()| name)
 }
 
+/// The name of the workgroup a guard opens for user `uid`'s PipeWire
+/// (one session server per user), which its clients — pw-jack's among
+/// them — join.
+pub fn pipewire_server_workgroup(uid: u32) -> String {
+    format!("pipewire-{uid}")
+}
+
 /// A workgroup as its members see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkgroupInfo {

@@ -51,10 +51,11 @@ pub struct GuardArgs {
     /// The audio period when the server cannot tell it (required for `pid`).
     #[arg(long)]
     period: Option<String>,
-    /// Open the JACK server's workgroup (`jack-NAME`) for this many of its
-    /// clients' threads: bound to the server, owned by its user; clients
-    /// join it with tessera_workgroup_open("jack-NAME") and mark their
-    /// cycles (tessera-jack-peer --workgroup jack-NAME). jackd only.
+    /// Open the server's workgroup for this many of its clients' threads:
+    /// `jack-NAME` for JACK server NAME, `pipewire-UID` for user UID's
+    /// PipeWire; bound to the server, owned by its user. Clients join it
+    /// with tessera_workgroup_open(name) and mark their cycles
+    /// (tessera-jack-peer --workgroup name). Not for `pid`.
     #[arg(long, value_name = "THREADS")]
     workgroup: Option<usize>,
     /// Headroom over the predicted use, % (AQuoSA's -I).

@@ -959,8 +959,8 @@ fn adaptation_grows_a_cell_that_misses_within_admission_shrinks_an_idle_one_and_
 }
 
 #[test]
-fn a_workgroup_for_a_server_that_is_not_jacks_is_refused_with_the_fix() {
-    let Some(mut m) = privileged("a_workgroup_for_a_server_that_is_not_jacks_is_refused") else {
+fn a_workgroup_for_a_process_that_is_no_audio_server_is_refused_with_the_fix() {
+    let Some(mut m) = privileged("a_workgroup_for_a_process_that_is_no_audio_server") else {
         return;
     };
     let sleeper = m.spawn(Command::new("sleep").arg("30")).to_string();
@@ -980,9 +980,9 @@ fn a_workgroup_for_a_server_that_is_not_jacks_is_refused_with_the_fix() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains("only a JACK server's"), "{stderr}");
+    assert!(stderr.contains("only an audio server's"), "{stderr}");
     assert!(
-        stderr.contains("tessera guard jackd --workgroup"),
+        stderr.contains("tessera guard jackd|pipewire --workgroup"),
         "{stderr}"
     );
     assert!(cells(&m).is_empty(), "nothing was made: {:?}", cells(&m));

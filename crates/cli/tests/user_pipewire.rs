@@ -118,13 +118,14 @@ impl Session {
         text
     }
 
-    /// `tessera guard pipewire --pid PW` for `seconds`, logging to
+    /// `tessera guard pipewire --pid PW ARGS` for `seconds`, logging to
     /// guard.log; its index among the children.
-    fn start_guard(&mut self, pw: i32, seconds: u32) -> usize {
+    fn start_guard(&mut self, pw: i32, seconds: u32, args: &[&str]) -> usize {
         let mut guard = self.m.tessera();
         guard
             .args(["guard", "pipewire", "--pid", &pw.to_string()])
             .args(["--seconds", &seconds.to_string()])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(self.log("guard.log"));
         self.m.spawn(&mut guard);
@@ -218,7 +219,7 @@ fn root_guards_a_users_pipewire_without_rt_rights_and_gives_its_threads_back() {
         s.logs()
     );
 
-    let index = s.start_guard(pw, 10);
+    let index = s.start_guard(pw, 10, &[]);
 
     for (pid, what) in [
         (pw, "PipeWire's data loop"),
@@ -280,9 +281,22 @@ fn root_guards_a_users_pipewire_real_time_by_its_own_rights_and_gives_its_thread
         )
     });
 
-    let index = s.start_guard(pw, 8);
+    // With the server's workgroup for its clients: `pipewire-UID`, bound
+    // to PipeWire and owned by its user, closed when the guard stops.
+    let index = s.start_guard(pw, 8, &["--workgroup", "2"]);
 
     let reserved = s.wait_for_reserved(pw, "PipeWire's SCHED_FIFO data loop");
+    let workgroup = tessera_broker::workgroup::pipewire_server_workgroup(s.user.uid);
+    let cell =
+        s.m.cells()
+            .into_iter()
+            .find(|c| c["name"] == workgroup.as_str());
+    let cell = cell.unwrap_or_else(|| panic!("{workgroup} is open\n{}", s.logs()));
+    assert_eq!(
+        (&cell["bound_to_pid"], &cell["owner_uid"]),
+        (&serde_json::json!(pw), &serde_json::json!(s.user.uid)),
+        "{cell}"
+    );
     for tid in &made_fifo {
         assert!(
             reserved.contains(tid),

@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::time::{Duration, Instant};
 use tessera_broker::protocol::{CellInfo, ResizeReply};
-use tessera_broker::workgroup::{jack_server_workgroup, WorkgroupShape};
+use tessera_broker::workgroup::{jack_server_workgroup, pipewire_server_workgroup, WorkgroupShape};
 use tessera_broker::{ErrorCode, Session, StatusReport};
 use tessera_policy::application::{place, share_wanted, CoreRoom, Layout, Room, Spread, Want};
 use tessera_policy::{
@@ -84,9 +84,10 @@ pub struct Settings {
     /// The share of each guarded process's threads that are not real-time;
     /// None reserves only the real-time threads (`--rt-only`).
     pub app_share: Option<AppShare>,
-    /// A JACK server's workgroup for this many of its clients' threads
+    /// The server's workgroup for this many of its clients' threads
     /// (`--workgroup N`): opened by the guard, bound to the server and
-    /// owned by its user, named [`jack_server_workgroup`]; None: none.
+    /// owned by its user, named [`jack_server_workgroup`] or
+    /// [`pipewire_server_workgroup`]; None: none.
     pub workgroup: Option<usize>,
 }
 
@@ -1704,11 +1705,11 @@ impl Guard {
     }
 }
 
-/// Opens JACK server `server`'s workgroup for `capacity` of its clients'
+/// Opens audio server `server`'s workgroup for `capacity` of its clients'
 /// threads, bound to the server and owned by its user, so the clients join
 /// it with their own credentials and it lives as long as the server: its
-/// name, or None without `capacity`. Only a JACK server names one (a
-/// PipeWire session's clients reach no name of the server's here).
+/// name, or None without `capacity`. A plain process is no audio server
+/// and has none.
 fn open_server_workgroup(
     session: &mut Session,
     server: &Server,
@@ -1717,21 +1718,24 @@ fn open_server_workgroup(
     let Some(capacity) = capacity else {
         return Ok(None);
     };
-    let ServerKind::Jack { name } = &server.kind else {
-        return Err(fail(
-            format!(
-                "{} has no workgroup: only a JACK server's is opened",
-                server.describe()
-            ),
-            "drop --workgroup, or guard a JACK server (tessera guard jackd --workgroup N)",
-        ));
+    let workgroup = match &server.kind {
+        ServerKind::Jack { name } => jack_server_workgroup(name).ok_or_else(|| {
+            fail(
+                format!("JACK server {name:?} makes no workgroup name"),
+                "name the server with 1–43 letters, digits, '-' or '_'",
+            )
+        })?,
+        ServerKind::PipeWire(_) => pipewire_server_workgroup(proc::owner_uid(server.pid)?),
+        ServerKind::Process => {
+            return Err(fail(
+                format!(
+                    "{} has no workgroup: only an audio server's is opened",
+                    server.describe()
+                ),
+                "drop --workgroup, or guard the audio server (tessera guard jackd|pipewire --workgroup N)",
+            ))
+        }
     };
-    let workgroup = jack_server_workgroup(name).ok_or_else(|| {
-        fail(
-            format!("JACK server {name:?} makes no workgroup name"),
-            "name the server with 1–43 letters, digits, '-' or '_'",
-        )
-    })?;
     let shape = WorkgroupShape {
         capacity,
         budget: Budget::new(
