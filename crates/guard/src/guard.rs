@@ -50,6 +50,7 @@ use tessera_broker::protocol::{CellInfo, ResizeReply};
 use tessera_broker::workgroup::{jack_server_workgroup, pipewire_server_workgroup, WorkgroupShape};
 use tessera_broker::{ErrorCode, Session, StatusReport};
 use tessera_policy::application::{place, share_wanted, CoreRoom, Layout, Room, Spread, Want};
+use tessera_policy::workgroup::{opening_pct, OPENING_PERIOD_NS};
 use tessera_policy::{
     compress, share_out, Adaptive, AdaptiveConfig, Bandwidth, Budget, CellRequest, CoreMode,
     CoreUsage, Placement,
@@ -308,13 +309,6 @@ pub struct Status {
     /// The same in words.
     pub placement: String,
 }
-
-/// Each member's budget in a server's workgroup until its process gives
-/// it its own, % of [`WORKGROUP_PERIOD_NS`]: the members' controllers
-/// (libtessera's) size them from their cycles.
-const WORKGROUP_OPENING_PCT: u64 = 2;
-/// A server's workgroup's period until its members mark their cycles.
-const WORKGROUP_PERIOD_NS: u64 = 10_000_000;
 
 /// A guard at work.
 pub struct Guard {
@@ -1736,12 +1730,12 @@ fn open_server_workgroup(
             ))
         }
     };
+    // Each member opens as libtessera's own workgroups do, until its
+    // process's controller sizes it from its cycles.
+    let pct = u64::from(opening_pct(capacity));
     let shape = WorkgroupShape {
         capacity,
-        budget: Budget::new(
-            WORKGROUP_PERIOD_NS * WORKGROUP_OPENING_PCT / 100,
-            WORKGROUP_PERIOD_NS,
-        ),
+        budget: Budget::new(OPENING_PERIOD_NS * pct / 100, OPENING_PERIOD_NS),
         core: None,
         for_process: Some(server.pid),
     };

@@ -13,14 +13,9 @@ use crate::status::{self, TESSERA_BEST_EFFORT, TESSERA_ERR_BROKER, TESSERA_OK};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use tessera_broker::{ErrorCode, Mode, Session, WorkgroupShape};
+use tessera_policy::workgroup::{opening_pct, OPENING_PERIOD_NS};
 use tessera_policy::{Budget, MemberReport};
 
-/// The period a new workgroup's budget has until its cycles are marked.
-const INITIAL_PERIOD_NS: u64 = 10_000_000;
-/// What a new workgroup's members hold together until their cycles are
-/// measured, at most, % of a CPU: ten JACK clients of 20 % each did not
-/// fit on two cores beside their server.
-const INITIAL_TOTAL_PCT: u32 = 50;
 /// A workgroup's members' places in this process, at least: each slot's
 /// ring is made at open, so a join allocates nothing.
 const MIN_SLOTS: usize = 16;
@@ -66,13 +61,13 @@ impl Workgroup {
         capacity: usize,
         core: Option<usize>,
     ) -> Result<Workgroup, i32> {
-        let mut pct = initial_pct(capacity);
+        let mut pct = opening_pct(capacity);
         let info = loop {
             let shape = WorkgroupShape {
                 core,
                 capacity,
                 for_process: None,
-                budget: Budget::new(INITIAL_PERIOD_NS * u64::from(pct) / 100, INITIAL_PERIOD_NS),
+                budget: Budget::new(OPENING_PERIOD_NS * u64::from(pct) / 100, OPENING_PERIOD_NS),
             };
             match session.open_workgroup(name, Some(shape)) {
                 Ok(info) => break info,
@@ -109,7 +104,7 @@ impl Workgroup {
     fn best_effort(name: &str, capacity: usize) -> Workgroup {
         let (shared, rings) = Shared::new(name.to_string(), None, slots(capacity));
         let shared = Arc::new(shared);
-        let control = control::spawn(shared.clone(), rings, None, INITIAL_PERIOD_NS).ok();
+        let control = control::spawn(shared.clone(), rings, None, OPENING_PERIOD_NS).ok();
         Workgroup {
             shared,
             capacity,
@@ -321,17 +316,6 @@ fn slots(capacity: usize) -> usize {
     capacity.saturating_mul(2).max(MIN_SLOTS)
 }
 
-/// Each member's opening budget, % of the initial period: the library's,
-/// less when `capacity` members would hold more than [`INITIAL_TOTAL_PCT`]
-/// together; never below 1 %.
-fn initial_pct(capacity: usize) -> u32 {
-    let share = INITIAL_TOTAL_PCT / u32::try_from(capacity.max(1)).unwrap_or(u32::MAX);
-    tessera_policy::workgroup::per_cycle_config()
-        .initial_budget_pct
-        .min(share)
-        .max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,14 +379,5 @@ mod tests {
             "late by the moved deadline only: {report:?}"
         );
         wg.leave(handle).expect("left");
-    }
-
-    #[test]
-    fn many_members_open_with_a_share_that_fits_together() {
-        assert_eq!(initial_pct(1), 20);
-        assert_eq!(initial_pct(4), 12);
-        assert_eq!(initial_pct(10), 5);
-        assert_eq!(initial_pct(64), 1);
-        assert!((1..=50).all(|n| initial_pct(n) as usize * n <= 50));
     }
 }
