@@ -38,10 +38,20 @@ fn a_short_run_through_the_service_beside_the_streamer_answers_its_packages() {
             "{} answers of {packages} packages: {notes}",
             emulator.summary.count
         );
+        // Every answer that reached the emulator went through the service
+        // and was timed there; how many packages the service was handed is
+        // timing too (a CI run whose host stole 1.1 s of one vCPU in 2 s:
+        // the emulator's schedule slipped 173 packages, and 1 769 of
+        // 2 067 reached the service, every one answered).
         let dt = configuration
             .metric(SERVICE_RESPONSE_METRIC)
             .expect("Δt at the service");
-        assert!(dt.summary.count >= packages, "{notes}");
+        assert!(
+            dt.summary.count >= emulator.summary.count,
+            "{} timed at the service, {} answers: {notes}",
+            dt.summary.count,
+            emulator.summary.count
+        );
         assert!(dt.summary.misses.is_some());
         assert!(notes.contains("abusive streamer: sent"), "{notes}");
         assert!(notes.contains("flow \"streamer\" (bulk)"), "{notes}");
