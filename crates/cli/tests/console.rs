@@ -7,9 +7,10 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tessera_services::console::{self, service::WRITER_LINES, ConsoleWriter};
+use tessera_testkit::Reaped;
 
 const CHILD_LINES: usize = 100;
 
@@ -29,16 +30,6 @@ fn console_writer_helper() {
     std::io::stdout().flush().unwrap();
     if std::env::var("TESSERA_TEST_CONSOLE_HOLD").is_ok() {
         std::thread::sleep(Duration::from_secs(60));
-    }
-}
-
-/// A child of the test, killed if the test ends first.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -15,8 +15,9 @@ use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use tessera_testkit::Reaped;
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -45,16 +46,6 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A process this test started: killed and reaped when dropped.
-struct Started(Child);
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -283,7 +274,7 @@ fn finish(command: &mut Command) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the tool");
-    let mut started = Started(child);
+    let mut started = Reaped(child);
     // Drained while it runs, so a full pipe cannot stall it.
     let stdout = drain(started.0.stdout.take().unwrap());
     let stderr = drain(started.0.stderr.take().unwrap());
@@ -417,7 +408,7 @@ fn a_private_system_bus_accepts_the_policy() {
     let system_d = root.join(POLICY).parent().unwrap().to_path_buf();
     std::fs::write(&config, bus_config(&scratch.path("bus.sock"), &system_d)).unwrap();
 
-    let mut bus = Started(
+    let mut bus = Reaped(
         Command::new("dbus-daemon")
             .arg(format!("--config-file={}", config.display()))
             .args(["--nofork", "--print-address"])
@@ -473,7 +464,7 @@ fn the_daemon_sends_ready_on_the_notify_socket() {
     // An empty config: the defaults, whatever /etc/tessera holds here.
     let config = scratch.path("daemon.toml");
     std::fs::write(&config, "").unwrap();
-    let _daemon = Started(
+    let _daemon = Reaped(
         Command::new(env!("CARGO_BIN_EXE_tessera"))
             .arg("daemon")
             .arg("--run-dir")

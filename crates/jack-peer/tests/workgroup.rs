@@ -8,7 +8,7 @@
 //! when it stops. Everything started here is ended by its PID, and the
 //! machine reset, even when the test fails.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tessera_broker::workgroup::jack_server_workgroup;
 use tessera_guard::guard::{Guard, Settings};
@@ -16,7 +16,7 @@ use tessera_guard::server::Server;
 use tessera_jack_peer::record::PeerRecord;
 use tessera_sys::sched::{self, Policy};
 use tessera_testkit::jackd::Jackd;
-use tessera_testkit::privileged;
+use tessera_testkit::{privileged, Reaped};
 
 /// One name for every run (see [`Jackd::start`]).
 const JACK_NAME: &str = "tessera-bridge-test";
@@ -25,16 +25,6 @@ const FRAMES: u32 = 256;
 const PERIOD_NS: u64 = 5_333_333;
 /// How long the peer records.
 const SECONDS: u64 = 6;
-
-/// The peer, killed by its PID when dropped.
-struct Peer(Child);
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The member thread, once it holds the workgroup's reservation at the
 /// cycle's period and the guard holds none for it.
@@ -74,7 +64,7 @@ fn a_guarded_servers_client_marks_its_cycles_in_a_workgroup() {
     assert_eq!(cell.owner_uid, jackd_uid, "{cell:?}");
     let out = machine.dir().join("peer.txt");
     let log = std::fs::File::create(machine.dir().join("peer.log")).unwrap();
-    let mut peer = Peer(
+    let mut peer = Reaped(
         Command::new(env!("CARGO_BIN_EXE_tessera-jack-peer"))
             .args(["--topology", "chain", "--loads", "1", "--load", "0.1"])
             .args(["--workgroup", &workgroup, "--seconds", &SECONDS.to_string()])

@@ -13,7 +13,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use tessera_testkit::privileged;
+use tessera_testkit::{privileged, Reaped};
 
 const CRATE: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -290,20 +290,11 @@ fn a_cpp_host_built_through_pkg_config_runs_best_effort_without_privileges() {
 /// nobody's uid and gid on Debian.
 const NOBODY: u32 = 65534;
 
-/// A daemon of this build, killed when dropped (before the machine's reset,
-/// which needs the broker's lock), also when the test fails.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The daemon's socket in `dir`, open to every user (`socket_world`),
-/// served by this build's `tessera daemon`.
-fn world_daemon(dir: &Path) -> Daemon {
+/// served by this build's `tessera daemon`, killed when dropped (before
+/// the machine's reset, which needs the broker's lock), also when the test
+/// fails.
+fn world_daemon(dir: &Path) -> Reaped {
     let deps = std::env::current_exe().unwrap();
     let tessera = deps.parent().unwrap().parent().unwrap().join("tessera");
     assert!(
@@ -321,7 +312,7 @@ fn world_daemon(dir: &Path) -> Daemon {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map(Daemon)
+        .map(Reaped)
         .unwrap();
     let since = std::time::Instant::now();
     while std::os::unix::net::UnixStream::connect(dir.join("tessera.sock")).is_err() {

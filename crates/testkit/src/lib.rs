@@ -170,3 +170,14 @@ impl Rng {
         &items[self.below(items.len())]
     }
 }
+
+/// A child process of a test, killed and reaped when dropped: also when
+/// the test fails before it ends the child itself.
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
