@@ -229,9 +229,13 @@ mod tests {
         let stats = task.join();
         assert_eq!(stats.setup_error, None);
         assert_eq!(stats.released(), 20, "100 ms of 5 ms periods");
+        // A release that passed while a job ran (the host stalled the vCPU
+        // for a period) is served by that job, and its response may be
+        // shorter than the work; every job that ran burned its work.
+        let burned = stats.response_us.iter().filter(|&&r| r >= 100.0).count();
         assert!(
-            stats.response_us.iter().all(|&r| r >= 100.0),
-            "each job burned its work"
+            burned as u64 >= stats.released() - stats.skipped,
+            "each job burned its work: {stats:?}"
         );
     }
 
