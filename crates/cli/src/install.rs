@@ -16,7 +16,8 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use tessera_broker::{BrokerError, ErrorCode};
+use tessera_broker::broker::ResetReport;
+use tessera_broker::{BrokerError, ErrorCode, Session};
 
 pub const INSTALL_EXAMPLES: &str = "Examples:\n  \
     sudo tessera install                      # the files, then systemctl enable --now tessera.service\n  \
@@ -28,7 +29,7 @@ pub const INSTALL_EXAMPLES: &str = "Examples:\n  \
     See docs/daemon.md, \"Installing as a system service\".";
 
 pub const UNINSTALL_EXAMPLES: &str = "Examples:\n  \
-    sudo tessera uninstall                    # stop and disable tessera.service, remove its files\n  \
+    sudo tessera uninstall                    # stop and disable tessera.service, reset its cells, remove its files\n  \
     tessera uninstall --root /srv/image --json\n\n\
     A /etc/tessera/daemon.toml that differs from the shipped one is kept. RTKit (if installed)\n\
     answers again at the next real-time request, through its own D-Bus activation.\n\
@@ -113,6 +114,9 @@ struct Report {
     not_run_because: Option<String>,
     /// What was left undone, each with the command that does it.
     not_run: Vec<Left>,
+    /// The stopped daemon's cells destroyed (uninstall on the live system).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reset: Option<ResetReport>,
 }
 
 #[derive(Serialize)]
@@ -149,6 +153,12 @@ pub fn uninstall(args: UninstallArgs) -> Result<ExitCode, Failure> {
     // Stopped while its unit is still there to stop it by.
     if target.root.join(dist::UNIT_PATH).exists() {
         target.tell_systemd(&[DISABLE], &mut report)?;
+    }
+    // A stopped daemon leaves its cells for the next one to re-admit; with
+    // no next one, every thread goes back to what its program set and every
+    // cpuset is removed, as `tessera reset` does.
+    if target.offline.is_none() {
+        report.reset = Some(Session::connect()?.reset()?);
     }
     report.files = dist::uninstall(&target.root)?;
     target.tell_systemd(&[RELOAD_UNITS, RELOAD_BUS], &mut report)?;
@@ -246,6 +256,7 @@ impl Report {
             ran: Vec::new(),
             not_run_because: None,
             not_run: Vec::new(),
+            reset: None,
         }
     }
 
@@ -266,6 +277,9 @@ impl Report {
         }
         for command in &self.ran {
             let _ = writeln!(out, "ran: {command}");
+        }
+        if let Some(reset) = &self.reset {
+            out += &crate::show::reset(reset);
         }
         if let Some(why) = &self.not_run_because {
             let _ = writeln!(out, "systemd not told: {why}.");

@@ -4,8 +4,10 @@
 //! once its socket listens and it owns RTKit's bus name), answer an RTKit
 //! client with a reservation, be restarted by systemd when it dies without
 //! demoting the thread it reserved, give the bus name up when stopped, and
-//! leave RTKit's own activation answering after it. The unit file's syntax
-//! is checked by `systemd-analyze verify` in tests/install.rs; this runs it.
+//! leave RTKit's own activation answering after it; and, configured with
+//! `[[guard]] user = "*"`, guard a user's session PipeWire from inside the
+//! unit's sandbox. The unit file's syntax is checked by `systemd-analyze
+//! verify` in tests/install.rs; this runs it.
 //!
 //! The container has its own mount, PID, UTS, IPC and network namespaces;
 //! its / is this machine's under an overlay whose writes go to a tmpfs, so
@@ -36,8 +38,6 @@ mount --rbind /sys "$root/sys"
 mount --rbind /dev "$root/dev"
 mount -t tmpfs tmpfs "$root/run"
 mount -t tmpfs tmpfs "$root/tmp"
-mkdir -p "$cgroup"
-echo $$ > "$cgroup/cgroup.procs"
 mount -t tmpfs tmpfs "$root/sys/fs/cgroup"
 mkdir "$root/sys/fs/cgroup/systemd"
 mount --bind "$cgroup" "$root/sys/fs/cgroup/systemd"
@@ -56,6 +56,15 @@ EOF
 export container=tessera-test
 exec chroot "$root" /lib/systemd/systemd --system --unit=tessera-test.target
 "#;
+
+/// The container's start: into its group of the named systemd hierarchy
+/// (`$1`), then namespaces of its own — a cgroup namespace rooted at that
+/// group too, so that its systemd finds itself at the root of the
+/// hierarchy it is given, as under systemd-nspawn (without it, a second
+/// boot failed: "Failed to attach 1 to compat systemd cgroup").
+const ENTER: &str = r#"mkdir -p "$1" && echo $$ > "$1/cgroup.procs" && shift &&
+exec unshare --cgroup --mount --pid --fork --uts --ipc --net --propagation private \
+  --kill-child "$@""#;
 
 /// How long a command inside may take, and the boot.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -89,9 +98,10 @@ impl Container {
         std::fs::write(&script, BOOT).unwrap();
         let log = std::fs::File::create(scratch.join("boot.log")).unwrap();
         let cgroup = PathBuf::from(format!("/sys/fs/cgroup/systemd/tessera-test-{id}"));
-        let unshare = Command::new("unshare")
-            .args(["--mount", "--pid", "--fork", "--uts", "--ipc", "--net"])
-            .args(["--propagation", "private", "--kill-child", "sh"])
+        let unshare = Command::new("sh")
+            .args(["-c", ENTER, "sh"])
+            .arg(&cgroup)
+            .arg("sh")
             .arg(&script)
             .arg(&scratch)
             .arg(&cgroup)
@@ -123,11 +133,15 @@ impl Container {
     /// with what did not start. (Until the boot script has become systemd,
     /// systemctl finds no systemd, `offline`.)
     fn wait_for_boot(&self) {
+        let start = std::time::Instant::now();
         let mut state = String::new();
-        common::wait_until_within("the container's systemd has booted", TIMEOUT, || {
+        while start.elapsed() < TIMEOUT {
             state = self.text("systemctl is-system-running");
-            matches!(state.as_str(), "running" | "degraded" | "maintenance")
-        });
+            if matches!(state.as_str(), "running" | "degraded" | "maintenance") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         assert_eq!(
             state,
             "running",
@@ -196,6 +210,34 @@ impl Container {
             .success()
             .then(|| text.trim().strip_prefix("u ")?.parse().ok())
             .flatten()
+    }
+
+    /// The cells (`tessera cell list --json`) holding a thread of `pid`.
+    fn cells_of(&self, pid: &str) -> Vec<serde_json::Value> {
+        let cells: serde_json::Value =
+            serde_json::from_str(&self.ok("tessera-under-test cell list --json")).unwrap();
+        let pid: u64 = pid.parse().unwrap();
+        let holds = |cell: &serde_json::Value| {
+            cell["members"]
+                .as_array()
+                .is_some_and(|m| m.iter().any(|m| m["pid"] == pid))
+        };
+        cells
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| holds(c))
+            .cloned()
+            .collect()
+    }
+
+    /// The scheduling classes of `pid`'s threads, as ps names them (`TS`,
+    /// `FF`, `RR`, `DLN`).
+    fn classes(&self, pid: &str) -> Vec<String> {
+        self.text(&format!("ps -L -o cls= -p {pid}"))
+            .split_whitespace()
+            .map(String::from)
+            .collect()
     }
 
     /// The scheduling policy of process `pid` inside, as chrt names it.
@@ -280,13 +322,10 @@ fn the_installed_service_runs_under_systemd_restarts_and_gives_rtkit_back() {
         c.policy(&sleeper).contains("SCHED_DEADLINE"),
         "not demoted by the restart"
     );
-    let cells: serde_json::Value =
-        serde_json::from_str(&c.ok("tessera-under-test cell list --json")).unwrap();
-    assert!(
-        cells.as_array().unwrap().iter().any(|cell| cell["members"]
-            .as_array()
-            .is_some_and(|m| m.iter().any(|m| m["pid"].to_string() == sleeper))),
-        "the recovered cells hold the thread: {cells}"
+    assert_eq!(
+        c.cells_of(&sleeper).len(),
+        1,
+        "the recovered cells hold the thread"
     );
 
     // Stopped, it gives the name up, and an RTKit call activates
@@ -299,8 +338,60 @@ fn the_installed_service_runs_under_systemd_restarts_and_gives_rtkit_back() {
     );
     assert_eq!(c.ok("systemctl is-active rtkit-daemon.service"), "active");
 
-    // Its cells removed, then uninstalled: the unit is gone.
-    c.ok("tessera-under-test reset");
-    c.ok("tessera-under-test uninstall --json");
+    // Stopped, the daemon left its cells for the next one; uninstalled,
+    // none comes: the thread is given back and the unit is gone.
+    assert!(c.policy(&sleeper).contains("SCHED_DEADLINE"));
+    let report: serde_json::Value =
+        serde_json::from_str(&c.ok("tessera-under-test uninstall --json")).unwrap();
+    assert_eq!(report["reset"]["threads_restored"], 1, "{report}");
+    assert!(c.policy(&sleeper).contains("SCHED_OTHER"));
     assert!(!c.sh("systemctl cat tessera.service").status.success());
+}
+
+/// A user's PipeWire without real-time rights (no RLIMIT_RTPRIO, no bus to
+/// ask RTKit on), the only one in the container.
+const USERS_PIPEWIRE: &str = r#"set -e
+useradd --no-create-home --shell /usr/sbin/nologin tessera-desk
+uid=$(id -u tessera-desk) gid=$(id -g tessera-desk)
+install -d -m 0700 -o "$uid" -g "$gid" "/run/user/$uid"
+setpriv --reuid="$uid" --regid="$gid" --clear-groups \
+  env -i PATH=/usr/bin:/bin HOME="/run/user/$uid" XDG_RUNTIME_DIR="/run/user/$uid" \
+  DBUS_SYSTEM_BUS_ADDRESS=unix:path=/nonexistent \
+  pipewire >/tmp/pipewire.log 2>&1 &
+echo $!"#;
+
+#[test]
+fn the_service_guards_a_users_session_pipewire_from_its_sandbox() {
+    let Some(_machine) = common::privileged("tessera.service guarding a user's PipeWire") else {
+        return;
+    };
+    let c = Container::boot();
+    c.ok("tessera-under-test install --no-enable --json");
+    c.ok(
+        "printf '[[guard]]\\nserver = \"pipewire\"\\nuser = \"*\"\\n' >> /etc/tessera/daemon.toml",
+    );
+    c.ok("systemctl start tessera.service");
+    let pipewire = c.ok(USERS_PIPEWIRE);
+    assert!(
+        !c.classes(&pipewire).iter().any(|class| class != "TS"),
+        "PipeWire has no real-time rights of its own"
+    );
+
+    // The daemon finds the user's PipeWire in /proc and starts a guard for
+    // it, which reaches it as its owner and adopts the threads that run its
+    // graph: all from inside the unit's hardening.
+    let mut reserved = vec![];
+    common::wait_until_within("the user's PipeWire is guarded", TIMEOUT, || {
+        reserved = c.cells_of(&pipewire);
+        !reserved.is_empty()
+    });
+    assert!(c.classes(&pipewire).iter().any(|class| class == "DLN"));
+    assert!(c
+        .text("journalctl -u tessera.service --no-pager")
+        .contains(&format!("--pid {pipewire}")));
+
+    // Uninstalled (stopped, and no daemon to come), PipeWire's threads are
+    // back to the scheduling PipeWire set.
+    c.ok("tessera-under-test uninstall");
+    assert!(c.classes(&pipewire).iter().all(|class| class == "TS"));
 }
