@@ -36,6 +36,8 @@ mount -t overlay overlay \
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys"
 mount --rbind /dev "$root/dev"
+# The container's console is the boot log, not the machine's console.
+mount --bind "$scratch/boot.log" "$root/dev/console"
 mount -t tmpfs tmpfs "$root/run"
 mount -t tmpfs tmpfs "$root/tmp"
 mount -t tmpfs tmpfs "$root/sys/fs/cgroup"
@@ -90,7 +92,14 @@ impl Container {
             "this test boots systemd in the named systemd cgroup hierarchy (a cgroup v1 or \
              hybrid layout, as this machine mounts it): /sys/fs/cgroup/systemd is missing"
         );
-        let id = std::process::id();
+        // Each container's own names: a second boot in one process must not
+        // meet the first one's group or scratch directory.
+        static BOOTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let id = format!(
+            "{}-{}",
+            std::process::id(),
+            BOOTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let scratch = std::env::temp_dir().join(format!("tessera-systemd-{id}"));
         let _ = std::fs::remove_dir_all(&scratch);
         std::fs::create_dir_all(&scratch).unwrap();
