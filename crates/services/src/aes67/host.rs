@@ -178,14 +178,20 @@ type Marker = (Consumer<u64>, Arc<MarkerCounts>);
 /// A running host.
 pub struct Host {
     engine: Engine,
+    measures: Measures,
+    /// Keeps the media clock's offset through steps (and a free-running
+    /// ptp4l's measurements) while the host runs.
+    _follower: ClockFollower,
+}
+
+/// What a host's nodes count, read apart from its engine (so that a
+/// stopped host's report is read after the engine's last cycle).
+struct Measures {
     streams: Vec<(String, &'static str, Arc<StreamCounters>)>,
     markers: Vec<Marker>,
     latencies_ns: Vec<u64>,
     late_nodes: Arc<Mutex<BTreeMap<String, u64>>>,
     clock: MediaClock,
-    /// Keeps the media clock's offset through steps (and a free-running
-    /// ptp4l's measurements) while the host runs.
-    _follower: ClockFollower,
 }
 
 /// Counts the nodes each xrun names (on the notification thread).
@@ -292,11 +298,13 @@ impl Host {
         .map_err(|e| HostError::Engine(e.to_string()))?;
         Ok(Host {
             engine,
-            streams,
-            markers,
-            latencies_ns: Vec::new(),
-            late_nodes,
-            clock: config.clock.clone(),
+            measures: Measures {
+                streams,
+                markers,
+                latencies_ns: Vec::new(),
+                late_nodes,
+                clock: config.clock.clone(),
+            },
             _follower: follower,
         })
     }
@@ -304,6 +312,38 @@ impl Host {
     /// Takes the marker latencies measured since the last call (the rings
     /// hold a few thousand: call at least every few seconds).
     pub fn collect(&mut self) {
+        self.measures.collect();
+    }
+
+    /// Each stream's counts now.
+    pub fn counts(&self) -> Vec<StreamReport> {
+        self.measures.counts()
+    }
+
+    /// What the host measured so far, without stopping it, taking the
+    /// marker latencies measured since the last call (or the start): a
+    /// window's report is the difference of two, and [`Host::stop`]'s
+    /// latencies are those not taken by then. A stream's counts are read
+    /// while its node runs: a packet's age may be counted in this report
+    /// and its receipt (published at the cycle's end) in the next.
+    pub fn report(&mut self) -> HostReport {
+        self.measures
+            .report(self.engine.cycles(), self.engine.xruns())
+    }
+
+    /// Stops the engine; what the host measured, read after its last
+    /// cycle (every count agrees with every other).
+    pub fn stop(mut self) -> Result<HostReport, HostError> {
+        let run = self
+            .engine
+            .stop()
+            .map_err(|e| HostError::Engine(e.to_string()))?;
+        Ok(self.measures.report(run.cycles, run.xruns))
+    }
+}
+
+impl Measures {
+    fn collect(&mut self) {
         for (reader, _) in &mut self.markers {
             while let Ok(latency) = reader.pop() {
                 self.latencies_ns.push(latency);
@@ -311,8 +351,7 @@ impl Host {
         }
     }
 
-    /// Each stream's counts now.
-    pub fn counts(&self) -> Vec<StreamReport> {
+    fn counts(&self) -> Vec<StreamReport> {
         self.streams
             .iter()
             .map(|(name, direction, counters)| StreamReport {
@@ -327,36 +366,19 @@ impl Host {
             .collect()
     }
 
-    /// What the host measured so far, without stopping it, taking the
-    /// marker latencies measured since the last call (or the start): a
-    /// window's report is the difference of two, and [`Host::stop`]'s
-    /// latencies are those not taken by then.
-    pub fn report(&mut self) -> HostReport {
+    fn report(&mut self, cycles: u64, xruns: u64) -> HostReport {
         self.collect();
         HostReport {
             streams: self.counts(),
             latencies_ns: std::mem::take(&mut self.latencies_ns),
             markers_written: self.markers.iter().map(|(_, c)| c.written()).sum(),
             markers_lost: self.markers.iter().map(|(_, c)| c.lost()).sum(),
-            cycles: self.engine.cycles(),
-            xruns: self.engine.xruns(),
+            cycles,
+            xruns,
             late_nodes: tally(&self.late_nodes),
             clock: self.clock.label(),
             ptp: self.clock.ptp_following(),
         }
-    }
-
-    /// Stops the engine; what the host measured.
-    pub fn stop(mut self) -> Result<HostReport, HostError> {
-        let mut report = self.report();
-        let run = self
-            .engine
-            .stop()
-            .map_err(|e| HostError::Engine(e.to_string()))?;
-        report.cycles = run.cycles;
-        report.xruns = run.xruns;
-        report.late_nodes = tally(&self.late_nodes);
-        Ok(report)
     }
 }
 
