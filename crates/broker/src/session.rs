@@ -6,7 +6,9 @@
 //! broker takes the caller's identity from the kernel too (SO_PEERCRED of a
 //! socket pair this process makes). Opening a service ends here: the broker
 //! says where it listens, the session connects. It must never hold the lock
-//! between operations (other clients would block).
+//! between operations (other clients would block). Between two operations
+//! an embedded session keeps its broker ([`Resident`]) as long as no one
+//! else saved the state meanwhile: opening a broker re-admits every cell.
 
 use crate::broker::{Broker, ResetReport};
 use crate::config::Config;
@@ -41,7 +43,66 @@ pub enum Session {
     },
     Embedded {
         paths: Paths,
+        resident: Option<Box<Resident>>,
     },
+}
+
+/// An embedded broker kept from one operation to the next. Opening one
+/// re-admits every cell of the saved state (each member's scheduling and
+/// cpus checked and applied again): with a guard's 70 cells and no daemon,
+/// its ten batches a second cost half a CPU in that alone. It is used again
+/// only when the state file is still the one it saved last — another
+/// process's broker that changed anything replaced the file — and its
+/// caller's credentials are read once.
+pub struct Resident {
+    broker: Broker,
+    saved: Option<Stamp>,
+    credentials: PeerCredentials,
+}
+
+/// Which version of the state file is on disk: it is replaced whole at
+/// every save (a new inode, a new change time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    inode: u64,
+    changed_ns: i128,
+    modified_ns: i128,
+    len: u64,
+}
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+        Some(Stamp {
+            inode: m.ino(),
+            changed_ns: ns(m.ctime(), m.ctime_nsec()),
+            modified_ns: ns(m.mtime(), m.mtime_nsec()),
+            len: m.len(),
+        })
+    }
+}
+
+impl Resident {
+    /// The broker this session kept, if the state is still the one it
+    /// saved; else a broker opened from the state on disk.
+    fn take_or_open(
+        kept: Option<Box<Resident>>,
+        paths: &Paths,
+    ) -> Result<Box<Resident>, BrokerError> {
+        let on_disk = Stamp::of(&paths.state());
+        if let Some(kept) = kept.filter(|k| k.saved.is_some() && k.saved == on_disk) {
+            return Ok(kept);
+        }
+        let label = format!("embedded (pid {})", tessera_sys::proc::current_pid());
+        let (broker, _notes) = Broker::open(paths.clone(), Config::default(), label)?;
+        Ok(Box::new(Resident {
+            broker,
+            saved: None,
+            credentials: own_credentials()?,
+        }))
+    }
 }
 
 /// Takes the broker's lock, waiting up to `patience`.
@@ -129,7 +190,7 @@ impl Session {
                 Err(_) => {}
             }
         }
-        Ok(Session::Embedded { paths })
+        Ok(Session::embedded(paths))
     }
 
     /// The daemon at `paths` and nothing else: an error when none answers.
@@ -153,7 +214,10 @@ impl Session {
 
     /// The embedded broker at `paths`, even if a daemon runs (tests, recovery).
     pub fn embedded(paths: Paths) -> Session {
-        Session::Embedded { paths }
+        Session::Embedded {
+            paths,
+            resident: None,
+        }
     }
 
     fn over(socket: PathBuf, stream: UnixStream) -> Result<Session, BrokerError> {
@@ -181,14 +245,14 @@ impl Session {
                 })?;
                 Self::over(socket.clone(), stream)
             }
-            Session::Embedded { paths } => Ok(Session::embedded(paths.clone())),
+            Session::Embedded { paths, .. } => Ok(Session::embedded(paths.clone())),
         }
     }
 
     pub fn describe(&self) -> String {
         match self {
             Session::Daemon { socket, .. } => format!("daemon at {}", socket.display()),
-            Session::Embedded { paths } => {
+            Session::Embedded { paths, .. } => {
                 format!("embedded broker (state in {})", paths.dir.display())
             }
         }
@@ -241,13 +305,14 @@ impl Session {
                 })?;
                 serde_json::from_str(reply.result()?).map_err(unexpected)
             }
-            Session::Embedded { paths } => {
+            Session::Embedded { paths, resident } => {
                 let _lock = hold_lock(paths, Duration::from_secs(10))?;
-                let label = format!("embedded (pid {})", tessera_sys::proc::current_pid());
-                let (mut broker, _notes) = Broker::open(paths.clone(), Config::default(), label)?;
-                broker.reap();
-                serde_json::from_value(handle(&mut broker, request, own_credentials()?)?)
-                    .map_err(unexpected)
+                let mut kept = Resident::take_or_open(resident.take(), paths)?;
+                kept.broker.reap();
+                let result = handle(&mut kept.broker, request, kept.credentials);
+                kept.saved = Stamp::of(&paths.state());
+                *resident = Some(kept);
+                serde_json::from_value(result?).map_err(unexpected)
             }
         }
     }

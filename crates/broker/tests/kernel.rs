@@ -467,3 +467,32 @@ fn a_member_moved_between_cells_stays_reserved_and_is_restored_when_it_leaves() 
     );
     t.finish();
 }
+
+/// An embedded session keeps its broker between requests only while the
+/// state file is the one it saved: two sessions taking turns each see what
+/// the other changed (a kept broker that missed a change would refuse a
+/// name the other freed, and list a cell the other destroyed).
+#[test]
+fn two_embedded_sessions_taking_turns_each_see_the_others_changes() {
+    let Some(m) = privileged("turns") else {
+        return;
+    };
+    let mut a = m.session();
+    let mut b = tessera_broker::Session::embedded(m.paths.clone());
+    let names = |s: &mut tessera_broker::Session| -> Vec<String> {
+        s.list().unwrap().into_iter().map(|c| c.name).collect()
+    };
+    a.create_cell(event_triggered("first", 100, 10_000), false)
+        .unwrap();
+    assert_eq!(names(&mut a), ["first"], "a's own change");
+    b.create_cell(event_triggered("second", 100, 10_000), false)
+        .unwrap();
+    assert_eq!(names(&mut a), ["first", "second"], "b's change, seen by a");
+    a.destroy_cell("second").unwrap();
+    assert_eq!(names(&mut b), ["first"], "a's change, seen by b");
+    b.destroy_cell("first").unwrap();
+    a.create_cell(event_triggered("first", 100, 10_000), false)
+        .expect("the name b freed");
+    a.destroy_cell("first").unwrap();
+    assert!(names(&mut b).is_empty());
+}

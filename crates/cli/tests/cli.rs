@@ -501,15 +501,19 @@ fn without_privileges_tessera_runs_best_effort_and_says_so() {
 }
 
 /// The program makes its (main) thread SCHED_FIFO after it started, as audio
-/// programs do; tessera follows it into the cell's reservation, returns the
-/// program's status, and leaves no member behind.
+/// programs do (with SCHED_RESET_ON_FORK, as RTKit asks: the shell's
+/// children — `chrt`, `seq`, `sleep` — start at SCHED_OTHER, or the first
+/// of them the connector hears of would take the cell's one reservation
+/// before the main thread's policy is polled); tessera follows it into the
+/// cell's reservation, returns the program's status, and leaves no member
+/// behind.
 #[test]
 fn exec_follows_a_thread_made_real_time_later_and_leaves_nothing_behind() {
     let Some(m) = privileged("exec-follow") else {
         return;
     };
     create_synth(&m);
-    let script = "chrt -f -p 10 $$; \
+    let script = "chrt -f -R -p 10 $$; \
         for i in $(seq 40); do \
           chrt -p $$ | grep -q SCHED_DEADLINE && break; sleep 0.05; \
         done; \

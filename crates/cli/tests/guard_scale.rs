@@ -1,7 +1,8 @@
 //! `tessera bench guard-scale` end to end: as root, a small session (four
 //! load clients on JACK2 and on PipeWire, 2 s together) is guarded, every
 //! figure comes out as JSON — the guard's and the daemon's CPU, the delays
-//! to each client's reservation, the graph's cycles in the steady phase —
+//! to each client's reservation, the graph's cycles and the client's
+//! budgets (changes a second, reserved ÷ used) in the steady phase —
 //! and no process and no scratch directory is left. Asserts behaviour,
 //! never timing.
 
@@ -44,6 +45,14 @@ fn assert_server(s: &serde_json::Value) {
     );
     for field in ["xruns", "steady_late", "steady_lost"] {
         assert!(s[field].is_u64(), "{field}: {s}");
+    }
+    let budgets = &s["steady_budgets"];
+    assert!(
+        budgets["reserved_cpus"].as_f64().unwrap() > 0.0,
+        "the client's reservations were read in the steady phase: {s}"
+    );
+    for field in ["changes_per_s", "used_cpus", "reserved_per_used"] {
+        assert!(budgets[field].as_f64().unwrap() >= 0.0, "{field}: {s}");
     }
 }
 

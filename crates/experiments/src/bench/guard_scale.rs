@@ -96,7 +96,23 @@ pub struct ServerResult {
     pub steady_cycles: u64,
     pub steady_late: u64,
     pub steady_lost: u64,
+    /// The client process's reservations in the steady phase, read at
+    /// every poll: what drives the daemon's work and the guard's batches.
+    pub steady_budgets: Budgets,
     pub notes: Vec<String>,
+}
+
+/// The client process's reserved threads over the steady phase.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Budgets {
+    /// Budget changes (runtime or period) seen between two polls, per second.
+    pub changes_per_s: f64,
+    /// CPUs reserved, on average over the polls.
+    pub reserved_cpus: f64,
+    /// CPUs the reserved threads used.
+    pub used_cpus: f64,
+    /// `reserved_cpus ÷ used_cpus`.
+    pub reserved_per_used: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -185,27 +201,98 @@ fn subject(kind: ServerKind, options: &Options) -> AudioServerSubject {
     }
 }
 
-/// When each client thread was first seen real-time and first reserved.
+/// When each client thread was first seen real-time and first reserved,
+/// and, once [`Seen::start_steady`] was called, how the client process's
+/// budgets moved.
 #[derive(Default)]
 struct Seen {
     real_time: BTreeMap<Tid, u64>,
     reserved: BTreeMap<Tid, u64>,
+    steady: Option<Steady>,
+}
+
+/// The steady phase's readings of the client process's reservations.
+struct Steady {
+    at: Instant,
+    /// Each reserved thread's budget at the last poll (runtime, period).
+    budgets: BTreeMap<Tid, (Duration, Duration)>,
+    /// Each thread's CPU time when the phase began, ns.
+    cpu_at_start: BTreeMap<Tid, u64>,
+    changes: u64,
+    polls: u64,
+    /// Σ over polls of the CPUs reserved at that poll.
+    reserved_sum: f64,
 }
 
 impl Seen {
     /// Reads every thread of `pid` once.
     fn poll(&mut self, pid: Pid) {
         let now = monotonic_ns();
+        let mut reserved_cpus = 0.0;
         for tid in proc::threads_of(pid).unwrap_or_default() {
             match sched::get_policy(tid) {
                 Ok(Policy::Fifo { .. } | Policy::RoundRobin { .. }) => {
                     self.real_time.entry(tid).or_insert(now);
                 }
-                Ok(Policy::Deadline(_)) if self.real_time.contains_key(&tid) => {
-                    self.reserved.entry(tid).or_insert(now);
+                Ok(Policy::Deadline(p)) => {
+                    if self.real_time.contains_key(&tid) {
+                        self.reserved.entry(tid).or_insert(now);
+                    }
+                    reserved_cpus += p.runtime.as_secs_f64() / p.period.as_secs_f64();
+                    if let Some(steady) = &mut self.steady {
+                        let budget = (p.runtime, p.period);
+                        let before = steady.budgets.insert(tid, budget);
+                        steady.changes += u64::from(before.is_some_and(|b| b != budget));
+                    }
                 }
                 _ => {}
             }
+        }
+        if let Some(steady) = &mut self.steady {
+            steady.polls += 1;
+            steady.reserved_sum += reserved_cpus;
+        }
+    }
+
+    /// From now on, counts the budget changes of `pid`'s reserved threads.
+    fn start_steady(&mut self, pid: Pid) {
+        let cpu_at_start = proc::threads_of(pid)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|tid| Some((tid, proc::thread_cpu_ns(pid, tid).ok()?)))
+            .collect();
+        self.steady = Some(Steady {
+            at: Instant::now(),
+            budgets: BTreeMap::new(),
+            cpu_at_start,
+            changes: 0,
+            polls: 0,
+            reserved_sum: 0.0,
+        });
+    }
+
+    /// The steady phase's figures: the CPU used is that of the threads
+    /// reserved at the last poll.
+    fn steady_budgets(&self, pid: Pid) -> Budgets {
+        let Some(steady) = &self.steady else {
+            return Budgets::default();
+        };
+        let span = steady.at.elapsed().as_secs_f64().max(1e-9);
+        let used_ns: u64 = steady
+            .budgets
+            .keys()
+            .filter_map(|&tid| {
+                let start = steady.cpu_at_start.get(&tid)?;
+                Some(proc::thread_cpu_ns(pid, tid).ok()?.saturating_sub(*start))
+            })
+            .sum();
+        let reserved_cpus = steady.reserved_sum / steady.polls.max(1) as f64;
+        let used_cpus = used_ns as f64 / 1e9 / span;
+        Budgets {
+            changes_per_s: steady.changes as f64 / span,
+            reserved_cpus,
+            used_cpus,
+            reserved_per_used: reserved_cpus / used_cpus.max(1e-9),
         }
     }
 
@@ -275,6 +362,9 @@ fn run_one(
             std::thread::sleep(POLL);
         }
         marks.push((Instant::now(), cpu_now(guard, daemon.pid())));
+        if name == "settled" {
+            seen.start_steady(peer);
+        }
         progress(&format!(
             "{}: {name} at {:.0} s: {} client threads real-time, {} reserved",
             kind.name(),
@@ -283,6 +373,7 @@ fn run_one(
             seen.reserved.len()
         ));
     }
+    let budgets = seen.steady_budgets(peer);
     let data = run.finish();
     let steady = Window {
         from_ns: t0 + (joining + SETTLE).as_nanos() as u64,
@@ -310,6 +401,7 @@ fn run_one(
         steady_cycles: cycles.cycles,
         steady_late: cycles.late,
         steady_lost: cycles.lost,
+        steady_budgets: budgets,
         notes: data.notes,
     })
 }
