@@ -133,6 +133,20 @@ impl Broker {
         Ok((broker, notes))
     }
 
+    /// Takes the state another live broker saved (an embedded one in
+    /// another process, between two of this one's operations), as it
+    /// saved it: that broker applied it to the kernel, so nothing is
+    /// re-applied ([`Broker::open`] re-admits and re-places every member,
+    /// which a crash's leftovers need and a hand-off does not). Cells of
+    /// owners that died meanwhile go at the next [`Broker::reap`].
+    pub fn reload(&mut self) -> Outcome<()> {
+        let loaded = State::load(&self.paths.state())
+            .map_err(|e| BrokerError::new(ErrorCode::State, e, "run `tessera reset`"))?;
+        self.state = loaded.unwrap_or_else(|| State::new(Ledger::new(self.facts.machine.clone())));
+        self.unsaved_since = None;
+        Ok(())
+    }
+
     pub fn mode(&self) -> &Mode {
         &self.facts.mode
     }

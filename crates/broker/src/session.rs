@@ -50,10 +50,12 @@ pub enum Session {
 /// An embedded broker kept from one operation to the next. Opening one
 /// re-admits every cell of the saved state (each member's scheduling and
 /// cpus checked and applied again): with a guard's 70 cells and no daemon,
-/// its ten batches a second cost half a CPU in that alone. It is used again
-/// only when the state file is still the one it saved last — another
-/// process's broker that changed anything replaced the file — and its
-/// caller's credentials are read once.
+/// its ten batches a second cost half a CPU in that alone. While the state
+/// file is the one it saved last it is used as it is; when another
+/// process's broker replaced the file, the kept broker takes that state
+/// as saved ([`Broker::reload`]: two guards without a daemon, each
+/// re-opening after the other's every batch, used a tenth of a CPU each
+/// for five threads). Its caller's credentials are read once.
 pub struct Resident {
     broker: Broker,
     saved: Option<Stamp>,
@@ -85,14 +87,17 @@ impl Stamp {
 }
 
 impl Resident {
-    /// The broker this session kept, if the state is still the one it
-    /// saved; else a broker opened from the state on disk.
+    /// The broker this session kept, with the state on disk if another
+    /// broker saved since; the first time, a broker opened from it.
     fn take_or_open(
         kept: Option<Box<Resident>>,
         paths: &Paths,
     ) -> Result<Box<Resident>, BrokerError> {
         let on_disk = Stamp::of(&paths.state());
-        if let Some(kept) = kept.filter(|k| k.saved.is_some() && k.saved == on_disk) {
+        if let Some(mut kept) = kept {
+            if kept.saved.is_none() || kept.saved != on_disk {
+                kept.broker.reload()?;
+            }
             return Ok(kept);
         }
         let label = format!("embedded (pid {})", tessera_sys::proc::current_pid());
