@@ -241,7 +241,7 @@ fn apply(m: &Member, t: &Target) -> Result<()> {
                 affinity::set_affinity(m.tid, cpus)?;
             }
             match policy {
-                Some(p) => sched::set_policy(m.tid, p),
+                Some(p) => set_admitted(m.tid, p),
                 None => Ok(()),
             }
         }
@@ -290,7 +290,30 @@ fn deadline_into(m: &Member, group: &Group, policy: &Policy) -> Result<()> {
             ));
         }
     }
-    sched::set_policy(m.tid, policy)
+    set_admitted(m.tid, policy)
+}
+
+/// How long a join waits for the kernel to agree with the ledger.
+const KERNEL_CATCH_UP: Duration = Duration::from_millis(20);
+
+/// Sets the policy of a thread joining a cell the ledger admitted. The
+/// kernel's own count of the root domain's bandwidth may disagree with the
+/// ledger for a moment — a reservation being released, root domains being
+/// rebuilt by a cpuset change — and refuse (EBUSY) what fits: a CI run had
+/// a 0.1 join refused with no SCHED_DEADLINE thread on the machine, right
+/// after another test's cells and cpusets were removed. Retried for up to
+/// [`KERNEL_CATCH_UP`]; a resize is not (its caller asks again at its next
+/// interval, and a broker serving a guard must not stall).
+fn set_admitted(tid: i32, policy: &Policy) -> Result<()> {
+    let start = std::time::Instant::now();
+    loop {
+        match sched::set_policy(tid, policy) {
+            Err(e) if e.kind == ErrorKind::Busy && start.elapsed() < KERNEL_CATCH_UP => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            done => return done,
+        }
+    }
 }
 
 fn is_reserved(tid: i32) -> Result<bool> {

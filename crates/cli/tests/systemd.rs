@@ -130,11 +130,18 @@ impl Container {
             .stderr(log)
             .spawn()
             .expect("run unshare (util-linux)");
+        // Its child is the container's init only once the shell has become
+        // unshare: before, the shell's own children (`mkdir`) are listed,
+        // and one taken for the init had exited by the first `nsenter` (a
+        // CI run: "cannot open /proc/PID/ns/ipc", the boot never seen).
+        let comm = format!("/proc/{}/comm", unshare.id());
         let children = format!("/proc/{0}/task/{0}/children", unshare.id());
         let mut init = None;
         common::wait_until("unshare has started the container's init", || {
+            let is_unshare = std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "unshare");
             init = std::fs::read_to_string(&children)
                 .ok()
+                .filter(|_| is_unshare)
                 .and_then(|c| c.split_whitespace().next()?.parse().ok());
             init.is_some()
         });
