@@ -49,8 +49,18 @@ fn run_and_check(text: &str, hops: u64, directions: &[&str]) -> String {
     let notes = c.notes.join("; ");
     assert!(!notes.contains("not run"), "{notes}");
     let round_trip = c.metric(METRIC).expect("the marker's round trip");
-    // A marker every 10 ms for 1.5 s: most come back, each exactly late.
-    assert!(round_trip.summary.count >= 50, "{notes}");
+    // A marker every 10 ms for 1.5 s: most come back, each exactly late —
+    // unless the host stalled a vCPU for a fifth of the run or more (a CI
+    // run: 930 ms stolen, 94 of 140 markers lost behind the stalls); those
+    // that came back are exactly late even then.
+    let most_stolen_ms = c
+        .counters
+        .iter()
+        .filter(|k| k.name.starts_with("steal time cpu"))
+        .map(|k| k.value)
+        .fold(0.0, f64::max);
+    let least = if most_stolen_ms < 300.0 { 50 } else { 1 };
+    assert!(round_trip.summary.count >= least, "{notes}");
     let expected_us = (hops * 2000) as f64;
     assert_eq!(
         (round_trip.summary.min, round_trip.summary.max),
