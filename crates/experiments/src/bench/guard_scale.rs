@@ -8,7 +8,9 @@
 //! the clients join and once all are in, and for every client thread the
 //! time from when it turned real-time (JACK2 and PipeWire's libjack make a
 //! client's thread SCHED_FIFO just before its first cycle) to when it read
-//! SCHED_DEADLINE, by polling its policy every [`POLL`].
+//! SCHED_DEADLINE, by polling its policy every [`POLL`]; the same polls of
+//! the steady phase read the client process's budgets ([`Budgets`]: how
+//! often they change, reserved against used).
 //!
 //! It owns the daemon and its directory (reset and removed however the run
 //! ends) and drives the audio-server subject's run for the rest; it must
