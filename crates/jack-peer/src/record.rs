@@ -345,6 +345,16 @@ pub struct PeerRecord {
 }
 
 impl PeerRecord {
+    /// The audio period the server gave, ns (None before format 2).
+    pub fn period_ns(&self) -> Option<u64> {
+        match self.period {
+            (frames, rate) if frames > 0 && rate > 0 => {
+                Some(u64::from(frames) * 1_000_000_000 / u64::from(rate))
+            }
+            _ => None,
+        }
+    }
+
     pub fn parse(text: &str) -> Result<PeerRecord, String> {
         let header = |key: &str| {
             text.lines()

@@ -46,11 +46,8 @@ pub(super) fn compare(
     t0_ns: u64,
     warmup_s: f64,
 ) -> Vec<ClientTruth> {
-    let audio_period_ns = match record.period {
-        (frames, rate) if frames > 0 && rate > 0 => {
-            u64::from(frames) * 1_000_000_000 / u64::from(rate)
-        }
-        _ => return Vec::new(),
+    let Some(audio_period_ns) = record.period_ns() else {
+        return Vec::new();
     };
     record
         .threads

@@ -19,6 +19,7 @@ mod budgets;
 mod figures;
 mod ground_truth;
 pub mod network_app;
+mod workgroup;
 
 pub use budgets::{BUDGET, THREAD_PREDICTED, THREAD_SET, THREAD_USED};
 pub use figures::{report_section, Headline, CLIENT_END, END_TO_END, PERIOD};
@@ -300,6 +301,7 @@ pub fn metrics(data: AudioServerData, scenario: &Scenario, t0: u64) -> Measured 
         Some(Err(e)) => notes.push(format!("guard's record: {e}")),
         None => {}
     }
+    counters.extend(workgroup::counters(&record));
     headline.sched = data.sched.describe();
     notes.insert(0, headline.note());
     counters.splice(0..0, headline.counters());
