@@ -349,13 +349,14 @@ fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, Failure> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!("server    clients  guard %  daemon %  total %  (joining: total %)  reserved  within 100 ms  p50 (ms)  p99 (ms)  max (ms)  xruns  steady: cycles  late  lost  budget changes/s  reserved ÷ used");
+    println!("server    clients  guard %  daemon %  total %  (joining: total %)  reserved  exited  unreserved at end  within 100 ms  p50 (ms)  p99 (ms)  max (ms)  xruns  steady: cycles  late  lost  budget changes/s  reserved ÷ used");
     for r in &results.servers {
         let d = &r.to_reservation_ms;
         println!(
-            "{:<9} {:>7} {:>8.2} {:>9.2} {:>8.2} {:>20.2} {:>5}/{:<4} {:>13} {:>9.1} {:>9.1} {:>9.1} {:>6} {:>15} {:>5} {:>5} {:>17.1} {:>16.2}",
+            "{:<9} {:>7} {:>8.2} {:>9.2} {:>8.2} {:>20.2} {:>5}/{:<4} {:>6} {:>18} {:>13} {:>9.1} {:>9.1} {:>9.1} {:>6} {:>15} {:>5} {:>5} {:>17.1} {:>16.2}",
             r.server, r.clients, r.steady.guard_pct, r.steady.daemon_pct, r.steady.total_pct,
-            r.joining.total_pct, r.threads_reserved, r.threads_seen, r.within_interval, d.p50, d.p99, d.max, r.xruns,
+            r.joining.total_pct, r.threads_reserved, r.threads_seen, r.exited_unreserved, r.unreserved_at_end,
+            r.within_interval, d.p50, d.p99, d.max, r.xruns,
             r.steady_cycles, r.steady_late, r.steady_lost,
             r.steady_budgets.changes_per_s, r.steady_budgets.reserved_per_used
         );

@@ -35,6 +35,11 @@ fn assert_server(s: &serde_json::Value) {
         "the guard reserved client threads: {s}"
     );
     assert!(s["within_interval"].as_u64().unwrap() <= reserved, "{s}");
+    let exited = s["exited_unreserved"].as_u64().expect("exited_unreserved");
+    assert!(exited <= seen - reserved, "{s}");
+    // Every client thread still real-time at the end was reserved by then.
+    assert_eq!(s["unreserved_at_end"], 0, "{s}");
+    assert!(s["deadline_at_end"].as_u64().unwrap() >= 1, "{s}");
     assert!(
         s["to_reservation_ms"]["p50"].as_f64().unwrap() >= 0.0,
         "{s}"

@@ -19,7 +19,7 @@
 use crate::jack_peer::Window;
 use crate::subject::audio_server::{AudioServerRun, GuardPlace};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -88,6 +88,16 @@ pub struct ServerResult {
     /// Client threads seen real-time, and how many were reserved.
     pub threads_seen: usize,
     pub threads_reserved: usize,
+    /// Of those never reserved, the ones that had exited by the end: short
+    /// threads a client made real-time for less than the guard's policy
+    /// poll (libpipewire starts and ends some as a client opens), which no
+    /// reservation could have served.
+    pub exited_unreserved: usize,
+    /// At the last poll: client threads real-time and not reserved — what
+    /// the goal counts — and client threads SCHED_DEADLINE (some reserved
+    /// before a 2 ms poll saw them real-time, so not in `threads_reserved`).
+    pub unreserved_at_end: usize,
+    pub deadline_at_end: usize,
     /// Reserved within one control interval of the guard.
     pub within_interval: usize,
     /// Xruns the monitor client counted (PipeWire's libjack tells of none).
@@ -210,7 +220,17 @@ fn subject(kind: ServerKind, options: &Options) -> AudioServerSubject {
 struct Seen {
     real_time: BTreeMap<Tid, u64>,
     reserved: BTreeMap<Tid, u64>,
+    /// The last poll's census.
+    last: Census,
     steady: Option<Steady>,
+}
+
+/// The client process's threads at one poll.
+#[derive(Default)]
+struct Census {
+    alive: BTreeSet<Tid>,
+    real_time: usize,
+    deadline: usize,
 }
 
 /// The steady phase's readings of the client process's reservations.
@@ -231,12 +251,16 @@ impl Seen {
     fn poll(&mut self, pid: Pid) {
         let now = monotonic_ns();
         let mut reserved_cpus = 0.0;
+        let mut census = Census::default();
         for tid in proc::threads_of(pid).unwrap_or_default() {
+            census.alive.insert(tid);
             match sched::get_policy(tid) {
                 Ok(Policy::Fifo { .. } | Policy::RoundRobin { .. }) => {
                     self.real_time.entry(tid).or_insert(now);
+                    census.real_time += 1;
                 }
                 Ok(Policy::Deadline(p)) => {
+                    census.deadline += 1;
                     if self.real_time.contains_key(&tid) {
                         self.reserved.entry(tid).or_insert(now);
                     }
@@ -254,6 +278,15 @@ impl Seen {
             steady.polls += 1;
             steady.reserved_sum += reserved_cpus;
         }
+        self.last = census;
+    }
+
+    /// Threads seen real-time, never reserved, and gone at the last poll.
+    fn exited_unreserved(&self) -> usize {
+        self.real_time
+            .keys()
+            .filter(|tid| !self.reserved.contains_key(tid) && !self.last.alive.contains(tid))
+            .count()
     }
 
     /// From now on, counts the budget changes of `pid`'s reserved threads.
@@ -368,11 +401,14 @@ fn run_one(
             seen.start_steady(peer);
         }
         progress(&format!(
-            "{}: {name} at {:.0} s: {} client threads real-time, {} reserved",
+            "{}: {name} at {:.0} s: {} client threads real-time, {} reserved; now {} real-time \
+             unreserved, {} SCHED_DEADLINE",
             kind.name(),
             start.elapsed().as_secs_f64(),
             seen.real_time.len(),
-            seen.reserved.len()
+            seen.reserved.len(),
+            seen.last.real_time,
+            seen.last.deadline
         ));
     }
     let budgets = seen.steady_budgets(peer);
@@ -398,6 +434,9 @@ fn run_one(
         to_reservation_ms: Summary::from_samples(&delays, None),
         threads_seen: seen.real_time.len(),
         threads_reserved: seen.reserved.len(),
+        exited_unreserved: seen.exited_unreserved(),
+        unreserved_at_end: seen.last.real_time,
+        deadline_at_end: seen.last.deadline,
         within_interval: within,
         xruns: data.record.as_ref().map(|r| r.xruns).unwrap_or(0),
         steady_cycles: cycles.cycles,
