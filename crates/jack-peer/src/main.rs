@@ -59,8 +59,8 @@ const SETTLE: Duration = Duration::from_millis(50);
 /// Room for xrun times.
 const MAX_XRUN_TIMES: usize = 100_000;
 /// How long the loads get to leave the workgroup once the run ends. A
-/// load whose thread still cycles leaves on its next cycle (21 ms at
-/// most, 1024 frames at 48 kHz); one whose thread the server no longer
+/// load whose thread still cycles leaves on its next cycle (85 ms at
+/// most, 4096 frames at 48 kHz); one whose thread the server no longer
 /// runs never will, and its member ends with the thread. At 5 s — the
 /// harness's own grace after SIGTERM — a run whose graph had stalled was
 /// killed instead of writing its record.
