@@ -261,36 +261,45 @@ fn current_group(tid: i32, h: &Hierarchy) -> Result<Group> {
 /// The kernel admits a SCHED_DEADLINE thread against the root domain of the
 /// CPU it last ran on, and requires its affinity to span that domain. A
 /// sleeping thread moved into the group stays on its old CPU until it wakes,
-/// so it is nudged awake (see `tessera_sys::nudge`) before the reservation
-/// is set.
+/// so it is brought onto the group's CPUs ([`wake_onto`]) before the
+/// reservation is set.
 fn deadline_into(m: &Member, group: &Group, policy: &Policy) -> Result<()> {
     move_to(group, m.tid, m.pid)?;
     let cpus = group.effective_cpus()?;
     affinity::set_affinity(m.tid, &cpus)?;
-    let on_group_cpu = || proc::last_cpu(m.pid, m.tid).is_some_and(|c| cpus.contains(&c));
-    if !on_group_cpu() {
-        // A process cannot ptrace its own threads: one of ours is given the
-        // same 100 ms to wake by itself (a periodic thread does).
-        let own = m.pid == proc::current_pid();
-        if !own {
-            tessera_sys::nudge::nudge(m.tid)?;
-        }
-        for _ in 0..100 {
-            if on_group_cpu() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        if own && !on_group_cpu() {
-            return Err(Error::new(
-                ErrorKind::Invalid,
-                format!("place thread {} of this process", m.tid),
-                "it stayed asleep on a CPU outside the cell, and a process cannot wake its own threads from outside",
-                "let the thread join itself (Session::join_current_thread)",
-            ));
-        }
-    }
+    wake_onto(m, &cpus)?;
     set_admitted(m.tid, policy)
+}
+
+/// Makes sure thread `m` last ran on one of `cpus`: a sleeping thread is
+/// nudged awake (see `tessera_sys::nudge`), and the kernel wakes it on a CPU
+/// of its affinity. A process cannot ptrace its own threads: one of ours is
+/// given the same 100 ms to wake by itself (a periodic thread does).
+fn wake_onto(m: &Member, cpus: &[usize]) -> Result<()> {
+    let on_cpus = || proc::last_cpu(m.pid, m.tid).is_some_and(|c| cpus.contains(&c));
+    if on_cpus() {
+        return Ok(());
+    }
+    let own = m.pid == proc::current_pid();
+    if !own {
+        tessera_sys::nudge::nudge(m.tid)?;
+    }
+    for _ in 0..100 {
+        if on_cpus() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    match own {
+        true => Err(Error::new(
+            ErrorKind::Invalid,
+            format!("place thread {} of this process", m.tid),
+            "it stayed asleep on a CPU outside the cell, and a process cannot wake its own threads from outside",
+            "let the thread join itself (Session::join_current_thread)",
+        )),
+        // Nudged, it ran; the kernel has placed it within its affinity.
+        false => Ok(()),
+    }
 }
 
 /// How long a join waits for the kernel to agree with the ledger.
@@ -325,11 +334,45 @@ fn is_reserved(tid: i32) -> Result<bool> {
 /// root domain it is in (one sched_setattr, applied or refused whole),
 /// then the cpuset, which the kernel admits against the new root domain
 /// for what the thread now holds and which sets its affinity. It is never
-/// unreserved in between, and needs no nudge: the kernel moves a
-/// reservation with its cpuset.
+/// unreserved in between: the kernel moves a reservation with its cpuset.
+/// Parameters the kernel refuses in the domain the thread leaves (EBUSY:
+/// that domain's count is full, which the ledger need not see) go the
+/// other way: the cpuset first, with what it holds now, then the
+/// parameters, in the domain the ledger admitted them to.
 fn deadline_carry(m: &Member, group: &Group, policy: &Policy) -> Result<()> {
-    sched::set_policy(m.tid, policy)?;
-    move_to(group, m.tid, m.pid)
+    match set_where_it_is(m, policy) {
+        Ok(()) => move_to(group, m.tid, m.pid),
+        Err(e) if e.kind == ErrorKind::Busy => {
+            move_to(group, m.tid, m.pid)?;
+            set_where_it_is(m, policy)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Sets a reserved thread's parameters in its own root domain.
+///
+/// A thread asleep since a cpuset change took the CPU it last ran on out of
+/// its root domain (the core it is moving to, just partitioned, say) is
+/// still counted on that CPU: the kernel checks its new parameters against
+/// that CPU's domain, which its affinity no longer spans, and refuses them
+/// (EPERM, or EBUSY from that domain's count). It is woken onto its
+/// affinity first, then given them.
+fn set_where_it_is(m: &Member, policy: &Policy) -> Result<()> {
+    match sched::set_policy(m.tid, policy) {
+        Err(e) if matches!(e.kind, ErrorKind::Permission | ErrorKind::Busy) && is_stranded(m) => {
+            wake_onto(m, &affinity::get_affinity(m.tid)?)?;
+            sched::set_policy(m.tid, policy)
+        }
+        other => other,
+    }
+}
+
+/// Whether thread `m` last ran on a CPU outside its affinity.
+fn is_stranded(m: &Member) -> bool {
+    let last = proc::last_cpu(m.pid, m.tid);
+    let cpus = affinity::get_affinity(m.tid).unwrap_or_default();
+    last.is_some_and(|c| !cpus.contains(&c))
 }
 
 /// Gives a member its cell's new parameters after a resize (the layout is

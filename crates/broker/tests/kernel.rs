@@ -468,6 +468,57 @@ fn a_member_moved_between_cells_stays_reserved_and_is_restored_when_it_leaves() 
     t.finish();
 }
 
+/// A reserved thread asleep on the core that is then partitioned for
+/// another cell is left counted on that core while its affinity no longer
+/// includes it, and the kernel refuses it new parameters there (EPERM): a
+/// guard moving a server's thread onto its new core hit this at every
+/// layout change. The move wakes it onto its affinity and carries it.
+#[test]
+fn a_member_asleep_on_a_core_just_partitioned_moves_onto_it() {
+    let Some(m) = privileged("move-stranded") else {
+        return;
+    };
+    let core = last_core();
+    if core == 0 {
+        eprintln!("SKIPPED move-stranded: needs 2 cores");
+        return;
+    }
+    let mut s = m.session();
+    let mut global = event_triggered("global", 100, 10_000);
+    global.placement = tessera_policy::Placement::Global;
+    s.create_cell(global, true).unwrap();
+    let sleeper = Sleeper::start();
+    let pid = sleeper.pid();
+    // It last runs on `core`, then sleeps there, reserved under global EDF.
+    tessera_sys::affinity::set_affinity(pid, &[core]).unwrap();
+    sleeper.wait_until_last_on(core);
+    s.attach("global", pid, Some(pid)).unwrap();
+    assert_eq!(tessera_sys::proc::last_cpu(pid, pid), Some(core));
+    s.create_cell(
+        event_triggered("on-core", 500, 10_000).on_cores(vec![core]),
+        true,
+    )
+    .unwrap();
+    assert!(
+        !tessera_sys::affinity::get_affinity(pid)
+            .unwrap()
+            .contains(&core),
+        "the partition took its core out of the sleeper's affinity"
+    );
+    s.move_member(pid, "on-core").unwrap();
+    match sched::get_policy(pid).unwrap() {
+        Policy::Deadline(p) => assert_eq!(p.runtime, Duration::from_micros(500)),
+        other => panic!("expected the core's reservation, got {other}"),
+    }
+    assert_eq!(
+        tessera_sys::proc::cgroup_of(pid, Some("cpuset")).unwrap(),
+        format!("/tessera/core{core}")
+    );
+    s.destroy_cell("on-core").unwrap();
+    s.destroy_cell("global").unwrap();
+    drop(sleeper);
+}
+
 /// An embedded session keeps its broker between requests only while the
 /// state file is the one it saved: two sessions taking turns each see what
 /// the other changed (a kept broker that missed a change would refuse a

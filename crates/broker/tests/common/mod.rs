@@ -43,3 +43,44 @@ impl Parked {
         let _ = self.handle.join();
     }
 }
+
+/// A `sleep 60` of its own process: a thread of another process, which the
+/// broker may wake (ptrace) where it cannot wake one of the test's. Killed
+/// when dropped.
+pub struct Sleeper(std::process::Child);
+
+impl Sleeper {
+    pub fn start() -> Sleeper {
+        let child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("spawn sleep");
+        Sleeper(child)
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+
+    /// Waits (at most 5 s) until it last ran on `cpu`, then 50 ms more for
+    /// it to be asleep there (`sleep` blocks as soon as it has started).
+    pub fn wait_until_last_on(&self, cpu: usize) {
+        let pid = self.pid();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while tessera_sys::proc::last_cpu(pid, pid) != Some(cpu) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "sleep {pid} never ran on cpu {cpu}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
