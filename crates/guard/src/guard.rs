@@ -209,6 +209,21 @@ struct RoomSeen {
     held: BTreeMap<Option<usize>, Bandwidth>,
 }
 
+impl RoomSeen {
+    /// The capacity of the partitioned cores that held nothing but the
+    /// guard's reservations when the broker said it: a core no cell holds
+    /// goes back to the shared ones, so global EDF has it once the guard's
+    /// reservations leave it.
+    fn guard_only_cores(&self) -> Bandwidth {
+        self.cores
+            .iter()
+            .filter(|c| c.mode == CoreMode::Partitioned)
+            .filter(|c| c.reserved <= self.held.get(&Some(c.core)).copied().unwrap_or_default())
+            .map(|c| c.capacity)
+            .sum()
+    }
+}
+
 /// A thread admission refused.
 struct LeftOut {
     pid: Pid,
@@ -1475,6 +1490,16 @@ impl Guard {
             .filter(|&(tid, core)| self.move_reservation(tid, core, log))
             .map(|(tid, _)| tid)
             .collect();
+        // The room seen before the moves is not theirs (a core they all
+        // left is shared again): squeezed to it, the budgets of a session
+        // moved to global EDF stayed at what one core had held until the
+        // next layout, a second later, and so did its newcomers.
+        if !moved.is_empty() {
+            if let Ok(status) = self.session.status() {
+                let global = global_free(&status);
+                self.see_room(status.cores, global);
+            }
+        }
         for tid in moved {
             self.raise_moved(tid, log);
         }
@@ -1501,9 +1526,10 @@ impl Guard {
     /// what the guard holds there, the shared cores' room for global
     /// reservations plus what the guard holds globally.
     fn room_for_layout(&self, preferred: usize) -> Option<Room> {
+        let seen = self.room_seen.as_ref()?;
         let RoomSeen {
             cores, global_free, ..
-        } = self.room_seen.as_ref()?;
+        } = seen;
         // What the guard's own loop holds stays its own.
         let held_on = |core: Option<usize>| -> Bandwidth {
             self.reserved
@@ -1521,9 +1547,14 @@ impl Guard {
                 room: (c.free() + held_on(Some(c.core))).saturating_sub(newcomer),
             })
             .collect();
+        // Under global EDF the guard's reservations leave the cores only
+        // they held, which are shared again then: a session that outgrew
+        // its one core was judged SHORT against the other core alone
+        // ("wants 1.19 CPU, 0.84 fits" on two cores with 1.8 to give).
+        let global = *global_free + held_on(None) + seen.guard_only_cores();
         Some(Room {
             cores,
-            global: (*global_free + held_on(None)).saturating_sub(newcomer),
+            global: global.saturating_sub(newcomer),
             preferred,
             others_used: self.others_used,
         })
@@ -2047,6 +2078,44 @@ mod tests {
         assert_eq!(cell_prefix("pw data loop"), "pw_data_loop");
         assert_eq!(cell_prefix("--"), "thread");
         assert_eq!(cell_prefix(""), "thread");
+    }
+
+    #[test]
+    fn a_partitioned_core_only_the_guard_holds_counts_for_global_edf() {
+        let core = |core, mode, reserved: f64| CoreUsage {
+            core,
+            mode,
+            capacity: Bandwidth::from_fraction(0.9),
+            reserved: Bandwidth::from_fraction(reserved),
+            cells: Vec::new(),
+        };
+        let seen = |cores, held_on_1: f64| RoomSeen {
+            cores,
+            global_free: Bandwidth::from_fraction(0.8),
+            held: BTreeMap::from([(Some(1), Bandwidth::from_fraction(held_on_1))]),
+        };
+        let guards = seen(
+            vec![
+                core(0, CoreMode::Shared, 0.0),
+                core(1, CoreMode::Partitioned, 0.5),
+            ],
+            0.5,
+        );
+        assert_eq!(guards.guard_only_cores(), Bandwidth::from_fraction(0.9));
+        // Another program's cell on the core too: it stays partitioned.
+        let shared_with_others = seen(
+            vec![
+                core(0, CoreMode::Shared, 0.0),
+                core(1, CoreMode::Partitioned, 0.6),
+            ],
+            0.5,
+        );
+        assert_eq!(shared_with_others.guard_only_cores(), Bandwidth::ZERO);
+        // A core the guard holds nothing on is not its to give.
+        assert_eq!(
+            seen(vec![core(1, CoreMode::Partitioned, 0.3)], 0.0).guard_only_cores(),
+            Bandwidth::ZERO
+        );
     }
 
     #[test]
