@@ -360,19 +360,24 @@ fn deadline_carry(m: &Member, group: &Group, policy: &Policy) -> Result<()> {
 /// affinity first, then given them.
 fn set_where_it_is(m: &Member, policy: &Policy) -> Result<()> {
     match sched::set_policy(m.tid, policy) {
-        Err(e) if matches!(e.kind, ErrorKind::Permission | ErrorKind::Busy) && is_stranded(m) => {
-            wake_onto(m, &affinity::get_affinity(m.tid)?)?;
-            sched::set_policy(m.tid, policy)
+        Err(e) if matches!(e.kind, ErrorKind::Permission | ErrorKind::Busy) => {
+            match stranded_from(m) {
+                Some(cpus) => {
+                    wake_onto(m, &cpus)?;
+                    sched::set_policy(m.tid, policy)
+                }
+                None => Err(e),
+            }
         }
         other => other,
     }
 }
 
-/// Whether thread `m` last ran on a CPU outside its affinity.
-fn is_stranded(m: &Member) -> bool {
-    let last = proc::last_cpu(m.pid, m.tid);
-    let cpus = affinity::get_affinity(m.tid).unwrap_or_default();
-    last.is_some_and(|c| !cpus.contains(&c))
+/// Thread `m`'s affinity when it last ran on a CPU outside it.
+fn stranded_from(m: &Member) -> Option<Vec<usize>> {
+    let last = proc::last_cpu(m.pid, m.tid)?;
+    let cpus = affinity::get_affinity(m.tid).ok()?;
+    (!cpus.contains(&last)).then_some(cpus)
 }
 
 /// Gives a member its cell's new parameters after a resize (the layout is
