@@ -360,6 +360,12 @@ fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, Failure> {
             r.steady_cycles, r.steady_late, r.steady_lost,
             r.steady_budgets.changes_per_s, r.steady_budgets.reserved_per_used
         );
+        for t in &r.slow {
+            println!(
+                "  reserved after {:.1} ms: thread {} ({}), real-time at {:.2} s",
+                t.to_reservation_ms, t.tid, t.name, t.real_time_at_s
+            );
+        }
         for note in &r.notes {
             println!("  note: {note}");
         }

@@ -45,6 +45,7 @@ use serde::Serialize;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 use tessera_broker::protocol::{CellInfo, ResizeReply};
 use tessera_broker::workgroup::{jack_server_workgroup, pipewire_server_workgroup, WorkgroupShape};
@@ -55,6 +56,7 @@ use tessera_policy::{
     compress, share_out, Adaptive, AdaptiveConfig, Bandwidth, Budget, CellRequest, CoreMode,
     CoreUsage, Placement,
 };
+use tessera_sys::event::EventFd;
 use tessera_sys::proc::{self, Pid, ThreadUsage, UsageDelta};
 use tessera_sys::sched::{self, Policy, Tid};
 
@@ -224,6 +226,17 @@ impl RoomSeen {
     }
 }
 
+/// A thread to reserve: `seed` is what it was measured to use (a busy
+/// thread of an application's share).
+#[derive(Clone, Copy)]
+struct Newcomer<'a> {
+    pid: Pid,
+    tid: Tid,
+    name: &'a str,
+    kind: Kind,
+    seed: Option<Bandwidth>,
+}
+
 /// A thread admission refused.
 struct LeftOut {
     pid: Pid,
@@ -377,6 +390,10 @@ pub struct Guard {
     last_scan: Instant,
     /// Lists the server's clients (PipeWire's in the background).
     scan: ClientScan,
+    /// Rung when a client registers or leaves (the guard's own client
+    /// hears it; PipeWire's `pw-mon` reports it): wakes the loop, which
+    /// looks for the client's process at once.
+    doorbell: EventFd,
     /// When a client came or went and no listing begun since has ended.
     scan_asked: Option<Instant>,
     started: Instant,
@@ -397,9 +414,10 @@ const NEWCOMER_ROOM: f64 = 0.02;
 const MIN_OPENING_NS: u64 = 2_000;
 
 /// How often the server's clients are listed again without being told:
-/// listing them reads every process's maps (JACK2) or runs `pw-cli`
-/// (PipeWire), so where the guard's own client hears clients register the
-/// list is read when one does, and this only as a safety net.
+/// listing JACK2's reads every process's maps, so where the guard's own
+/// client hears clients register the list is read when one does (its
+/// doorbell wakes the loop), and this only as a safety net. PipeWire's
+/// `pw-mon` rings the doorbell itself.
 const RESCAN: Duration = Duration::from_secs(2);
 const RESCAN_HEARD: Duration = Duration::from_secs(10);
 
@@ -452,6 +470,12 @@ impl Guard {
             (matches!(server.kind, ServerKind::PipeWire(_)) || hears_cycles).then(Lockstep::new);
         let mut watch = Watch::new()?;
         watch.add_process(server.pid)?;
+        let doorbell = EventFd::new()?;
+        watch.wake_on(doorbell.as_fd())?;
+        if let Some(monitor) = &monitor {
+            monitor.ring_on_clients(doorbell.try_clone()?);
+        }
+        let scan = ClientScan::ringing(doorbell.try_clone()?);
         let workgroup = open_server_workgroup(&mut session, &server, settings.workgroup)?;
         let mut guard = Guard {
             session,
@@ -481,7 +505,8 @@ impl Guard {
             last_xrun_report: Instant::now(),
             last_layout: Instant::now(),
             last_scan: Instant::now(),
-            scan: ClientScan::new(),
+            scan,
+            doorbell,
             scan_asked: Some(Instant::now()),
             started: Instant::now(),
             record: None,
@@ -525,6 +550,10 @@ impl Guard {
         while let Some(left) = deadline.checked_duration_since(Instant::now()) {
             for event in self.watch.poll(left)? {
                 self.on_thread_event(event, &mut log);
+            }
+            if self.doorbell.drain() > 0 {
+                self.scan_asked.get_or_insert_with(Instant::now);
+                self.rescan_clients();
             }
             if left.is_zero() {
                 break;
@@ -621,7 +650,14 @@ impl Guard {
             return;
         }
         let name = proc::thread_name(pid, tid);
-        match self.open_reservation(pid, tid, &name, kind, seed) {
+        let newcomer = Newcomer {
+            pid,
+            tid,
+            name: &name,
+            kind,
+            seed,
+        };
+        match self.open_where_room(&newcomer, log) {
             Ok(r) => {
                 log.push(format!(
                     "reserved {} thread {tid} ({name}, {}) in cell {:?} ({}): {}",
@@ -667,14 +703,86 @@ impl Guard {
         }
     }
 
+    /// Opens thread `tid`'s reservation where the layout puts new ones;
+    /// refused there for want of room, under global EDF — and the layout
+    /// is decided again at the next interval. A session whose clients
+    /// outgrew its one core left each newcomer out until the layout
+    /// changed, up to a second later (PipeWire, 64 clients: one or two a
+    /// run reserved after 100 ms instead of within it).
+    fn open_where_room(
+        &mut self,
+        newcomer: &Newcomer,
+        log: &mut Vec<String>,
+    ) -> Result<Reserved, GuardError> {
+        let Newcomer {
+            tid, name, kind, ..
+        } = *newcomer;
+        let core = self.core_for_new(kind);
+        let refused = match self.open_reservation(newcomer, core) {
+            Err(GuardError::Broker(e)) if e.code == ErrorCode::Refused => e,
+            opened => return opened,
+        };
+        if self.may_overflow(core) {
+            log.push(format!(
+                "thread {tid} ({name}) does not fit {}: opened under global EDF until the next \
+                 layout ({})",
+                where_(core),
+                refused.message
+            ));
+            self.relayout_at_next_interval();
+            return self.open_reservation(newcomer, None);
+        }
+        if self.room_domain() == Some(core) {
+            self.make_room(log);
+            return self.open_reservation(newcomer, core);
+        }
+        Err(GuardError::Broker(refused))
+    }
+
+    /// Squeezes the budgets that share the guard's room to the room the
+    /// broker counts now, which keeps [`NEWCOMER_ROOM`] free again: a
+    /// newcomer found it taken (the client's other threads opened first,
+    /// budgets raised since the last squeeze) and waited for the retry,
+    /// half a second (PipeWire, 64 clients under global EDF: one thread a
+    /// run reserved after 460 ms).
+    fn make_room(&mut self, log: &mut Vec<String>) {
+        self.see_room_now();
+        self.apply_targets(log);
+    }
+
+    /// Reads the cores' room from the broker again.
+    fn see_room_now(&mut self) {
+        if let Ok(status) = self.session.status() {
+            let global = global_free(&status);
+            self.see_room(status.cores, global);
+        }
+    }
+
+    fn relayout_at_next_interval(&mut self) {
+        if let Some(due) = Instant::now().checked_sub(RELAYOUT) {
+            self.last_layout = due;
+        }
+    }
+
+    /// Whether a new reservation refused on `core` may open under global
+    /// EDF instead: only where the guard chose the core (`--core N` is
+    /// the user's).
+    fn may_overflow(&self, core: Option<usize>) -> bool {
+        core.is_some() && matches!(self.settings.cores, Cores::Auto { .. })
+    }
+
     fn open_reservation(
         &mut self,
-        pid: Pid,
-        tid: Tid,
-        name: &str,
-        kind: Kind,
-        seed: Option<Bandwidth>,
+        newcomer: &Newcomer,
+        core: Option<usize>,
     ) -> Result<Reserved, GuardError> {
+        let Newcomer {
+            pid,
+            tid,
+            name,
+            kind,
+            seed,
+        } = *newcomer;
         let mut controller = self.controller_for(kind)?;
         if let Some(used) = seed {
             let cycle = self.cycle_ns(kind);
@@ -685,7 +793,6 @@ impl Guard {
         // period), then raised to what is wanted: a busy machine degrades
         // the budget instead of refusing the thread.
         let min = controller.bounds().0.min(MIN_OPENING_NS.max(period / 100));
-        let core = self.core_for_new(kind);
         let cell = cell_name(pid, tid, core);
         self.open_cell(&cell, pid, tid, Budget::new(min, period), core)?;
         let mut r = Reserved {
@@ -1495,10 +1602,7 @@ impl Guard {
         // moved to global EDF stayed at what one core had held until the
         // next layout, a second later, and so did its newcomers.
         if !moved.is_empty() {
-            if let Ok(status) = self.session.status() {
-                let global = global_free(&status);
-                self.see_room(status.cores, global);
-            }
+            self.see_room_now();
         }
         for tid in moved {
             self.raise_moved(tid, log);

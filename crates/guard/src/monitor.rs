@@ -14,7 +14,8 @@
 //! overrun as the periods the graph skipped (the frame time jumped by more
 //! than one period between two of its cycles).
 //!
-//! The callbacks only bump atomics: the guard reads them on its own
+//! The callbacks only bump atomics (and a client's registration rings an
+//! eventfd, a write that never blocks): the guard reads them on its own
 //! schedule, so nothing here allocates, locks or blocks on a real-time
 //! thread. It must never connect ports or change the server's settings.
 
@@ -22,7 +23,8 @@ use crate::server::Endpoint;
 use crate::{fail, GuardError};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use tessera_sys::event::EventFd;
 
 mod notices;
 
@@ -36,6 +38,23 @@ struct Heard {
     skipped: AtomicU64,
     joins: AtomicU64,
     leaves: AtomicU64,
+    /// Rung at each client registration ([`Monitor::ring_on_clients`]).
+    doorbell: OnceLock<EventFd>,
+}
+
+impl Heard {
+    /// A client came (`registered`) or went: counted, and the doorbell
+    /// rung if one was given.
+    fn client_registered(&self, registered: bool) {
+        let counter = match registered {
+            true => &self.joins,
+            false => &self.leaves,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if let Some(doorbell) = self.doorbell.get() {
+            doorbell.signal();
+        }
+    }
 }
 
 /// What the server has said so far.
@@ -72,12 +91,7 @@ impl jack::NotificationHandler for Notifications {
     }
 
     fn client_registration(&mut self, _: &jack::Client, _: &str, registered: bool) {
-        let counter = if registered {
-            &self.0.joins
-        } else {
-            &self.0.leaves
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.0.client_registered(registered);
     }
 
     fn xrun(&mut self, _: &jack::Client) -> jack::Control {
@@ -211,6 +225,13 @@ impl Monitor {
             heard,
             client: Client::InGraph { _client: client },
         })
+    }
+
+    /// Rings `doorbell` whenever a client registers or leaves, so that
+    /// the guard looks for the client's process at once instead of at the
+    /// end of its interval.
+    pub fn ring_on_clients(&self, doorbell: EventFd) {
+        let _ = self.heard.doorbell.set(doorbell);
     }
 
     /// Whether the guard's client runs in the graph's cycles (its thread

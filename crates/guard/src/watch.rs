@@ -38,7 +38,9 @@
 use crate::GuardError;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
+use tessera_sys::event::{Epoll, Readiness, Trigger};
 use tessera_sys::proc::{self, Pid};
 use tessera_sys::procevents::{ProcEvent, ProcEvents};
 use tessera_sys::sched::{self, Policy, Tid};
@@ -261,7 +263,14 @@ pub struct Watch {
     /// runs (a session's hundreds of settled threads are not walked every
     /// `policy_poll` for none).
     young_until: Instant,
+    /// Waits for the connector and the descriptors given to
+    /// [`Watch::wake_on`], once one was given.
+    waiting: Option<Epoll>,
 }
+
+/// The tokens of [`Watch::waiting`].
+const CONNECTOR: u64 = 0;
+const WAKE: u64 = 1;
 
 impl Watch {
     /// A watch with the default options (the connector when possible,
@@ -299,6 +308,7 @@ impl Watch {
             next_deadline_poll: now,
             next_scan: now,
             young_until: now,
+            waiting: None,
         })
     }
 
@@ -395,7 +405,7 @@ impl Watch {
         let until = Instant::now() + timeout;
         let mut out = std::mem::take(&mut self.queued);
         // What the kernel already said, even when there is no time to wait.
-        self.wait(Duration::ZERO, &mut out);
+        let mut woken = self.wait(Duration::ZERO, &mut out);
         loop {
             let now = Instant::now();
             if now >= self.next_scan {
@@ -421,12 +431,28 @@ impl Watch {
                     false => self.next_settled_poll,
                 };
             }
-            if !out.is_empty() || now >= until {
+            if !out.is_empty() || now >= until || woken {
                 return Ok(out);
             }
             let wake = self.next_policy_poll.min(self.next_scan).min(until);
-            self.wait(wake.saturating_duration_since(now), &mut out);
+            woken = self.wait(wake.saturating_duration_since(now), &mut out);
         }
+    }
+
+    /// Makes [`Watch::poll`] return early while `fd` is readable (level:
+    /// the caller reads it before polling again) — where news of processes
+    /// to add comes from, so that they are added within the interval.
+    pub fn wake_on(&mut self, fd: BorrowedFd<'_>) -> Result<(), GuardError> {
+        if self.waiting.is_none() {
+            let epoll = Epoll::new()?;
+            if let Some(connector) = &self.connector {
+                epoll.add(connector.as_fd(), CONNECTOR, Trigger::Level)?;
+            }
+            self.waiting = Some(epoll);
+        }
+        let epoll = self.waiting.as_ref().expect("made above");
+        epoll.add(fd, WAKE, Trigger::Level)?;
+        Ok(())
     }
 
     fn scan_interval(&self) -> Duration {
@@ -436,8 +462,32 @@ impl Watch {
         }
     }
 
+    /// Sleeps `pause`, or waits that long for connector events or a wake
+    /// ([`Watch::wake_on`]); says whether it was woken.
+    fn wait(&mut self, pause: Duration, out: &mut Vec<ThreadEvent>) -> bool {
+        let Some(epoll) = &self.waiting else {
+            self.receive(pause, out);
+            return false;
+        };
+        let mut ready = [Readiness::EMPTY; 2];
+        let n = match epoll.wait(&mut ready, pause) {
+            Ok(n) => n,
+            // Not expected of a valid epoll: wait as if none were given.
+            Err(_) => {
+                self.waiting = None;
+                self.receive(pause, out);
+                return false;
+            }
+        };
+        let ready = &ready[..n];
+        if ready.iter().any(|r| r.token() == CONNECTOR) {
+            self.receive(Duration::ZERO, out);
+        }
+        ready.iter().any(|r| r.token() == WAKE)
+    }
+
     /// Sleeps `pause`, or waits that long for connector events.
-    fn wait(&mut self, pause: Duration, out: &mut Vec<ThreadEvent>) {
+    fn receive(&mut self, pause: Duration, out: &mut Vec<ThreadEvent>) {
         let Some(connector) = &mut self.connector else {
             if !pause.is_zero() {
                 std::thread::sleep(pause);
@@ -752,16 +802,21 @@ mod tests {
         ));
     }
 
+    /// A watch that polls /proc, or uses the connector if it can.
+    fn watch_by(force_polling: bool) -> Watch {
+        Watch::with_options(WatchOptions {
+            force_polling,
+            ..WatchOptions::default()
+        })
+        .unwrap()
+    }
+
     /// A thread of a watched process is seen appearing, changing its
     /// policy and exiting, by either mechanism (the connector only as root).
     #[test]
     fn a_new_threads_life_is_seen() {
         for force_polling in [true, false] {
-            let mut w = Watch::with_options(WatchOptions {
-                force_polling,
-                ..WatchOptions::default()
-            })
-            .unwrap();
+            let mut w = watch_by(force_polling);
             w.add_process(proc::current_pid()).unwrap();
             let _ = w.poll(Duration::ZERO).unwrap();
             let (tx, rx) = std::sync::mpsc::channel();
@@ -813,6 +868,47 @@ mod tests {
             let start = Instant::now();
             let quiet = w.poll(Duration::from_millis(30)).unwrap();
             assert!(start.elapsed() < Duration::from_millis(500), "{quiet:?}");
+        }
+    }
+
+    #[test]
+    fn a_wake_ends_a_poll_early_until_it_is_read() {
+        for force_polling in [true, false] {
+            let mut w = watch_by(force_polling);
+            let doorbell = tessera_sys::event::EventFd::new().unwrap();
+            w.wake_on(doorbell.as_fd()).unwrap();
+            // A process of one thread that does nothing (this one's threads
+            // come and go with the other tests).
+            let mut sleeper = std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap();
+            w.add_process(sleeper.id() as Pid).unwrap();
+            let _ = w.poll(Duration::from_millis(20)).unwrap();
+            let start = Instant::now();
+            let quiet = w.poll(Duration::from_millis(300)).unwrap();
+            assert!(quiet.is_empty(), "{quiet:?}");
+            assert!(
+                start.elapsed() >= Duration::from_millis(250),
+                "nothing woke it"
+            );
+            doorbell.signal();
+            let start = Instant::now();
+            let _ = w.poll(Duration::from_secs(10)).unwrap();
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "{}: the doorbell woke it",
+                w.mechanism()
+            );
+            doorbell.drain();
+            let start = Instant::now();
+            let _ = w.poll(Duration::from_millis(300)).unwrap();
+            assert!(
+                start.elapsed() >= Duration::from_millis(250),
+                "once read, it no longer wakes it"
+            );
+            let _ = sleeper.kill();
+            let _ = sleeper.wait();
         }
     }
 

@@ -35,7 +35,7 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::proc::Pid;
 use crate::sched::Tid;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -115,6 +115,14 @@ pub struct ProcEvents {
     buf: Vec<u8>,
     /// Events received while waiting for the acknowledgement, handed out first.
     pending: Vec<ProcEvent>,
+}
+
+/// The socket, to wait for it beside other descriptors (an epoll); read
+/// it with [`ProcEvents::recv`] once it is readable.
+impl AsFd for ProcEvents {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
 }
 
 /// Acknowledgement numbers of our LISTEN messages, unique in this process

@@ -4,7 +4,7 @@
 //! server, `tessera guard` asking that daemon, and `tessera-jack-peer`
 //! opening the load clients one after another on a staircase, then holding
 //! them. Measured: the guard's and the daemon's CPU (their processes' user
-//! and system time, with the tools they ran: the guard's `pw-cli`) while
+//! and system time, with the tools they run: the guard's `pw-mon`) while
 //! the clients join and once all are in, and for every client thread the
 //! time from when it turned real-time (JACK2 and PipeWire's libjack make a
 //! client's thread SCHED_FIFO just before its first cycle) to when it read
@@ -100,6 +100,8 @@ pub struct ServerResult {
     pub deadline_at_end: usize,
     /// Reserved within one control interval of the guard.
     pub within_interval: usize,
+    /// The threads reserved later than that, slowest first.
+    pub slow: Vec<SlowThread>,
     /// Xruns the monitor client counted (PipeWire's libjack tells of none).
     pub xruns: u64,
     /// The graph's cycles in the steady phase, as the clients recorded
@@ -112,6 +114,18 @@ pub struct ServerResult {
     /// every poll: what drives the daemon's work and the guard's batches.
     pub steady_budgets: Budgets,
     pub notes: Vec<String>,
+}
+
+/// A client thread reserved later than one control interval after it
+/// turned real-time.
+#[derive(Debug, Clone, Serialize)]
+pub struct SlowThread {
+    pub tid: Tid,
+    /// Its name when it was first seen real-time.
+    pub name: String,
+    /// When it turned real-time, s after the run began.
+    pub real_time_at_s: f64,
+    pub to_reservation_ms: f64,
 }
 
 /// The client process's reserved threads over the steady phase.
@@ -219,6 +233,8 @@ fn subject(kind: ServerKind, options: &Options) -> AudioServerSubject {
 #[derive(Default)]
 struct Seen {
     real_time: BTreeMap<Tid, u64>,
+    /// Each thread's name when first seen real-time.
+    names: BTreeMap<Tid, String>,
     reserved: BTreeMap<Tid, u64>,
     /// The last poll's census.
     last: Census,
@@ -256,7 +272,12 @@ impl Seen {
             census.alive.insert(tid);
             match sched::get_policy(tid) {
                 Ok(Policy::Fifo { .. } | Policy::RoundRobin { .. }) => {
-                    self.real_time.entry(tid).or_insert(now);
+                    if let std::collections::btree_map::Entry::Vacant(first) =
+                        self.real_time.entry(tid)
+                    {
+                        first.insert(now);
+                        self.names.insert(tid, proc::thread_name(pid, tid));
+                    }
                     census.real_time += 1;
                 }
                 Ok(Policy::Deadline(p)) => {
@@ -333,19 +354,49 @@ impl Seen {
 
     /// Each reserved thread's delay, ms.
     fn delays_ms(&self) -> Vec<f64> {
-        self.reserved
-            .iter()
-            .filter_map(|(tid, at)| Some((at - self.real_time.get(tid)?) as f64 / 1e6))
-            .collect()
+        self.delays().map(|(_, _, ms)| ms).collect()
+    }
+
+    /// Each reserved thread, when it turned real-time (ns) and how long it
+    /// waited for its reservation (ms).
+    fn delays(&self) -> impl Iterator<Item = (Tid, u64, f64)> + '_ {
+        self.reserved.iter().filter_map(|(&tid, at)| {
+            let from = *self.real_time.get(&tid)?;
+            Some((tid, from, (at - from) as f64 / 1e6))
+        })
+    }
+
+    /// The threads reserved more than `limit_ms` after turning real-time,
+    /// slowest first; times from `t0_ns`.
+    fn slow(&self, limit_ms: f64, t0_ns: u64) -> Vec<SlowThread> {
+        let mut slow: Vec<SlowThread> = self
+            .delays()
+            .filter(|&(_, _, ms)| ms > limit_ms)
+            .map(|(tid, from, ms)| SlowThread {
+                tid,
+                name: self.names.get(&tid).cloned().unwrap_or_default(),
+                real_time_at_s: from.saturating_sub(t0_ns) as f64 / 1e9,
+                to_reservation_ms: ms,
+            })
+            .collect();
+        slow.sort_by(|a, b| b.to_reservation_ms.total_cmp(&a.to_reservation_ms));
+        slow
     }
 }
 
 /// The guard's and the daemon's CPU time now, theirs and their children's, ns.
 fn cpu_now(guard: Pid, daemon: Pid) -> (u64, u64) {
     (
-        proc::process_and_children_cpu_ns(guard).unwrap_or(0),
-        proc::process_and_children_cpu_ns(daemon).unwrap_or(0),
+        with_live_children_cpu_ns(guard),
+        with_live_children_cpu_ns(daemon),
     )
+}
+
+/// `pid`'s CPU time, with its children's: those it has waited for and those
+/// still running (the guard's `pw-mon` runs as long as the guard).
+fn with_live_children_cpu_ns(pid: Pid) -> u64 {
+    let cpu = |p: Pid| proc::process_and_children_cpu_ns(p).unwrap_or(0);
+    cpu(pid) + proc::children_of(pid).into_iter().map(cpu).sum::<u64>()
 }
 
 fn cpu_over(before: (u64, u64), after: (u64, u64), span: Duration) -> Cpu {
@@ -420,10 +471,8 @@ fn run_one(
     };
     let cycles = data.cycles_over(&steady).unwrap_or_default();
     let delays = seen.delays_ms();
-    let within = delays
-        .iter()
-        .filter(|&&d| d <= INTERVAL.as_secs_f64() * 1e3)
-        .count();
+    let interval_ms = INTERVAL.as_secs_f64() * 1e3;
+    let within = delays.iter().filter(|&&d| d <= interval_ms).count();
     Ok(ServerResult {
         server: kind.name().to_string(),
         clients,
@@ -438,6 +487,7 @@ fn run_one(
         unreserved_at_end: seen.last.real_time,
         deadline_at_end: seen.last.deadline,
         within_interval: within,
+        slow: seen.slow(interval_ms, t0),
         xruns: data.record.as_ref().map(|r| r.xruns).unwrap_or(0),
         steady_cycles: cycles.cycles,
         steady_late: cycles.late,

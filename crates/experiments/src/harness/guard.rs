@@ -2,7 +2,7 @@
 //! `pipewire` against a server started here, or `tessera guard pid` against
 //! a program started here (at an audio period given), asking a given broker, with
 //! a dead-man time so that it never outlives the run by much, given time to
-//! find the server's threads before the clients come.
+//! reserve the server's threads before the clients come.
 //!
 //! It owns that child: stopped by its PID when its handle drops. It must
 //! never read the guard's record for a report (the subjects do).
@@ -13,12 +13,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use tessera_sys::clock::monotonic_ns;
-use tessera_sys::proc::Pid;
+use tessera_sys::proc::{self, Pid};
+use tessera_sys::sched::{self, Policy};
 
 /// How long the guard may take to exit after SIGTERM.
 const CHILD_GRACE: Duration = Duration::from_secs(5);
 /// Time the guard gets to find the server's threads before the clients come.
 const GUARD_SETTLE: Duration = Duration::from_millis(300);
+/// How long past [`GUARD_SETTLE`] the clients wait for the guard to have
+/// reserved a thread of the server: a guard that cannot (no privileges)
+/// is given no more.
+const GUARD_READY_LIMIT: Duration = Duration::from_secs(5);
 /// The guard outlives the run by this much at most if nobody stops it.
 const GUARD_DEAD_MAN: Duration = Duration::from_secs(30);
 
@@ -108,6 +113,9 @@ pub(crate) fn start_guard_of(
         .map_err(|e| format!("starting {}: {e}", tessera.display()))?;
     let mut process = OwnedChild::new(child, "tessera guard", CHILD_GRACE);
     std::thread::sleep(GUARD_SETTLE);
+    if let Guarded::Server(server) = guarded {
+        wait_for_a_reservation(server.pid(), &mut process);
+    }
     if let Some(status) = process.exited() {
         return Err(format!(
             "tessera guard exited at start ({status}): {}",
@@ -118,6 +126,26 @@ pub(crate) fn start_guard_of(
         process,
         started_ns,
     })
+}
+
+/// Waits until a thread of `server` is SCHED_DEADLINE — the guard's loop
+/// has begun reserving — for at most [`GUARD_READY_LIMIT`], or until the
+/// guard exits. Its start (joining the server as a client, listing its
+/// clients) took 0.5–0.8 s beside PipeWire, and clients that came before
+/// it were counted as new ones reserved late (`bench guard-scale`: the
+/// first client's threads 110–340 ms).
+fn wait_for_a_reservation(server: Pid, guard: &mut OwnedChild) {
+    let until = std::time::Instant::now() + GUARD_READY_LIMIT;
+    while std::time::Instant::now() < until && guard.exited().is_none() {
+        let reserved = proc::threads_of(server)
+            .unwrap_or_default()
+            .into_iter()
+            .any(|tid| matches!(sched::get_policy(tid), Ok(Policy::Deadline(_))));
+        if reserved {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// Whether `tessera guard` exists in this build.

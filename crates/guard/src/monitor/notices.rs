@@ -99,13 +99,7 @@ unsafe extern "C" fn on_xrun(arg: *mut c_void) -> c_int {
 
 unsafe extern "C" fn on_client(_name: *const c_char, registered: c_int, arg: *mut c_void) {
     // SAFETY: libjack passes back the registered `arg`.
-    let heard = unsafe { heard(arg) };
-    let counter = if registered != 0 {
-        &heard.joins
-    } else {
-        &heard.leaves
-    };
-    counter.fetch_add(1, Ordering::Relaxed);
+    unsafe { heard(arg) }.client_registered(registered != 0);
 }
 
 unsafe extern "C" fn on_buffer_size(frames: j::jack_nframes_t, arg: *mut c_void) -> c_int {
