@@ -148,11 +148,10 @@ impl Server {
 /// read through a pipe by the guard's loop itself woke the loop thousands
 /// of times, and the loop, holding the reservations' controllers, waited
 /// with it: hence the thread.)
-#[derive(Default)]
 pub struct ClientScan {
     objects: Option<ClientObjects>,
     /// Rung when the client objects change.
-    doorbell: Option<EventFd>,
+    doorbell: EventFd,
 }
 
 impl ClientScan {
@@ -160,7 +159,7 @@ impl ClientScan {
     pub fn ringing(doorbell: EventFd) -> ClientScan {
         ClientScan {
             objects: None,
-            doorbell: Some(doorbell),
+            doorbell,
         }
     }
 
@@ -180,8 +179,7 @@ impl ClientScan {
 
     fn pipewire(&mut self, endpoint: &Endpoint) -> Option<Vec<Pid>> {
         let Some(objects) = &self.objects else {
-            let doorbell = self.doorbell.as_ref().and_then(|d| d.try_clone().ok());
-            match ClientObjects::start(endpoint, doorbell) {
+            match ClientObjects::start(endpoint, self.doorbell.try_clone().ok()) {
                 Ok(objects) => self.objects = Some(objects),
                 Err(_) => return Some(Vec::new()),
             }
