@@ -35,11 +35,12 @@ pub enum BenchCommand {
         Needs root, dbus-daemon and stress-ng; starts a daemon and a system bus of its own\n\
         (the machine's bus and its RTKit are not touched).")]
     Rtkit(RtkitArgs),
-    /// What guarding a full session costs: JACK2 at its client limit and PipeWire with 64 pw-jack clients joining one by one; the guard's and the daemon's CPU, and each client's time from real-time to reserved.
+    /// What guarding a full session costs: JACK2 at its client limit and PipeWire with 64 pw-jack clients joining one by one, then applications joining in processes of their own; the guard's and the daemon's CPU, and each client's time from real-time to reserved.
     #[command(after_help = "Examples:\n  \
         sudo tessera bench guard-scale\n  \
         sudo flock /tmp/tessera-machine.lock tessera bench guard-scale --server jackd --json\n  \
-        sudo tessera bench guard-scale --clients 8 --steady 5   (a quick look)\n\n\
+        sudo tessera bench guard-scale --clients 8 --steady 5   (a quick look)\n  \
+        sudo tessera bench guard-scale --server pipewire --apps 20   (applications joining a desktop's PipeWire)\n\n\
         Needs root, jackd2, pipewire, pipewire-jack and tessera-jack-peer (built next to\n\
         tessera); starts a daemon of its own. Goal: the guard and the daemon together at\n\
         most 1 % of a core, and every client reserved within one control interval (100 ms).")]
@@ -110,6 +111,9 @@ pub struct GuardScaleArgs {
     /// Each client's work, fraction of the period.
     #[arg(long, default_value_t = 0.005)]
     pub load: f64,
+    /// Applications (one client each, a process of their own) started one after another after the steady phase.
+    #[arg(long, default_value_t = 8)]
+    pub apps: usize,
     /// Print the results as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -335,6 +339,7 @@ fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, Failure> {
         frames: args.frames,
         rate: 48_000,
         load: args.load,
+        applications: args.apps,
         tessera: std::env::current_exe().map_err(|e| unfixed(format!("find this program: {e}")))?,
     };
     eprintln!(
@@ -360,12 +365,14 @@ fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, Failure> {
             r.steady_cycles, r.steady_late, r.steady_lost,
             r.steady_budgets.changes_per_s, r.steady_budgets.reserved_per_used
         );
-        for t in &r.slow {
-            println!(
-                "  reserved after {:.1} ms: thread {} ({}), real-time at {:.2} s",
-                t.to_reservation_ms, t.tid, t.name, t.real_time_at_s
-            );
-        }
+        print_slow(&r.slow);
+        let a = &r.applications;
+        println!(
+            "  applications (a process each): {} started, {}/{} threads reserved, {} within {} ms, p50 / p99 / max {:.1} / {:.1} / {:.1} ms",
+            a.started, a.threads_reserved, a.threads_seen, a.within_interval, results.interval_ms,
+            a.to_reservation_ms.p50, a.to_reservation_ms.p99, a.to_reservation_ms.max
+        );
+        print_slow(&a.slow);
         for note in &r.notes {
             println!("  note: {note}");
         }
@@ -373,6 +380,16 @@ fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, Failure> {
     println!("goal: total at most 1 % of a core with every client in; every client reserved within {} ms", results.interval_ms);
     Ok(ExitCode::SUCCESS)
 }
+/// The threads reserved later than one interval, a line each.
+fn print_slow(slow: &[guard_scale::SlowThread]) {
+    for t in slow {
+        println!(
+            "  reserved after {:.1} ms: thread {} ({}), real-time at {:.2} s",
+            t.to_reservation_ms, t.tid, t.name, t.real_time_at_s
+        );
+    }
+}
+
 fn server_kind(name: &str) -> Result<ServerKind, BrokerError> {
     match name.trim() {
         "jackd" => Ok(ServerKind::Jack),

@@ -59,6 +59,18 @@ fn assert_server(s: &serde_json::Value) {
     for field in ["changes_per_s", "used_cpus", "reserved_per_used"] {
         assert!(budgets[field].as_f64().unwrap() >= 0.0, "{field}: {s}");
     }
+    // Applications joining in processes of their own are found and
+    // reserved too (how soon is the bench's figure, not the test's).
+    let apps = &s["applications"];
+    assert_eq!(apps["started"], 2, "{s}");
+    assert!(
+        apps["threads_reserved"].as_u64().unwrap() >= 1,
+        "an application's thread was reserved: {s}"
+    );
+    assert!(
+        apps["threads_reserved"].as_u64() <= apps["threads_seen"].as_u64(),
+        "{s}"
+    );
 }
 
 #[test]
@@ -73,7 +85,7 @@ fn a_small_session_is_guarded_and_measured_on_both_servers_and_nothing_is_left()
         .tessera()
         .env(common::MARKER_VAR, &marker)
         .args(["bench", "guard-scale", "--server", "both"])
-        .args(["--clients", "4", "--steady", "2", "--json"])
+        .args(["--clients", "4", "--steady", "2", "--apps", "2", "--json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -226,6 +226,15 @@ impl RoomSeen {
     }
 }
 
+/// Whether budgets that only shrink wait for [`SHRINK_EVERY`]: not when
+/// the room they give up is wanted now (a newcomer refused for it — the
+/// pace held the squeeze back, and the newcomer waited for the retry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shrinks {
+    Paced,
+    AtOnce,
+}
+
 /// A thread to reserve: `seed` is what it was measured to use (a busy
 /// thread of an application's share).
 #[derive(Clone, Copy)]
@@ -747,7 +756,7 @@ impl Guard {
     /// run reserved after 460 ms).
     fn make_room(&mut self, log: &mut Vec<String>) {
         self.see_room_now();
-        self.apply_targets(log);
+        self.resize_to_targets(Shrinks::AtOnce, log);
     }
 
     /// Reads the cores' room from the broker again.
@@ -1260,16 +1269,31 @@ impl Guard {
     /// their hysteresis down and up again had the daemon resize and save
     /// eight times a second.
     fn apply_targets(&mut self, log: &mut Vec<String>) {
+        self.resize_to_targets(Shrinks::Paced, log);
+    }
+
+    /// [`Guard::apply_targets`]; with [`Shrinks::AtOnce`], every budget
+    /// above its target shrinks to it now, however little (the
+    /// controllers' hysteresis held back the small shrinks that, over sixty
+    /// threads, make a newcomer's room).
+    fn resize_to_targets(&mut self, shrinks: Shrinks, log: &mut Vec<String>) {
         let targets = self.targets();
         let mut asks: Vec<(Tid, Budget)> = self
             .reserved
             .values()
-            .filter_map(|r| Some((r.tid, r.controller.update_to(targets[&r.tid])?)))
+            .filter_map(|r| {
+                let target = targets[&r.tid];
+                let ask = match shrinks {
+                    Shrinks::AtOnce if r.set.shrinks_to(target) => Some(target),
+                    _ => r.controller.update_to(target),
+                };
+                Some((r.tid, ask?))
+            })
             .collect();
-        if !asks
+        let only_shrinks = !asks
             .iter()
-            .any(|(tid, ask)| !self.reserved[tid].set.shrinks_to(*ask))
-        {
+            .any(|(tid, ask)| !self.reserved[tid].set.shrinks_to(*ask));
+        if only_shrinks && shrinks == Shrinks::Paced {
             asks.retain(|(tid, _)| {
                 let r = &self.reserved[tid];
                 r.shrunk_at.is_none_or(|at| at.elapsed() >= SHRINK_EVERY)

@@ -10,13 +10,16 @@
 //! client's thread SCHED_FIFO just before its first cycle) to when it read
 //! SCHED_DEADLINE, by polling its policy every [`POLL`]; the same polls of
 //! the steady phase read the client process's budgets ([`Budgets`]: how
-//! often they change, reserved against used).
+//! often they change, reserved against used). The load clients share one
+//! process; after the steady phase, applications — one client each, a
+//! process of their own, as on a desktop — join one after another, and
+//! their threads are timed the same way ([`Applications`]).
 //!
 //! It owns the daemon and its directory (reset and removed however the run
 //! ends) and drives the audio-server subject's run for the rest; it must
 //! never judge the figures.
 
-use crate::jack_peer::Window;
+use crate::jack_peer::{PeerClients, Window};
 use crate::subject::audio_server::{AudioServerRun, GuardPlace};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,6 +56,9 @@ pub struct Options {
     pub rate: u32,
     /// Each client's work, fraction of the period.
     pub load: f64,
+    /// Applications (one client each, a process of their own) started one
+    /// every `join_every` once the steady phase is over.
+    pub applications: usize,
     /// The `tessera` binary (the daemon).
     pub tessera: PathBuf,
 }
@@ -113,7 +119,24 @@ pub struct ServerResult {
     /// The client process's reservations in the steady phase, read at
     /// every poll: what drives the daemon's work and the guard's batches.
     pub steady_budgets: Budgets,
+    /// The applications started after the steady phase, each a new
+    /// process: how soon their threads were reserved.
+    pub applications: Applications,
     pub notes: Vec<String>,
+}
+
+/// New client processes joining the guarded session, as applications do
+/// on a desktop (the load clients above share one process).
+#[derive(Debug, Clone, Serialize)]
+pub struct Applications {
+    pub started: usize,
+    /// Their threads seen real-time, and how many were reserved.
+    pub threads_seen: usize,
+    pub threads_reserved: usize,
+    pub within_interval: usize,
+    /// From a thread turning real-time to it reading SCHED_DEADLINE, ms.
+    pub to_reservation_ms: Summary,
+    pub slow: Vec<SlowThread>,
 }
 
 /// A client thread reserved later than one control interval after it
@@ -384,6 +407,59 @@ impl Seen {
     }
 }
 
+/// Starts `options.applications` one-client processes one every
+/// `join_every`, polling their threads as [`Seen`] does the load clients',
+/// and [`APPLICATIONS_SETTLE`] more after the last.
+fn join_applications(
+    run: &AudioServerRun,
+    options: &Options,
+    t0: u64,
+    progress: &mut impl FnMut(&str),
+) -> Result<Applications, String> {
+    let n = options.applications;
+    let lifetime = applications_span(options) + APPLICATIONS_SETTLE;
+    let mut seen = Seen::default();
+    let mut started = Vec::new();
+    for i in 0..n {
+        started.push(run.start_application(i, options.load, lifetime)?);
+        poll_for(&mut seen, &started, options.join_every);
+    }
+    poll_for(&mut seen, &started, APPLICATIONS_SETTLE);
+    let delays = seen.delays_ms();
+    let interval_ms = INTERVAL.as_secs_f64() * 1e3;
+    progress(&format!(
+        "applications: {n} started, {} of their threads real-time, {} reserved",
+        seen.real_time.len(),
+        seen.reserved.len()
+    ));
+    Ok(Applications {
+        started: n,
+        threads_seen: seen.real_time.len(),
+        threads_reserved: seen.reserved.len(),
+        within_interval: delays.iter().filter(|&&d| d <= interval_ms).count(),
+        to_reservation_ms: Summary::from_samples(&delays, None),
+        slow: seen.slow(interval_ms, t0),
+    })
+}
+
+/// Polls the threads of every application in `started` every [`POLL`] for
+/// `span`.
+fn poll_for(seen: &mut Seen, started: &[PeerClients], span: Duration) {
+    let until = Instant::now() + span;
+    while Instant::now() < until {
+        started.iter().for_each(|a| seen.poll(a.pid()));
+        std::thread::sleep(POLL);
+    }
+}
+
+/// From the first application's start to the last one's polls.
+fn applications_span(options: &Options) -> Duration {
+    options.join_every * options.applications as u32 + APPLICATIONS_SETTLE
+}
+
+/// How long the applications are watched after the last one started.
+const APPLICATIONS_SETTLE: Duration = Duration::from_secs(1);
+
 /// The guard's and the daemon's CPU time now, theirs and their children's, ns.
 fn cpu_now(guard: Pid, daemon: Pid) -> (u64, u64) {
     (
@@ -429,7 +505,9 @@ fn run_one(
         record: false,
     };
     let sched = ServerSched::Guard(GuardSettings::default());
-    let mut run = AudioServerRun::start_on(&subject, sched, None, total, &place)?;
+    // The load clients stay in while the applications join.
+    let session = total + applications_span(options) + APPLICATIONS_SETTLE;
+    let mut run = AudioServerRun::start_on(&subject, sched, None, session, &place)?;
     let (peer, guard) = run.pids();
     let guard = guard.ok_or("the guard did not start")?;
     let t0 = monotonic_ns() + 200_000_000;
@@ -463,6 +541,7 @@ fn run_one(
         ));
     }
     let budgets = seen.steady_budgets(peer);
+    let applications = join_applications(&run, options, t0, progress)?;
     let data = run.finish();
     let steady = Window {
         from_ns: t0 + (joining + SETTLE).as_nanos() as u64,
@@ -493,6 +572,7 @@ fn run_one(
         steady_late: cycles.late,
         steady_lost: cycles.lost,
         steady_budgets: budgets,
+        applications,
         notes: data.notes,
     })
 }

@@ -201,6 +201,31 @@ impl AudioServerRun {
         Ok(())
     }
 
+    /// Starts one more client in a process of its own, as an application
+    /// joining the session does: `tessera-jack-peer` with one load client
+    /// of `load`, released at once, for `seconds`. Stopped by its PID when
+    /// dropped.
+    pub(crate) fn start_application(
+        &self,
+        index: usize,
+        load: f64,
+        seconds: Duration,
+    ) -> Result<PeerClients, String> {
+        let server = self.server.as_ref().ok_or("the server has stopped")?;
+        let mut command = server.client_command(&PeerClients::program()?);
+        command
+            .args(["--topology", "chain", "--loads", "1", "--load"])
+            .arg(load.to_string())
+            .args(["--t0-ns", "stdin", "--seconds"])
+            .arg(seconds.as_secs_f64().to_string())
+            .arg("--out")
+            .arg(self.scratch.file(&format!("application-{index}.tsv")));
+        let log = self.scratch.file(&format!("application-{index}.log"));
+        let mut application = PeerClients::start(&mut command, None, &log)?;
+        application.release(tessera_sys::clock::monotonic_ns())?;
+        Ok(application)
+    }
+
     /// Stops the clients now instead of waiting for the end of their
     /// timeline: the run was interrupted.
     pub fn cut_short(&mut self) {
