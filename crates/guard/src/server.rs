@@ -142,9 +142,9 @@ impl Server {
 /// guard's loop: JACK2's from /proc at once; PipeWire's from the server's
 /// own client objects, which a `pw-mon` started once reports as they come
 /// and go, read by a thread of the scan's own. (Before, a `pw-cli ls
-/// Client` ran at each client's registration and every 10 s, and its list
-/// was read at the end of the guard's next interval: a new client process
-/// was reserved 200–330 ms after its threads turned real-time. A listing
+/// Client` ran at each client's registration and every 10 s: a new client
+/// process was reserved 200–330 ms after its threads turned real-time when
+/// it came first, and at the 10 s rescan when it came later. A listing
 /// read through a pipe by the guard's loop itself woke the loop thousands
 /// of times, and the loop, holding the reservations' controllers, waited
 /// with it: hence the thread.)
