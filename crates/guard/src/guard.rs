@@ -712,12 +712,12 @@ impl Guard {
         }
     }
 
-    /// Opens thread `tid`'s reservation where the layout puts new ones;
-    /// refused there for want of room, under global EDF — and the layout
-    /// is decided again at the next interval. A session whose clients
-    /// outgrew its one core left each newcomer out until the layout
-    /// changed, up to a second later (PipeWire, 64 clients: one or two a
-    /// run reserved after 100 ms instead of within it).
+    /// Opens a newcomer's reservation where the layout puts new ones.
+    /// Refused there for want of room: on a core the guard chose, under
+    /// global EDF instead, and the layout is decided again at the next
+    /// interval (a session whose clients outgrew its one core left each
+    /// newcomer out until the layout changed, up to a second later); in
+    /// the guard's squeezed room, once more after [`Guard::make_room`].
     fn open_where_room(
         &mut self,
         newcomer: &Newcomer,
@@ -767,6 +767,7 @@ impl Guard {
         }
     }
 
+    /// Makes the layout due at the end of this interval.
     fn relayout_at_next_interval(&mut self) {
         if let Some(due) = Instant::now().checked_sub(RELAYOUT) {
             self.last_layout = due;
