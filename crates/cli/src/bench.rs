@@ -368,8 +368,8 @@ fn bench_guard_scale(args: GuardScaleArgs) -> Result<ExitCode, Failure> {
         print_slow(&r.slow);
         let a = &r.applications;
         println!(
-            "  applications (a process each): {} started, {}/{} threads reserved, {} within {} ms, p50 / p99 / max {:.1} / {:.1} / {:.1} ms",
-            a.started, a.threads_reserved, a.threads_seen, a.within_interval, results.interval_ms,
+            "  applications (a process each): {} started, {}/{} threads reserved ({} exited unreserved), {} within {} ms, p50 / p99 / max {:.1} / {:.1} / {:.1} ms",
+            a.started, a.threads_reserved, a.threads_seen, a.exited_unreserved, a.within_interval, results.interval_ms,
             a.to_reservation_ms.p50, a.to_reservation_ms.p99, a.to_reservation_ms.max
         );
         print_slow(&a.slow);

@@ -67,8 +67,13 @@ fn assert_server(s: &serde_json::Value) {
         apps["threads_reserved"].as_u64().unwrap() >= 1,
         "an application's thread was reserved: {s}"
     );
+    let (apps_seen, apps_reserved) = (
+        apps["threads_seen"].as_u64().unwrap(),
+        apps["threads_reserved"].as_u64().unwrap(),
+    );
+    assert!(apps_reserved <= apps_seen, "{s}");
     assert!(
-        apps["threads_reserved"].as_u64() <= apps["threads_seen"].as_u64(),
+        apps["exited_unreserved"].as_u64().unwrap() <= apps_seen - apps_reserved,
         "{s}"
     );
 }

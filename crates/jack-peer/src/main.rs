@@ -379,11 +379,13 @@ impl<'a> Peer<'a> {
     /// client is open; ports the server lacks (PipeWire without a sound
     /// card has no `system` ports) are left out.
     fn rewire(&mut self) -> Result<(), String> {
+        // The names the server gave: another program's client may hold
+        // ours (a second peer), and the server then named ours anew.
         let open: Vec<String> = self
             .slots
             .iter()
-            .filter(|s| s.active.is_some() && s.name != "monitor")
-            .map(|s| s.name.clone())
+            .filter(|s| s.name != "monitor")
+            .filter_map(|s| Some(s.active.as_ref()?.as_client().name().to_string()))
             .collect();
         let Some(via) = self.slots.iter().rev().find_map(|s| s.active.as_ref()) else {
             return Ok(());

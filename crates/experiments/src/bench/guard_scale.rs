@@ -133,6 +133,8 @@ pub struct Applications {
     /// Their threads seen real-time, and how many were reserved.
     pub threads_seen: usize,
     pub threads_reserved: usize,
+    /// Of those never reserved, the ones gone by the end (short threads).
+    pub exited_unreserved: usize,
     pub within_interval: usize,
     /// From a thread turning real-time to it reading SCHED_DEADLINE, ms.
     pub to_reservation_ms: Summary,
@@ -425,6 +427,15 @@ fn join_applications(
         poll_for(&mut seen, &started, options.join_every);
     }
     poll_for(&mut seen, &started, APPLICATIONS_SETTLE);
+    let alive: BTreeSet<Tid> = started
+        .iter()
+        .flat_map(|a| proc::threads_of(a.pid()).unwrap_or_default())
+        .collect();
+    let exited_unreserved = seen
+        .real_time
+        .keys()
+        .filter(|tid| !seen.reserved.contains_key(tid) && !alive.contains(tid))
+        .count();
     let delays = seen.delays_ms();
     let interval_ms = INTERVAL.as_secs_f64() * 1e3;
     progress(&format!(
@@ -436,6 +447,7 @@ fn join_applications(
         started: n,
         threads_seen: seen.real_time.len(),
         threads_reserved: seen.reserved.len(),
+        exited_unreserved,
         within_interval: delays.iter().filter(|&&d| d <= interval_ms).count(),
         to_reservation_ms: Summary::from_samples(&delays, None),
         slow: seen.slow(interval_ms, t0),
