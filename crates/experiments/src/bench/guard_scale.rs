@@ -329,9 +329,14 @@ impl Seen {
 
     /// Threads seen real-time, never reserved, and gone at the last poll.
     fn exited_unreserved(&self) -> usize {
+        self.unreserved_gone(&self.last.alive)
+    }
+
+    /// Threads seen real-time, never reserved, and not in `alive`.
+    fn unreserved_gone(&self, alive: &BTreeSet<Tid>) -> usize {
         self.real_time
             .keys()
-            .filter(|tid| !self.reserved.contains_key(tid) && !self.last.alive.contains(tid))
+            .filter(|tid| !self.reserved.contains_key(tid) && !alive.contains(tid))
             .count()
     }
 
@@ -431,11 +436,7 @@ fn join_applications(
         .iter()
         .flat_map(|a| proc::threads_of(a.pid()).unwrap_or_default())
         .collect();
-    let exited_unreserved = seen
-        .real_time
-        .keys()
-        .filter(|tid| !seen.reserved.contains_key(tid) && !alive.contains(tid))
-        .count();
+    let exited_unreserved = seen.unreserved_gone(&alive);
     let delays = seen.delays_ms();
     let interval_ms = INTERVAL.as_secs_f64() * 1e3;
     progress(&format!(
