@@ -53,14 +53,9 @@ fn a_joined_thread_reads_back_the_cells_reservation() {
 
 #[test]
 fn a_dedicated_cells_cores_carry_no_other_task() {
-    let Some(m) = privileged("dedicated") else {
+    let Some((m, core)) = privileged_with_a_second_core("dedicated") else {
         return;
     };
-    let core = last_core();
-    if core == 0 {
-        eprintln!("SKIPPED dedicated: needs 2 cores");
-        return;
-    }
     let mut s = m.session();
     s.create_cell(dedicated("music", vec![core]), true).unwrap();
     let paths = m.paths.clone();
@@ -475,14 +470,9 @@ fn a_member_moved_between_cells_stays_reserved_and_is_restored_when_it_leaves() 
 /// layout change. The move wakes it onto its affinity and carries it.
 #[test]
 fn a_member_asleep_on_a_core_just_partitioned_moves_onto_it() {
-    let Some(m) = privileged("move-stranded") else {
+    let Some((m, core)) = privileged_with_a_second_core("move-stranded") else {
         return;
     };
-    let core = last_core();
-    if core == 0 {
-        eprintln!("SKIPPED move-stranded: needs 2 cores");
-        return;
-    }
     let mut s = m.session();
     let mut global = event_triggered("global", 100, 10_000);
     global.placement = tessera_policy::Placement::Global;
@@ -546,4 +536,17 @@ fn two_embedded_sessions_taking_turns_each_see_the_others_changes() {
         .expect("the name b freed");
     a.destroy_cell("first").unwrap();
     assert!(names(&mut b).is_empty());
+}
+
+/// The privileged machine and its last core, for a test that partitions a
+/// core other than the first; None (the test skipped, saying why) without
+/// root or with one core.
+fn privileged_with_a_second_core(test: &str) -> Option<(tessera_testkit::Machine, usize)> {
+    let m = privileged(test)?;
+    let core = last_core();
+    if core == 0 {
+        eprintln!("SKIPPED {test}: needs 2 cores");
+        return None;
+    }
+    Some((m, core))
 }
