@@ -16,7 +16,10 @@
 //! to); one that shrinks at most every [`SHRINK_EVERY`]: fed every cycle,
 //! the prediction moves a little with each, and asking for each move had
 //! the broker save its state 20 times a second and retune every member as
-//! often — its CPU, not the members', was the workgroup's cost.
+//! often — its CPU, not the members', was the workgroup's cost. A member
+//! admission capped asks again for no more than it was refused only after
+//! [`RETRY_CAPPED`]: asked at every tick, the broker capped it alike each
+//! time.
 //!
 //! Each member holds a budget of its own; when several processes share a
 //! workgroup, each controls its own members' budgets from their samples
@@ -51,6 +54,9 @@ use tessera_policy::{Budget, CycleSample, MemberReport, WorkgroupControl};
 const TICK: Duration = Duration::from_millis(2);
 /// The least time between two shrinking budget changes.
 pub(crate) const SHRINK_EVERY: Duration = Duration::from_millis(250);
+/// How long a member admission capped waits before asking again for no
+/// more than it was refused (the room may have grown meanwhile).
+const RETRY_CAPPED: Duration = Duration::from_millis(250);
 /// Ticks to wait after the broker failed a change before asking again.
 const BACKOFF_TICKS: u32 = 50;
 /// Samples a member's ring holds: over a second of 2.7 ms cycles.
@@ -257,6 +263,7 @@ pub fn spawn(
         known,
         backoff: 0,
         last_shrink: None,
+        capped_since: None,
     };
     std::thread::Builder::new()
         .name(tessera_broker::workgroup::CONTROL_THREAD.into())
@@ -274,6 +281,8 @@ struct Control {
     backoff: u32,
     /// When a budget was last made smaller.
     last_shrink: Option<Instant>,
+    /// When admission last capped a member.
+    capped_since: Option<Instant>,
 }
 
 impl Control {
@@ -385,6 +394,13 @@ impl Control {
             self.backoff -= 1;
             return;
         }
+        if self
+            .capped_since
+            .is_some_and(|at| at.elapsed() >= RETRY_CAPPED)
+        {
+            self.control.retry_capped();
+            self.capped_since = None;
+        }
         let Some(next) = self.control.update() else {
             return;
         };
@@ -423,6 +439,7 @@ impl Control {
                 }
                 let granted: Vec<_> = reply.budgets.iter().map(|b| (b.tid, b.budget)).collect();
                 self.control.granted(&granted, reply.degraded);
+                self.capped_since = self.control.any_capped().then(Instant::now);
             }
             Err(_) => self.backoff = BACKOFF_TICKS,
         }

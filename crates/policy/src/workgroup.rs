@@ -22,7 +22,9 @@
 //! within the members' bounds; a member's budget covers its predicted
 //! cycle with the increment, up to the maximum; an overrun or a miss is
 //! counted once per cycle that had it and never otherwise; a cycle period
-//! that changes moves every member's reservation period with it.
+//! that changes moves every member's reservation period with it. And
+//! (unit-tested): a member admission capped is asked for again only when
+//! it wants more than it was refused, or after the caller's retry.
 
 use crate::adaptive::{Adaptive, AdaptiveConfig, PredictorConfig, PredictorKind};
 use crate::cell::{Budget, RequestError};
@@ -108,6 +110,9 @@ struct Member {
     misses: u64,
     last_cpu_ns: Option<u64>,
     granted: Option<Budget>,
+    /// What it wanted when admission last capped it: asking again for no
+    /// more than this changes nothing until the room changes.
+    capped_at: Option<Budget>,
 }
 
 impl Member {
@@ -129,8 +134,15 @@ impl Member {
             return true;
         };
         let band = held.runtime_ns * u64::from(hysteresis_pct) / 100;
-        held.runtime_ns < self.adaptive.needed()
+        (held.runtime_ns < self.adaptive.needed() && !self.refused_already(target))
             || held.runtime_ns > target.runtime_ns.saturating_add(band)
+    }
+
+    /// Whether admission capped this member when it wanted `target` or
+    /// more, at the same period.
+    fn refused_already(&self, target: Budget) -> bool {
+        self.capped_at
+            .is_some_and(|c| c.period_ns == target.period_ns && c.runtime_ns >= target.runtime_ns)
     }
 }
 
@@ -183,6 +195,7 @@ impl WorkgroupControl {
                 misses: 0,
                 last_cpu_ns: None,
                 granted: None,
+                capped_at: None,
             },
         );
     }
@@ -268,13 +281,32 @@ impl WorkgroupControl {
     }
 
     /// Records what admission gave each member named (the others keep
-    /// theirs; one no longer a member is ignored).
+    /// theirs; one no longer a member is ignored). A member admission
+    /// gave less than it needs is not asked for again until it wants more
+    /// than it did, or [`WorkgroupControl::retry_capped`]: on a full core
+    /// every cycle that overran asked again, and the broker capped each ask
+    /// alike (§4.5's ten members on one core: 380 asks a second).
     pub fn granted(&mut self, budgets: &[(MemberId, Budget)], degraded: bool) {
         for &(id, budget) in budgets {
             if let Some(m) = self.members.get_mut(&id) {
+                let short = budget.runtime_ns < m.adaptive.needed();
+                m.capped_at = (degraded && short).then(|| m.adaptive.wanted());
                 m.granted = Some(budget);
                 m.adaptive.granted(budget, degraded);
             }
+        }
+    }
+
+    /// Whether admission capped any member at its last ask.
+    pub fn any_capped(&self) -> bool {
+        self.members.values().any(|m| m.capped_at.is_some())
+    }
+
+    /// Forgets every cap: the room may have grown (another cell shrank or
+    /// left), so capped members ask again at the next update.
+    pub fn retry_capped(&mut self) {
+        for m in self.members.values_mut() {
+            m.capped_at = None;
         }
     }
 
@@ -408,6 +440,35 @@ mod tests {
             over * 120 / 100 * 120 / 100
         );
         assert_eq!(wg.report()[0].misses, 2);
+    }
+
+    #[test]
+    fn a_capped_member_asks_again_only_for_more_or_after_a_retry() {
+        let mut wg = control();
+        wg.join(1);
+        for _ in 0..16 {
+            wg.observe(1, sample(500_000, false)).unwrap();
+        }
+        let wanted = wg.wanted(1).unwrap();
+        let cap = Budget::new(400_000, PERIOD);
+        wg.granted(&[(1, cap)], true);
+        assert!(wg.any_capped());
+        assert_eq!(wg.update(), None, "the same ask would be capped alike");
+        wg.observe(1, sample(500_000, false)).unwrap();
+        assert_eq!(wg.update(), None, "nor after a cycle like the others");
+        wg.retry_capped();
+        assert_eq!(
+            wg.update(),
+            Some(vec![(1, wanted)]),
+            "the room may have grown"
+        );
+        wg.granted(&[(1, cap)], true);
+        // Late after overrunning the cap: the bump wants more than was refused.
+        wg.observe(1, sample(450_000, true)).unwrap();
+        let bumped = wg.update().unwrap()[0].1;
+        assert!(bumped.runtime_ns > wanted.runtime_ns, "{bumped:?}");
+        wg.granted(&[(1, bumped)], false);
+        assert!(!wg.any_capped(), "granted in full");
     }
 
     #[test]
