@@ -538,11 +538,16 @@ impl Broker {
 
     /// Gives members of an event-triggered cell budgets of their own (a
     /// workgroup's callback and its workers), through admission as one
-    /// decision; a reservation no member named keeps room for the next
-    /// member at the largest budget given. With `degrade`, budgets that do
-    /// not fit (the ledger's room or the owner's quota) are capped at the
-    /// largest runtime that does. On a kernel failure the ledger and the
-    /// members go back to the old budgets and the error is returned.
+    /// decision; a reservation no member holds keeps room for the next
+    /// member at the largest budget given, when that fits, else what it
+    /// holds, else the least: an empty place never takes room from a
+    /// member (on one core, §4.5's ten places at the first member's budget
+    /// filled the core, capped that member, and left the server's threads
+    /// beside it no room to grow: xruns from the first client on). With
+    /// `degrade`, budgets that do not fit (the ledger's room or the owner's
+    /// quota) are capped at the largest runtime that does. On a kernel
+    /// failure the ledger and the members go back to the old budgets and
+    /// the error is returned.
     pub fn resize_members(
         &mut self,
         name: &str,
@@ -550,15 +555,8 @@ impl Broker {
         degrade: bool,
         uid: u32,
     ) -> Outcome<ResizeMembersReply> {
-        let cell = self.cell_owned_by(name, uid)?;
-        let slots = self.slot_budgets(name, cell, budgets)?;
-        let (slots, capped) = self.members_within_quota(name, slots, degrade, uid)?;
         let before = self.held(name)?;
-        let (grant, degraded) = self
-            .state
-            .ledger
-            .resize_each(name, &slots, degrade)
-            .map_err(refused)?;
+        let (grant, degraded) = self.admit_members_first(name, budgets, degrade, uid)?;
         self.retune_or_roll_back(name, before)?;
         let cell = &self.state.cells[name];
         let budgets = budgets
@@ -572,22 +570,62 @@ impl Broker {
             })
             .collect();
         self.persist_soon()?;
-        Ok(ResizeMembersReply {
-            budgets,
-            degraded: degraded || capped,
-        })
+        Ok(ResizeMembersReply { budgets, degraded })
+    }
+
+    /// [`Broker::resize_members`]' admission: the empty places at the
+    /// largest budget if all fits, else as they are held, else at the
+    /// least, and only then (with `degrade`) the members capped.
+    fn admit_members_first(
+        &mut self,
+        name: &str,
+        budgets: &[MemberBudget],
+        degrade: bool,
+        uid: u32,
+    ) -> Outcome<(Grant, bool)> {
+        let does_not_fit =
+            |e: &BrokerError| matches!(e.code, ErrorCode::Refused | ErrorCode::Quota);
+        for empty in [EmptyPlaces::Largest, EmptyPlaces::AsHeld] {
+            match self.admit_members(name, budgets, empty, false, uid) {
+                Err(e) if does_not_fit(&e) => continue,
+                other => return other,
+            }
+        }
+        self.admit_members(name, budgets, EmptyPlaces::Least, degrade, uid)
+    }
+
+    /// [`Broker::resize_members`]' admission with the empty places as
+    /// `empty` says: the ledger's grant, and whether it was degraded
+    /// (capped by the ledger or the owner's quota).
+    fn admit_members(
+        &mut self,
+        name: &str,
+        budgets: &[MemberBudget],
+        empty: EmptyPlaces,
+        degrade: bool,
+        uid: u32,
+    ) -> Outcome<(Grant, bool)> {
+        let cell = self.cell_owned_by(name, uid)?;
+        let slots = self.slot_budgets(name, cell, budgets, empty)?;
+        let (slots, capped) = self.members_within_quota(name, slots, degrade, uid)?;
+        let (grant, degraded) = self
+            .state
+            .ledger
+            .resize_each(name, &slots, degrade)
+            .map_err(refused)?;
+        Ok((grant, degraded || capped))
     }
 
     /// One budget per reservation of `cell`: each named member's for its
     /// slot; another member's slot keeps its budget (a workgroup's members
     /// in another process have their own controller), at the named
-    /// period; a slot no member holds, the largest named, ready for the
-    /// next member.
+    /// period; a slot no member holds, as `empty` says.
     fn slot_budgets(
         &self,
         name: &str,
         cell: &CellState,
         budgets: &[MemberBudget],
+        empty: EmptyPlaces,
     ) -> Outcome<Vec<Budget>> {
         let grant = self
             .state
@@ -610,9 +648,10 @@ impl Broker {
             .reservations
             .iter()
             .enumerate()
-            .map(|(k, r)| match held.contains(&k) {
-                true => at_period(r.budget, largest.period_ns),
-                false => largest,
+            .map(|(k, r)| match (held.contains(&k), empty) {
+                (false, EmptyPlaces::Largest) => largest,
+                (false, EmptyPlaces::Least) => least_place(largest.period_ns),
+                _ => at_period(r.budget, largest.period_ns),
             })
             .collect();
         for b in budgets {
@@ -1383,6 +1422,28 @@ impl Broker {
             cells: self.list(),
         }
     }
+}
+
+/// What a workgroup's reservation that no member holds gets when the
+/// members' budgets change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EmptyPlaces {
+    /// The largest budget named: room for the next member to join.
+    Largest,
+    /// What it holds, at the named period.
+    AsHeld,
+    /// The least a place holds ([`least_place`]).
+    Least,
+}
+
+/// The budget of a place no member holds when the members need all the
+/// room: 1 % of the period (the guard's floor), which the next member's
+/// controller raises at its join.
+fn least_place(period_ns: u64) -> Budget {
+    Budget::new(
+        (period_ns / 100).max(tessera_policy::cell::MIN_RUNTIME_NS),
+        period_ns,
+    )
 }
 
 /// `budget`'s bandwidth at another period (a workgroup's cycle changed).

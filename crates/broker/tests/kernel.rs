@@ -8,6 +8,7 @@ use common::*;
 use std::time::Duration;
 use tessera_sys::cgroup::Hierarchy;
 use tessera_sys::sched::{self, Policy};
+use tessera_testkit::privileged_with_a_second_core;
 
 #[test]
 fn a_joined_thread_reads_back_the_cells_reservation() {
@@ -536,17 +537,4 @@ fn two_embedded_sessions_taking_turns_each_see_the_others_changes() {
         .expect("the name b freed");
     a.destroy_cell("first").unwrap();
     assert!(names(&mut b).is_empty());
-}
-
-/// The privileged machine and its last core, for a test that partitions a
-/// core other than the first; None (the test skipped, saying why) without
-/// root or with one core.
-fn privileged_with_a_second_core(test: &str) -> Option<(tessera_testkit::Machine, usize)> {
-    let m = privileged(test)?;
-    let core = last_core();
-    if core == 0 {
-        eprintln!("SKIPPED {test}: needs 2 cores");
-        return None;
-    }
-    Some((m, core))
 }

@@ -5,7 +5,8 @@
 //! reservations; a member that leaves gets its scheduling back; a thread
 //! that held a reservation of its own leaves it to join; under global EDF
 //! a workgroup holds more members than the machine has cores; each member
-//! holds a budget of its own, and an empty reservation the largest; root
+//! holds a budget of its own, and an empty reservation the largest when
+//! it fits, what it holds when not (never a member's room); root
 //! opens an audio server's workgroup for the server's user.
 
 use std::time::Duration;
@@ -16,7 +17,7 @@ use tessera_broker::{Broker, ErrorCode, MemberBudget, Request, WorkgroupInfo, Wo
 use tessera_policy::{Budget, CellRequest};
 use tessera_sys::ipc::PeerCredentials;
 use tessera_sys::sched::{self, Policy};
-use tessera_testkit::privileged;
+use tessera_testkit::{privileged, privileged_with_a_second_core};
 
 const PERIOD: u64 = 10_000_000;
 
@@ -27,6 +28,27 @@ fn shape(capacity: usize) -> WorkgroupShape {
         core: None,
         for_process: None,
     }
+}
+
+/// [`shape`] with every reservation on `core`, partitioned.
+fn shape_on(core: usize, capacity: usize) -> WorkgroupShape {
+    WorkgroupShape {
+        core: Some(core),
+        ..shape(capacity)
+    }
+}
+
+/// The runtimes workgroup `name`'s reservations hold, smallest first.
+fn runtimes_held(session: &mut tessera_broker::Session, name: &str) -> Vec<u64> {
+    let cell = session.show(name).unwrap();
+    let mut runtimes: Vec<u64> = cell
+        .grant
+        .reservations
+        .iter()
+        .map(|r| r.budget.runtime_ns)
+        .collect();
+    runtimes.sort();
+    runtimes
 }
 
 fn me(uid: u32) -> PeerCredentials {
@@ -214,16 +236,8 @@ fn each_member_holds_a_budget_of_its_own() {
     );
     assert_eq!(runtime_of(callback), Duration::from_micros(3000));
     assert_eq!(runtime_of(worker_tid), Duration::from_micros(1500));
-    let cell = session.show("wg-each").unwrap();
-    let mut runtimes: Vec<u64> = cell
-        .grant
-        .reservations
-        .iter()
-        .map(|r| r.budget.runtime_ns)
-        .collect();
-    runtimes.sort();
     assert_eq!(
-        runtimes,
+        runtimes_held(&mut session, "wg-each"),
         [1_500_000, 3_000_000, 3_000_000],
         "the empty one holds the largest"
     );
@@ -270,22 +284,13 @@ fn each_member_holds_a_budget_of_its_own() {
 
 #[test]
 fn a_workgroup_on_one_core_holds_its_members_there() {
-    let Some(machine) = privileged("a_workgroup_on_one_core_holds_its_members_there") else {
+    let Some((machine, core)) =
+        privileged_with_a_second_core("a_workgroup_on_one_core_holds_its_members_there")
+    else {
         return;
     };
-    let online = tessera_sys::kernel::online_cpus().unwrap();
-    if online.len() < 2 {
-        eprintln!(
-            "a workgroup on one core: this machine has one core, which stays with the system"
-        );
-        return;
-    }
     let mut session = machine.session();
-    let core = *online.last().unwrap();
-    let on_core = WorkgroupShape {
-        core: Some(core),
-        ..shape(2)
-    };
+    let on_core = shape_on(core, 2);
     let wg = session.open_workgroup("wg-core", Some(on_core)).unwrap();
     assert_eq!(wg.capacity, 2);
     let cell = session.show("wg-core").unwrap();
@@ -330,6 +335,40 @@ fn a_workgroup_on_one_core_holds_its_members_there() {
     }
     let _ = stop_tx.send(());
     other.join().unwrap();
+}
+
+/// On one core, a member's budget that would not fit with every empty
+/// place at it too is granted in full, the empty places keeping what they
+/// hold: §4.5's ten places at the first member's budget filled the core.
+#[test]
+fn an_empty_place_never_takes_room_from_a_member() {
+    let Some((machine, core)) =
+        privileged_with_a_second_core("an_empty_place_never_takes_room_from_a_member")
+    else {
+        return;
+    };
+    let mut session = machine.session();
+    let on_core = shape_on(core, 4);
+    session.open_workgroup("wg-places", Some(on_core)).unwrap();
+    let tid = tessera_sys::proc::current_tid();
+    session.join_workgroup("wg-places", tid).unwrap();
+    // 40 % of the core: four places at it would not fit, one does.
+    let wanted = MemberBudget {
+        tid,
+        budget: Budget::new(PERIOD * 4 / 10, PERIOD),
+    };
+    let reply = session
+        .resize_members("wg-places", vec![wanted], true)
+        .unwrap();
+    assert!(!reply.degraded, "{reply:?}");
+    assert_eq!(reply.budgets, [wanted]);
+    assert_eq!(runtime_of(tid), Duration::from_nanos(PERIOD * 4 / 10));
+    assert_eq!(
+        runtimes_held(&mut session, "wg-places"),
+        [1_000_000, 1_000_000, 1_000_000, PERIOD * 4 / 10],
+        "the empty places keep their opening budget"
+    );
+    session.leave_workgroup("wg-places", tid).unwrap();
 }
 
 #[test]

@@ -110,6 +110,19 @@ pub fn last_core() -> usize {
         .expect("at least one CPU")
 }
 
+/// The privileged machine and its last core, for a test that partitions a
+/// core other than the first; None (the test skipped, saying why) without
+/// root or with one core.
+pub fn privileged_with_a_second_core(test: &str) -> Option<(Machine, usize)> {
+    let m = privileged(test)?;
+    let core = last_core();
+    if core == 0 {
+        eprintln!("SKIPPED {test}: needs 2 cores");
+        return None;
+    }
+    Some((m, core))
+}
+
 /// Starts a daemon on `paths` in a thread of this process (it serves until
 /// the test binary exits) and returns once its socket accepts connections.
 pub fn start_daemon(paths: &Paths, config: Config) {
