@@ -556,7 +556,8 @@ impl Broker {
         uid: u32,
     ) -> Outcome<ResizeMembersReply> {
         let before = self.held(name)?;
-        let (grant, degraded) = self.admit_members_first(name, budgets, degrade, uid)?;
+        let (grant, degraded) =
+            self.admit_with_empty_places_giving_way(name, budgets, degrade, uid)?;
         self.retune_or_roll_back(name, before)?;
         let cell = &self.state.cells[name];
         let budgets = budgets
@@ -576,7 +577,7 @@ impl Broker {
     /// [`Broker::resize_members`]' admission: the empty places at the
     /// largest budget if all fits, else as they are held, else at the
     /// least, and only then (with `degrade`) the members capped.
-    fn admit_members_first(
+    fn admit_with_empty_places_giving_way(
         &mut self,
         name: &str,
         budgets: &[MemberBudget],
