@@ -20,6 +20,7 @@ use crate::protocol::{
 };
 use crate::registry::{self, ServiceEntry, ServiceInfo};
 use crate::state::{CellState, Member, Owner, ProcessId, Reported, State, UnguaranteedThread};
+use crate::stranded::{Progress, STRANDED_AFTER};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -70,6 +71,8 @@ pub struct Broker {
     /// The reaper's view of owners and members, each checked through a
     /// /proc file kept open.
     liveness: Liveness,
+    /// Since when each member's CPU time stood still ([`stranded`]).
+    progress: Progress,
 }
 
 fn enforcement(mode: &Mode) -> Enforcement {
@@ -124,6 +127,7 @@ impl Broker {
             unsaved_since: None,
             budget_save_delay: None,
             liveness: Liveness::default(),
+            progress: Progress::default(),
         };
         let notes = match loaded {
             Some(old) => broker.recover(old),
@@ -1097,10 +1101,22 @@ impl Broker {
             }
         }
         let mut changed = false;
+        let now = Instant::now();
+        let mut still: Vec<(String, Member)> = Vec::new();
         let live = &mut self.liveness;
+        let progress = &mut self.progress;
         for (name, cell) in self.state.cells.iter_mut() {
             let before = cell.members.len();
-            cell.members.retain(|m| live.is_alive(m.tid, m.start_time));
+            cell.members.retain(|m| {
+                let Some(cpu_ns) = live.cpu_ns(m.tid, m.start_time) else {
+                    return false;
+                };
+                let id = (m.tid, m.start_time);
+                if m.slot.is_some() && progress.stood_still(id, cpu_ns, now) {
+                    still.push((name.clone(), m.clone()));
+                }
+                true
+            });
             if cell.members.len() != before {
                 changed = true;
                 notes.push(format!(
@@ -1109,11 +1125,40 @@ impl Broker {
                 ));
             }
         }
+        for (name, m) in still {
+            notes.extend(self.revive_if_stranded(&name, &m, now));
+        }
         self.forget_the_released();
         if changed {
             let _ = self.persist();
         }
         notes
+    }
+
+    /// Gives member `m` of cell `name`, whose CPU time stood still, its
+    /// reservation again if it is runnable and SCHED_DEADLINE — stranded
+    /// by the kernel ([`stranded`]): SCHED_OTHER, then its reservation.
+    fn revive_if_stranded(&mut self, name: &str, m: &Member, now: Instant) -> Option<String> {
+        self.progress.restart((m.tid, m.start_time), now);
+        let reserved = matches!(sched::get_policy(m.tid), Ok(Policy::Deadline(_)));
+        if !reserved || !proc::is_runnable(m.pid, m.tid) {
+            return None;
+        }
+        let grant = self.state.ledger.grant(name)?;
+        let revived = sched::demote_from_deadline(m.tid).and_then(|_| {
+            let t = placement::target(grant, m.slot, &self.state.ledger, &self.enf)?;
+            placement::retune(m, &t, &self.enf)
+        });
+        let what = format!(
+            "cell {name:?}: thread {} was runnable and got no CPU for {} s or more, its \
+             reservation no longer replenished by the kernel",
+            m.tid,
+            STRANDED_AFTER.as_secs()
+        );
+        Some(match revived {
+            Ok(()) => format!("{what}: given its reservation again"),
+            Err(e) => format!("{what}: its reservation could not be given again: {e}"),
+        })
     }
 
     /// Closes the liveness files of owners and members no cell holds now.
@@ -1130,6 +1175,7 @@ impl Broker {
             .collect();
         self.liveness
             .retain(|id, started| held.contains(&(id, started)));
+        self.progress.retain(|id| held.contains(&id));
     }
 
     /// Destroys every cell and returns the machine to its state before
@@ -1165,9 +1211,7 @@ impl Broker {
             // threads were tessera's reservations; demote them so they can move.
             for g in &layout.existing_groups() {
                 for tid in g.threads().unwrap_or_default() {
-                    if matches!(sched::get_policy(tid), Ok(Policy::Deadline(_)))
-                        && sched::set_policy(tid, &Policy::Other { nice: 0 }).is_ok()
-                    {
+                    if sched::demote_from_deadline(tid).unwrap_or(false) {
                         report.deadline_threads_demoted.push(tid);
                     }
                 }

@@ -33,6 +33,7 @@ pub mod protocol;
 pub mod registry;
 pub mod session;
 pub mod state;
+pub mod stranded;
 pub mod wire;
 pub mod workgroup;
 

@@ -148,12 +148,24 @@ pub enum Kind {
     Share,
     /// The thread that runs the guard's own loop.
     Guard,
+    /// A workgroup's control thread in a client (libtessera's, busy at a
+    /// normal policy): tessera's own controller, like the guard's loop.
+    Controller,
 }
 
 impl Kind {
     /// The threads an audio cycle passes through, kept together.
     pub fn is_graph(self) -> bool {
         matches!(self, Kind::RealTime | Kind::Graph)
+    }
+
+    /// tessera's own controllers (the guard's loop, a workgroup's control
+    /// thread): kept under global EDF, out of the layout, so that they
+    /// take no room on the cores that run the graph. On §4.5's one core
+    /// the ten clients' control threads held a tenth of it beside the
+    /// members they control, which were capped under their need.
+    pub fn is_tesseras_own(self) -> bool {
+        matches!(self, Kind::Guard | Kind::Controller)
     }
 
     /// Its name in the record and the status (as serialised).
@@ -163,14 +175,21 @@ impl Kind {
             Kind::Graph => "graph",
             Kind::Share => "share",
             Kind::Guard => "guard",
+            Kind::Controller => "controller",
         }
     }
 
     /// The kind of a name written by [`Kind::name`].
     pub fn from_name(name: &str) -> Option<Kind> {
-        [Kind::RealTime, Kind::Graph, Kind::Share, Kind::Guard]
-            .into_iter()
-            .find(|k| k.name() == name)
+        [
+            Kind::RealTime,
+            Kind::Graph,
+            Kind::Share,
+            Kind::Guard,
+            Kind::Controller,
+        ]
+        .into_iter()
+        .find(|k| k.name() == name)
     }
 }
 
@@ -890,7 +909,7 @@ impl Guard {
     /// the graph's threads are squeezed into (§4.5's staircase: 20 xruns
     /// before, 3 663 with it).
     fn core_for_new(&self, kind: Kind) -> Option<usize> {
-        if kind == Kind::Guard {
+        if kind.is_tesseras_own() {
             return None;
         }
         match self.spread().as_ref() {
@@ -934,7 +953,7 @@ impl Guard {
     /// A new controller for a thread of `kind`.
     fn controller_for(&self, kind: Kind) -> Result<Adaptive, GuardError> {
         match kind {
-            Kind::Share | Kind::Guard => {
+            Kind::Share | Kind::Guard | Kind::Controller => {
                 share_controller(&self.settings.budgeting, cycle_of(kind, self.period_ns))
             }
             Kind::RealTime | Kind::Graph => self.controller(),
@@ -1058,14 +1077,21 @@ impl Guard {
             .map(|s| s.used)
             .sum();
         for s in sampled.into_iter().filter(Sampled::is_busy) {
+            let name = proc::thread_name(s.pid, s.tid);
+            let (kind, as_what) = match name == tessera_broker::workgroup::CONTROL_THREAD {
+                true => (
+                    Kind::Controller,
+                    "as a workgroup's control thread, under global EDF",
+                ),
+                false => (Kind::Share, "in its application's share"),
+            };
             log.push(format!(
-                "thread {} ({}) of {} is busy at a normal policy ({} of a CPU): reserving it in its application's share",
+                "thread {} ({name}) of {} is busy at a normal policy ({} of a CPU): reserving it {as_what}",
                 s.tid,
-                proc::thread_name(s.pid, s.tid),
                 proc::process_name(s.pid),
                 s.used
             ));
-            self.reserve(s.pid, s.tid, Kind::Share, Some(s.used), log);
+            self.reserve(s.pid, s.tid, kind, Some(s.used), log);
         }
     }
 
@@ -1351,7 +1377,7 @@ impl Guard {
             };
             let elapsed = (delta.elapsed_ns / cycle).max(1);
             let cycles = match r.kind {
-                Kind::Share | Kind::Guard => elapsed,
+                Kind::Share | Kind::Guard | Kind::Controller => elapsed,
                 Kind::RealTime | Kind::Graph => elapsed.min(delta.wakes().max(1)),
             };
             r.controller.observe(delta.cpu_ns, cycles);
@@ -1362,7 +1388,8 @@ impl Guard {
                 && may_be_held_short(&delta, runs_expected(elapsed, graph_cycles), r.set);
             r.near_budget = came_near_budget(delta.cpu_ns, cycles, r.set, r.controller.fragments());
             let used = Bandwidth::of(delta.cpu_ns, delta.elapsed_ns.max(1));
-            if r.kind == Kind::Share && r.idle.is_idle_after(used) {
+            let shared = matches!(r.kind, Kind::Share | Kind::Controller);
+            if shared && r.idle.is_idle_after(used) {
                 idle.push(r.tid);
             }
         }
@@ -1547,11 +1574,11 @@ impl Guard {
             return;
         };
         let wanted = self.wanted();
-        // The guard's own loop stays under global EDF (`core_for_new`).
+        // tessera's own controllers stay under global EDF (`core_for_new`).
         let placed: Vec<&Reserved> = self
             .reserved
             .values()
-            .filter(|r| r.kind != Kind::Guard)
+            .filter(|r| !r.kind.is_tesseras_own())
             .collect();
         let mut wants: Vec<Want> = placed
             .iter()
@@ -1659,11 +1686,11 @@ impl Guard {
         let RoomSeen {
             cores, global_free, ..
         } = seen;
-        // What the guard's own loop holds stays its own.
+        // What tessera's own controllers hold stays their own.
         let held_on = |core: Option<usize>| -> Bandwidth {
             self.reserved
                 .values()
-                .filter(|r| r.core == core && r.kind != Kind::Guard)
+                .filter(|r| r.core == core && !r.kind.is_tesseras_own())
                 .map(|r| r.set.bandwidth())
                 .sum()
         };
@@ -1960,7 +1987,7 @@ const OWN_LOOP_PERIOD_NS: u64 = 100_000_000;
 /// own loop's) reservation period.
 fn cycle_of(kind: Kind, period_ns: u64) -> u64 {
     match kind {
-        Kind::Share => share::PERIOD_NS,
+        Kind::Share | Kind::Controller => share::PERIOD_NS,
         Kind::Guard => OWN_LOOP_PERIOD_NS,
         Kind::RealTime | Kind::Graph => period_ns,
     }
@@ -2024,6 +2051,7 @@ impl Kind {
             Kind::Graph => "runs the graph",
             Kind::Share => "application share",
             Kind::Guard => "the guard's own loop",
+            Kind::Controller => "a workgroup's control thread",
         }
     }
 }
@@ -2245,6 +2273,22 @@ mod tests {
             seen(vec![core(1, CoreMode::Partitioned, 0.3)], 0.0).guard_only_cores(),
             Bandwidth::ZERO
         );
+    }
+
+    #[test]
+    fn only_tesseras_own_controllers_stay_out_of_the_graphs_cores() {
+        let all = [
+            Kind::RealTime,
+            Kind::Graph,
+            Kind::Share,
+            Kind::Guard,
+            Kind::Controller,
+        ];
+        let own: Vec<Kind> = all.into_iter().filter(|k| k.is_tesseras_own()).collect();
+        assert_eq!(own, [Kind::Guard, Kind::Controller]);
+        for k in all {
+            assert_eq!(Kind::from_name(k.name()), Some(k));
+        }
     }
 
     #[test]

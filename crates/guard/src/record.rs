@@ -117,7 +117,13 @@ mod tests {
 
     #[test]
     fn a_written_row_reads_back_the_same() {
-        for kind in [Kind::RealTime, Kind::Graph, Kind::Share, Kind::Guard] {
+        for kind in [
+            Kind::RealTime,
+            Kind::Graph,
+            Kind::Share,
+            Kind::Guard,
+            Kind::Controller,
+        ] {
             let r = row("tessera,peer", kind);
             assert_eq!(RecordRow::parse(&r.line()), Some(r));
         }

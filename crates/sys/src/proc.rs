@@ -405,6 +405,12 @@ impl Liveness {
     }
 }
 
+/// Whether thread `tid` of `pid` is runnable now (`R`: running or waiting
+/// for a CPU).
+pub fn is_runnable(pid: Pid, tid: Tid) -> bool {
+    stat_fields(pid, Some(tid)).is_ok_and(|f| f.first().is_some_and(|s| s == "R"))
+}
+
 /// Whether process `pid` still runs: one of its threads exists and is
 /// neither a zombie nor dead. (A process whose leader exited before its
 /// other threads shows a zombie leader while those threads still run; an

@@ -207,6 +207,19 @@ pub fn set_policy(tid: Tid, policy: &Policy) -> Result<()> {
     set_attr(tid, policy, DeadlineFlags::default())
 }
 
+/// Sets thread `tid` to SCHED_OTHER if it is SCHED_DEADLINE; true when it
+/// was. What a reservation left behind is undone with: a thread whose
+/// reservation the kernel stopped replenishing (seen on 6.18: throttled,
+/// its deadline long past, never run again) stays runnable and never runs
+/// — not even to exit — until its policy changes.
+pub fn demote_from_deadline(tid: Tid) -> Result<bool> {
+    if !matches!(get_policy(tid)?, Policy::Deadline(_)) {
+        return Ok(false);
+    }
+    set_policy(tid, &Policy::Other { nice: 0 })?;
+    Ok(true)
+}
+
 /// Sets the scheduling policy of thread `tid` with SCHED_RESET_ON_FORK, so
 /// that the thread's children start as SCHED_OTHER: what RTKit grants, and
 /// what lets a program whose thread was made real-time from outside still

@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use tessera_sys::proc::Pid;
+use tessera_sys::proc::{self, Pid};
+use tessera_sys::sched;
 
 use crate::harness::session_user::Owner;
 
@@ -28,6 +29,9 @@ const READY_WAIT: Duration = Duration::from_secs(10);
 const SERVER_EXIT_WAIT: Duration = Duration::from_secs(3);
 /// How often readiness and exits are looked at.
 const POLL: Duration = Duration::from_millis(20);
+/// How long a killed child gets to be reaped, before and after its
+/// deadline threads are demoted.
+const KILL_WAIT: Duration = Duration::from_secs(2);
 /// Lines of a log quoted in an error.
 const LOG_TAIL_LINES: usize = 8;
 
@@ -177,12 +181,39 @@ impl OwnedChild {
             Some(status) => format!("{} stopped ({status})", self.what),
             None => {
                 let _ = self.child.kill();
-                let _ = self.child.wait();
+                let reaped = self.reap_after_kill();
                 format!(
-                    "{} killed: no exit {:?} after SIGTERM",
+                    "{} killed: no exit {:?} after SIGTERM{reaped}",
                     self.what, self.grace
                 )
             }
+        }
+    }
+
+    /// Waits for the killed child, bounded: a thread left SCHED_DEADLINE
+    /// that the kernel stopped replenishing never runs to die (2026-12-02,
+    /// §4.5: two members of a workgroup, throttled since the clients
+    /// closed, held `tessera run` four minutes until set SCHED_OTHER by
+    /// hand), so the child's deadline threads are demoted once, and if it
+    /// is still not gone it is left, said so, rather than waited for.
+    fn reap_after_kill(&mut self) -> String {
+        if self.wait_until(Instant::now() + KILL_WAIT).is_some() {
+            return String::new();
+        }
+        let stuck: Vec<_> = proc::threads_of(self.pid())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|&tid| sched::demote_from_deadline(tid).unwrap_or(false))
+            .collect();
+        match self.wait_until(Instant::now() + KILL_WAIT) {
+            Some(_) if stuck.is_empty() => String::new(),
+            Some(_) => format!(
+                "; its SCHED_DEADLINE thread(s) {stuck:?} had to be set SCHED_OTHER to let it exit (a reservation the kernel no longer replenished)"
+            ),
+            None => format!(
+                "; still not gone {:?} after SIGKILL (threads {stuck:?} demoted from SCHED_DEADLINE): left unreaped",
+                KILL_WAIT * 2
+            ),
         }
     }
 }
