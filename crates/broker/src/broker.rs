@@ -20,7 +20,7 @@ use crate::protocol::{
 };
 use crate::registry::{self, ServiceEntry, ServiceInfo};
 use crate::state::{CellState, Member, Owner, ProcessId, Reported, State, UnguaranteedThread};
-use crate::stranded::{Progress, STRANDED_AFTER};
+use crate::stranded::{stranded_after, Progress, STRANDED_AFTER};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -1105,15 +1105,22 @@ impl Broker {
         let mut still: Vec<(String, Member)> = Vec::new();
         let live = &mut self.liveness;
         let progress = &mut self.progress;
+        let ledger = &self.state.ledger;
         for (name, cell) in self.state.cells.iter_mut() {
             let before = cell.members.len();
+            let period_of = |slot: usize| {
+                let grant = ledger.grant(name)?;
+                Some(grant.reservations.get(slot)?.budget.period_ns)
+            };
             cell.members.retain(|m| {
                 let Some(cpu_ns) = live.cpu_ns(m.tid, m.start_time) else {
                     return false;
                 };
                 let id = (m.tid, m.start_time);
-                if m.slot.is_some() && progress.stood_still(id, cpu_ns, now) {
-                    still.push((name.clone(), m.clone()));
+                if let Some(period_ns) = m.slot.and_then(period_of) {
+                    if progress.stood_still(id, cpu_ns, now, stranded_after(period_ns)) {
+                        still.push((name.clone(), m.clone()));
+                    }
                 }
                 true
             });
@@ -1153,7 +1160,7 @@ impl Broker {
             "cell {name:?}: thread {} was runnable and got no CPU for {} s or more, its \
              reservation no longer replenished by the kernel",
             m.tid,
-            STRANDED_AFTER.as_secs()
+            STRANDED_AFTER.as_secs_f64()
         );
         Some(match revived {
             Ok(()) => format!("{what}: given its reservation again"),

@@ -538,3 +538,68 @@ fn two_embedded_sessions_taking_turns_each_see_the_others_changes() {
     a.destroy_cell("first").unwrap();
     assert!(names(&mut b).is_empty());
 }
+
+/// The reaper's look for members the kernel stopped running
+/// (`tessera_broker::stranded`) never takes a member that runs, nor one
+/// asleep, for one: through a second and a half of reaps (the daemon's
+/// every 200 ms) neither is given its reservation again, and both keep it.
+#[test]
+fn a_member_that_runs_or_sleeps_is_never_taken_for_stranded() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let Some(m) = privileged("stranded-look") else {
+        return;
+    };
+    let mut s = m.session();
+    s.create_cell(event_triggered("spins", 1_000, 10_000), true)
+        .unwrap();
+    s.create_cell(event_triggered("sleeps", 100, 10_000), true)
+        .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let (paths, spinning) = (m.paths.clone(), Arc::clone(&stop));
+    let spinner = std::thread::spawn(move || {
+        tessera_broker::Session::embedded(paths)
+            .join_current_thread("spins")
+            .unwrap();
+        tid_tx.send(tessera_sys::proc::current_tid()).unwrap();
+        // Throttled nine tenths of each period, never asleep.
+        while !spinning.load(Ordering::Relaxed) {
+            std::hint::spin_loop();
+        }
+    });
+    let spins = tid_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    let paths = m.paths.clone();
+    let asleep = Parked::spawn(move || {
+        tessera_broker::Session::embedded(paths)
+            .join_current_thread("sleeps")
+            .unwrap();
+    });
+    let notes: Vec<String> = {
+        let _lock = tessera_broker::session::hold_lock(&m.paths, Duration::from_secs(10)).unwrap();
+        let (mut broker, _) = tessera_broker::Broker::open(
+            m.paths.clone(),
+            tessera_broker::config::Config::default(),
+            "test".into(),
+        )
+        .unwrap();
+        (0..8)
+            .flat_map(|_| {
+                std::thread::sleep(Duration::from_millis(200));
+                broker.reap()
+            })
+            .collect()
+    };
+    assert!(notes.iter().all(|n| !n.contains("got no CPU")), "{notes:?}");
+    for (tid, runtime_us) in [(spins, 1_000), (asleep.tid, 100)] {
+        match sched::get_policy(tid).unwrap() {
+            Policy::Deadline(p) => assert_eq!(p.runtime, Duration::from_micros(runtime_us)),
+            other => panic!("thread {tid} lost its reservation: {other}"),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    spinner.join().unwrap();
+    s.destroy_cell("spins").unwrap();
+    s.destroy_cell("sleeps").unwrap();
+    asleep.finish();
+}
