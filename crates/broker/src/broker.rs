@@ -73,7 +73,18 @@ pub struct Broker {
     liveness: Liveness,
     /// Since when each member's CPU time stood still ([`stranded`]).
     progress: Progress,
+    /// When the reaper last read every member ([`MEMBERS_EVERY`]).
+    members_read: Option<Instant>,
 }
+
+/// How often the reaper reads every member's liveness (and CPU time), when
+/// it looks at the owners at each call (the daemon's every 200 ms): a cell's
+/// owner exiting frees its bandwidth and cores, which a newcomer may be
+/// waiting for; a member that exited holds only its own reservation until
+/// then, and its owner (a guard, a workgroup's controller) lets go of it
+/// itself. With 65 members read five times a second the reaper was a
+/// third of a point of a CPU (`bench guard-scale`, 2026-12-02).
+pub const MEMBERS_EVERY: Duration = Duration::from_secs(1);
 
 fn enforcement(mode: &Mode) -> Enforcement {
     match mode {
@@ -128,6 +139,7 @@ impl Broker {
             budget_save_delay: None,
             liveness: Liveness::default(),
             progress: Progress::default(),
+            members_read: None,
         };
         let notes = match loaded {
             Some(old) => broker.recover(old),
@@ -1074,8 +1086,9 @@ impl Broker {
         self.persist()
     }
 
-    /// Releases cells whose owner process exited and drops exited members.
-    /// Returns what it did, for the log.
+    /// Releases cells whose owner process exited and, every
+    /// [`MEMBERS_EVERY`], drops exited members and gives stranded ones
+    /// their reservation again. Returns what it did, for the log.
     pub fn reap(&mut self) -> Vec<String> {
         let mut notes = Vec::new();
         let live = &mut self.liveness;
@@ -1100,8 +1113,16 @@ impl Broker {
                 Err(e) => notes.push(format!("released cell {name:?} with an error: {e}")),
             }
         }
-        let mut changed = false;
         let now = Instant::now();
+        if self
+            .members_read
+            .is_some_and(|at| now.saturating_duration_since(at) < MEMBERS_EVERY)
+        {
+            self.forget_the_released();
+            return notes;
+        }
+        self.members_read = Some(now);
+        let mut changed = false;
         let mut still: Vec<(String, Member)> = Vec::new();
         let live = &mut self.liveness;
         let progress = &mut self.progress;

@@ -541,7 +541,7 @@ fn two_embedded_sessions_taking_turns_each_see_the_others_changes() {
 
 /// The reaper's look for members the kernel stopped running
 /// (`tessera_broker::stranded`) never takes a member that runs, nor one
-/// asleep, for one: through a second and a half of reaps (the daemon's
+/// asleep, for one: through two and a half seconds of reaps (the daemon's
 /// every 200 ms) neither is given its reservation again, and both keep it.
 #[test]
 fn a_member_that_runs_or_sleeps_is_never_taken_for_stranded() {
@@ -583,7 +583,7 @@ fn a_member_that_runs_or_sleeps_is_never_taken_for_stranded() {
             "test".into(),
         )
         .unwrap();
-        (0..8)
+        (0..13)
             .flat_map(|_| {
                 std::thread::sleep(Duration::from_millis(200));
                 broker.reap()
