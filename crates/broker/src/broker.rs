@@ -20,7 +20,7 @@ use crate::protocol::{
 };
 use crate::registry::{self, ServiceEntry, ServiceInfo};
 use crate::state::{CellState, Member, Owner, ProcessId, Reported, State, UnguaranteedThread};
-use crate::stranded::{stranded_after, Progress, STRANDED_AFTER};
+use crate::stranded::{stranded_after, Progress};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -1173,15 +1173,16 @@ impl Broker {
             return None;
         }
         let grant = self.state.ledger.grant(name)?;
+        let period_ns = grant.reservations.get(m.slot?)?.budget.period_ns;
         let revived = sched::demote_from_deadline(m.tid).and_then(|_| {
             let t = placement::target(grant, m.slot, &self.state.ledger, &self.enf)?;
             placement::retune(m, &t, &self.enf)
         });
         let what = format!(
-            "cell {name:?}: thread {} was runnable and got no CPU for {} s or more, its \
+            "cell {name:?}: thread {} was runnable and got no CPU for {:.1} s or more, its \
              reservation no longer replenished by the kernel",
             m.tid,
-            STRANDED_AFTER.as_secs_f64()
+            stranded_after(period_ns).as_secs_f64()
         );
         Some(match revived {
             Ok(()) => format!("{what}: given its reservation again"),
