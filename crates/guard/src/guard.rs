@@ -154,6 +154,15 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind, in the order the record and the status list them.
+    pub const ALL: [Kind; 5] = [
+        Kind::RealTime,
+        Kind::Graph,
+        Kind::Share,
+        Kind::Guard,
+        Kind::Controller,
+    ];
+
     /// The threads an audio cycle passes through, kept together.
     pub fn is_graph(self) -> bool {
         matches!(self, Kind::RealTime | Kind::Graph)
@@ -161,9 +170,9 @@ impl Kind {
 
     /// tessera's own controllers (the guard's loop, a workgroup's control
     /// thread): kept under global EDF, out of the layout, so that they
-    /// take no room on the cores that run the graph. On §4.5's one core
-    /// the ten clients' control threads held a tenth of it beside the
-    /// members they control, which were capped under their need.
+    /// take no room on the cores that run the graph (on §4.5's one core a
+    /// client's control thread held a share beside the very members it
+    /// sizes, which admission capped under their need).
     pub fn is_tesseras_own(self) -> bool {
         matches!(self, Kind::Guard | Kind::Controller)
     }
@@ -181,15 +190,7 @@ impl Kind {
 
     /// The kind of a name written by [`Kind::name`].
     pub fn from_name(name: &str) -> Option<Kind> {
-        [
-            Kind::RealTime,
-            Kind::Graph,
-            Kind::Share,
-            Kind::Guard,
-            Kind::Controller,
-        ]
-        .into_iter()
-        .find(|k| k.name() == name)
+        Kind::ALL.into_iter().find(|k| k.name() == name)
     }
 }
 
@@ -2277,16 +2278,12 @@ mod tests {
 
     #[test]
     fn only_tesseras_own_controllers_stay_out_of_the_graphs_cores() {
-        let all = [
-            Kind::RealTime,
-            Kind::Graph,
-            Kind::Share,
-            Kind::Guard,
-            Kind::Controller,
-        ];
-        let own: Vec<Kind> = all.into_iter().filter(|k| k.is_tesseras_own()).collect();
+        let own: Vec<Kind> = Kind::ALL
+            .into_iter()
+            .filter(|k| k.is_tesseras_own())
+            .collect();
         assert_eq!(own, [Kind::Guard, Kind::Controller]);
-        for k in all {
+        for k in Kind::ALL {
             assert_eq!(Kind::from_name(k.name()), Some(k));
         }
     }

@@ -117,13 +117,7 @@ mod tests {
 
     #[test]
     fn a_written_row_reads_back_the_same() {
-        for kind in [
-            Kind::RealTime,
-            Kind::Graph,
-            Kind::Share,
-            Kind::Guard,
-            Kind::Controller,
-        ] {
+        for kind in Kind::ALL {
             let r = row("tessera,peer", kind);
             assert_eq!(RecordRow::parse(&r.line()), Some(r));
         }
