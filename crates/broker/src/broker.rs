@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use tessera_policy::rap::{self, CellView, RapConfig};
 use tessera_policy::{
     largest_fitting, Bandwidth, Budget, CellPolicy, CellRequest, Grant, Ledger, Placement, Refusal,
+    Resized,
 };
 use tessera_sys::cgroup::Hierarchy;
 use tessera_sys::ipc::PeerCredentials;
@@ -741,17 +742,47 @@ impl Broker {
         self.cell_owned_by(name, uid)?;
         let (budget, capped) = self.resize_within_quota(name, budget, degrade, uid)?;
         let before = self.held(name)?;
-        let outcome = if degrade {
+        let resized = if degrade {
             self.state.ledger.resize_or_degrade(name, budget)
         } else {
-            self.state.ledger.resize(name, budget).map(|g| (g, false))
+            self.state.ledger.resize(name, budget).map(|grant| Resized {
+                grant,
+                degraded: false,
+                gave_way: Vec::new(),
+            })
         };
-        let (grant, degraded) = outcome.map_err(refused)?;
+        let resized = resized.map_err(refused)?;
+        self.retune_those_that_gave_way(&resized.gave_way, &before)?;
         self.retune_or_roll_back(name, before)?;
         Ok(ResizeReply {
-            budget: grant.request.budget.unwrap_or(budget),
-            degraded: degraded || capped,
+            budget: resized.grant.request.budget.unwrap_or(budget),
+            degraded: resized.degraded || capped,
         })
+    }
+
+    /// Gives the members of the cells that gave way to a resize (`gave_way`:
+    /// their grants before) their smaller reservations, before the resized
+    /// cell's grow: the kernel admits per root domain, and a grow before the
+    /// shrinks it needs is refused. When the kernel refuses one, the ledger
+    /// gets every grant back — the resized cell's (`resized_before`) first,
+    /// so that each step back fits — and the members theirs.
+    fn retune_those_that_gave_way(
+        &mut self,
+        gave_way: &[Grant],
+        resized_before: &Grant,
+    ) -> Outcome<()> {
+        let names: Vec<&str> = gave_way.iter().map(|g| g.request.name.as_str()).collect();
+        let Err(e) = names.iter().try_for_each(|cell| self.retune_members(cell)) else {
+            return Ok(());
+        };
+        self.state.ledger.put_back(resized_before.clone());
+        for g in gave_way {
+            self.state.ledger.put_back(g.clone());
+        }
+        for cell in names {
+            let _ = self.retune_members(cell);
+        }
+        Err(e)
     }
 
     /// What the ledger grants `name` now, to put back if a change of it

@@ -202,7 +202,8 @@ pub fn leave(broker: &mut Broker, name: &str, tid: i32, peer: &PeerCredentials) 
 }
 
 /// The cell a workgroup is: global EDF over the shared cores (or, asked
-/// for, EDF on one partitioned core), one reservation per member, its
+/// for, EDF on one partitioned core, giving way there to the other cells'
+/// smaller reservations), one reservation per member, its
 /// budgets adapted by its owner, reclaiming
 /// what the others leave unused (GRUB, as the guard's reservations). A
 /// member's wake-ups drift with its graph (each client starts when the one
@@ -218,8 +219,11 @@ fn request(name: &str, shape: WorkgroupShape) -> CellRequest {
         None => CoreRequest::Count(capacity),
     };
     let mut req = CellRequest::new(name, CellPolicy::EventTriggered, cores, Some(shape.budget));
-    if shape.core.is_none() {
-        req.placement = Placement::Global;
+    match shape.core {
+        None => req.placement = Placement::Global,
+        // Its server's threads beside it come first: the members share
+        // what those leave (see `CellRequest::gives_way`).
+        Some(_) => req.gives_way = true,
     }
     req.owner_adapts = true;
     req.reclaim = true;

@@ -6,7 +6,8 @@
 //! that held a reservation of its own leaves it to join; under global EDF
 //! a workgroup holds more members than the machine has cores; each member
 //! holds a budget of its own, and an empty reservation the largest when
-//! it fits, what it holds when not (never a member's room); root
+//! it fits, what it holds when not (never a member's room); on one core
+//! the members give way to another cell's smaller thread that grows; root
 //! opens an audio server's workgroup for the server's user.
 
 use std::time::Duration;
@@ -35,6 +36,36 @@ fn shape_on(core: usize, capacity: usize) -> WorkgroupShape {
     WorkgroupShape {
         core: Some(core),
         ..shape(capacity)
+    }
+}
+
+/// A thread of this process that wakes every millisecond, as a periodic
+/// thread does: a thread of the broker's own process is moved to a
+/// partitioned core as it wakes. It stops when told, or after 30 s.
+struct Waking {
+    tid: i32,
+    stop: std::sync::mpsc::Sender<()>,
+    handle: std::thread::JoinHandle<()>,
+}
+
+impl Waking {
+    fn start() -> Waking {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop, stop_rx) = std::sync::mpsc::channel::<()>();
+        let handle = std::thread::spawn(move || {
+            let _ = tx.send(tessera_sys::proc::current_tid());
+            let until = std::time::Instant::now() + Duration::from_secs(30);
+            while stop_rx.try_recv().is_err() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let tid = rx.recv().unwrap();
+        Waking { tid, stop, handle }
+    }
+
+    fn stop(self) {
+        let _ = self.stop.send(());
+        self.handle.join().unwrap();
     }
 }
 
@@ -299,18 +330,8 @@ fn a_workgroup_on_one_core_holds_its_members_there() {
         "both reservations on core {core}: {:?}",
         cell.grant.reservations
     );
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-    // It wakes every millisecond, as a periodic thread does: a thread of
-    // the broker's own process is moved to a partitioned core as it wakes.
-    let other = std::thread::spawn(move || {
-        let _ = tx.send(tessera_sys::proc::current_tid());
-        let until = std::time::Instant::now() + Duration::from_secs(30);
-        while stop_rx.try_recv().is_err() && std::time::Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
-    let tids = [tessera_sys::proc::current_tid(), rx.recv().unwrap()];
+    let other = Waking::start();
+    let tids = [tessera_sys::proc::current_tid(), other.tid];
     for tid in tids {
         session.join_workgroup("wg-core", tid).unwrap();
         assert!(matches!(
@@ -333,8 +354,7 @@ fn a_workgroup_on_one_core_holds_its_members_there() {
     for tid in tids {
         session.leave_workgroup("wg-core", tid).unwrap();
     }
-    let _ = stop_tx.send(());
-    other.join().unwrap();
+    other.stop();
 }
 
 /// On one core, a member's budget that would not fit with every empty
@@ -369,6 +389,76 @@ fn an_empty_place_never_takes_room_from_a_member() {
         "the empty places keep their opening budget"
     );
     session.leave_workgroup("wg-places", tid).unwrap();
+}
+
+/// On one core, a workgroup's members that fill what another cell leaves
+/// give way when that cell — smaller than a member — grows: its thread and
+/// the member read back the new runtimes, the member's shrunk first (§4.5:
+/// the server's driver was held at its floor beside ten members).
+#[test]
+fn a_workgroup_on_a_core_gives_way_to_its_servers_smaller_thread() {
+    let Some((machine, core)) = privileged_with_a_second_core(
+        "a_workgroup_on_a_core_gives_way_to_its_servers_smaller_thread",
+    ) else {
+        return;
+    };
+    let mut session = machine.session();
+    let driver =
+        CellRequest::event_triggered("wg-driver", PERIOD / 20, PERIOD).on_cores(vec![core]);
+    session.create_cell(driver, true).unwrap();
+    session.join_current_thread("wg-driver").unwrap();
+    let driver_tid = tessera_sys::proc::current_tid();
+    session
+        .open_workgroup("wg-way", Some(shape_on(core, 1)))
+        .unwrap();
+    let member = Waking::start();
+    let member_tid = member.tid;
+    session.join_workgroup("wg-way", member_tid).unwrap();
+    let all = MemberBudget {
+        tid: member_tid,
+        budget: Budget::new(PERIOD * 9 / 10, PERIOD),
+    };
+    let filled = session.resize_members("wg-way", vec![all], true).unwrap();
+    assert!(filled.degraded, "the driver's 5 % is beside it: {filled:?}");
+    let member_before = runtime_of(member_tid);
+    let status = session.status().unwrap();
+    let on_core = status.cores.iter().find(|c| c.core == core).unwrap();
+    let giving = on_core.giving_way.clone();
+    assert_eq!(
+        giving.len(),
+        1,
+        "the member's reservation gives way: {giving:?}"
+    );
+
+    let grown = session
+        .resize_cell("wg-driver", Budget::new(PERIOD * 15 / 100, PERIOD), true)
+        .unwrap();
+    assert!(!grown.degraded, "{grown:?}");
+    assert_eq!(
+        runtime_of(driver_tid),
+        Duration::from_nanos(PERIOD * 15 / 100)
+    );
+    let member_after = runtime_of(member_tid);
+    let given = member_before - member_after;
+    assert!(
+        given >= Duration::from_nanos(PERIOD / 10)
+            && given < Duration::from_nanos(PERIOD / 10 + 10_000),
+        "the member gave the driver its 10 % more: {member_before:?} → {member_after:?}"
+    );
+    assert_eq!(
+        runtimes_held(&mut session, "wg-way"),
+        [member_after.as_nanos() as u64]
+    );
+    // Past a member's size it gives no way: the driver gets what is free.
+    let past = session
+        .resize_cell("wg-driver", Budget::new(PERIOD * 8 / 10, PERIOD), true)
+        .unwrap();
+    assert!(past.degraded);
+    assert_eq!(runtime_of(member_tid), member_after);
+
+    session.leave_workgroup("wg-way", member_tid).unwrap();
+    session.detach(driver_tid).unwrap();
+    member.stop();
 }
 
 #[test]

@@ -242,6 +242,7 @@ impl CreateArgs {
             weight: self.weight,
             pinned: self.pinned,
             owner_adapts: self.owner_adapts,
+            gives_way: false,
             reclaim: self.reclaim,
             overrun_signal: self.overrun_signal,
         })

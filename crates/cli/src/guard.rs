@@ -83,8 +83,9 @@ pub struct GuardArgs {
     /// Where the reservations go: `auto` (the default) decides from what
     /// the threads use — one core (the last first) when they fit there,
     /// several, or global EDF — and says why on the live line; a core
-    /// number puts them all there; `global` in the shared cores under
-    /// global EDF.
+    /// number puts the real-time threads there (the application shares
+    /// under global EDF); `global` all in the shared cores under global
+    /// EDF.
     #[arg(long)]
     core: Option<String>,
     #[command(flatten)]

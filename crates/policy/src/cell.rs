@@ -181,6 +181,15 @@ pub struct CellRequest {
     /// reacts to xruns.
     #[serde(default)]
     pub owner_adapts: bool,
+    /// Its reservations on a partitioned core give way to another cell's
+    /// degradable resize there that does not fit, when that cell's period
+    /// is no longer than theirs: they are capped, all alike, at the largest
+    /// bandwidth at which the other fits, never below the other's own
+    /// (max-min: a cell gives way to a smaller one, never to a larger).
+    /// A workgroup on its server's core: its members take the room the
+    /// server's threads leave, and give it back when those grow.
+    #[serde(default)]
+    pub gives_way: bool,
     /// Let the reservations reclaim unused bandwidth (GRUB, SCHED_FLAG_RECLAIM).
     #[serde(default)]
     pub reclaim: bool,
@@ -250,6 +259,7 @@ impl CellRequest {
             weight: default_weight(),
             pinned: false,
             owner_adapts: false,
+            gives_way: false,
             reclaim: false,
             overrun_signal: false,
         }

@@ -73,6 +73,12 @@ pub struct CoreUsage {
     /// Bandwidth reserved on this core (partitioned cores only).
     pub reserved: Bandwidth,
     pub cells: Vec<String>,
+    /// The budgets of the reservations here that give way to a smaller
+    /// one's resize of a period no longer than theirs
+    /// ([`CellRequest::gives_way`]): room another owner may count on down
+    /// to its own largest reservation's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub giving_way: Vec<Budget>,
 }
 
 impl CoreUsage {
@@ -101,6 +107,18 @@ impl fmt::Display for Refusal {
 }
 
 impl std::error::Error for Refusal {}
+
+/// What a degradable resize ([`Ledger::resize_or_degrade`]) granted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resized {
+    pub grant: Grant,
+    /// Less than asked was granted.
+    pub degraded: bool,
+    /// The cells that gave way to it ([`CellRequest::gives_way`]), as they
+    /// were granted before: their smaller reservations go to the kernel
+    /// before its own grow, and these back if that fails.
+    pub gave_way: Vec<Grant>,
+}
 
 /// The capacity ledger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -216,19 +234,45 @@ impl Ledger {
         }
     }
 
-    /// Like [`Ledger::resize`], but when `budget` does not fit, grants the
+    /// Like [`Ledger::resize`], but when `budget` does not fit, the cells
+    /// that give way on its cores make room first ([`CellRequest::gives_way`],
+    /// [`Ledger::making_way_for`]), and if it still does not fit, grants the
     /// largest runtime at the same period that does (a window's deadline
-    /// shrinking with it); `true` with a degraded grant. Refused only when
-    /// not even the kernel's minimum runtime fits, or the cell may not be
-    /// resized (pinned, dedicated, best-effort, an invalid budget).
-    pub fn resize_or_degrade(
-        &mut self,
-        name: &str,
-        budget: Budget,
-    ) -> Result<(Grant, bool), Refusal> {
+    /// shrinking with it). Refused, and nothing changed, only when not even
+    /// the kernel's minimum runtime fits, or the cell may not be resized
+    /// (pinned, dedicated, best-effort, an invalid budget).
+    pub fn resize_or_degrade(&mut self, name: &str, budget: Budget) -> Result<Resized, Refusal> {
         let grant = self.resized(name, budget)?;
-        let Some(reason) = self.resize_violation(&grant) else {
+        if self.resize_violation(&grant).is_none() {
             self.grants.insert(name.to_string(), grant.clone());
+            return Ok(Resized {
+                grant,
+                degraded: false,
+                gave_way: Vec::new(),
+            });
+        }
+        let made = self.making_way_for(&grant);
+        let ledger = made.as_ref().map_or(&*self, |(trial, _)| trial);
+        let (grant, degraded) = ledger.degraded(name, grant, budget)?;
+        let gave_way = match made {
+            Some((trial, gave_way)) => {
+                *self = trial;
+                gave_way
+            }
+            None => Vec::new(),
+        };
+        self.grants.insert(name.to_string(), grant.clone());
+        Ok(Resized {
+            grant,
+            degraded,
+            gave_way,
+        })
+    }
+
+    /// `grant` (the cell's asked for `budget`) as it fits in this ledger:
+    /// as it is (`false`), or at the largest runtime that does (`true`).
+    fn degraded(&self, name: &str, grant: Grant, budget: Budget) -> Result<(Grant, bool), Refusal> {
+        let Some(reason) = self.resize_violation(&grant) else {
             return Ok((grant, false));
         };
         let Some(runtime) = self.largest_resize(&grant) else {
@@ -243,8 +287,69 @@ impl Ledger {
         if let Some(reason) = self.resize_violation(&grant) {
             return Err(refuse_resize(name, reason, None));
         }
-        self.grants.insert(name.to_string(), grant.clone());
         Ok((grant, true))
+    }
+
+    /// This ledger with the cells that give way on `grant`'s partitioned
+    /// cores capped — their reservations there ([`Within`]), all alike, at the largest
+    /// bandwidth at which `grant` fits beside them, but never below
+    /// `grant`'s largest reservation's (max-min fairness: the smaller
+    /// asker is served first; when it does not fit even then, they are
+    /// capped at that floor and it is degraded into what is left) — and
+    /// their grants before. None when no such cell holds more than
+    /// that floor there. On §4.5's core, a workgroup's ten members filled
+    /// what the server's cells left, and the server's driver, wanting 40 µs
+    /// of each cycle, was held at 13 µs: throttled every cycle, it stalled
+    /// the whole graph.
+    fn making_way_for(&self, grant: &Grant) -> Option<(Ledger, Vec<Grant>)> {
+        let cores: Vec<usize> = grant.reservations.iter().filter_map(|r| r.core).collect();
+        let floor = grant
+            .reservations
+            .iter()
+            .map(|r| r.budget.bandwidth())
+            .max()?;
+        let period = grant
+            .reservations
+            .iter()
+            .map(|r| r.budget.period_ns)
+            .max()?;
+        let within = Within {
+            cores: &cores,
+            period_ns: period,
+        };
+        let on_cores = |r: &&Reservation| within.holds(r);
+        let giving: Vec<&Grant> = self
+            .grants
+            .values()
+            .filter(|g| g.request.gives_way && g.request.name != grant.request.name)
+            .filter(|g| {
+                g.reservations
+                    .iter()
+                    .filter(on_cores)
+                    .any(|r| r.budget.bandwidth() > floor)
+            })
+            .collect();
+        let top = giving
+            .iter()
+            .flat_map(|g| g.reservations.iter().filter(on_cores))
+            .map(|r| r.budget.bandwidth())
+            .max()?;
+        let trial = std::cell::RefCell::new(self.clone());
+        let capped_at = |level: Bandwidth| {
+            let mut trial = trial.borrow_mut();
+            for g in &giving {
+                let capped = capped_on(Grant::clone(g), &within, level);
+                trial.grants.insert(g.request.name.clone(), capped);
+            }
+        };
+        let fits = |level: u64| {
+            capped_at(Bandwidth(level));
+            trial.borrow().resize_violation(grant).is_none()
+        };
+        let level = largest_fitting(floor.0, top.0, fits).unwrap_or(floor.0);
+        capped_at(Bandwidth(level));
+        let before = giving.into_iter().cloned().collect();
+        Some((trial.into_inner(), before))
     }
 
     /// Gives each reservation of an event-triggered cell a budget of its
@@ -463,6 +568,7 @@ impl Ledger {
             capacity: self.machine.capacity,
             reserved: Bandwidth::ZERO,
             cells: Vec::new(),
+            giving_way: Vec::new(),
         };
         for g in self.grants.values() {
             if g.dedicated.contains(&core) {
@@ -473,6 +579,9 @@ impl Ledger {
                 usage.mode = CoreMode::Partitioned;
                 usage.reserved = usage.reserved + r.budget.bandwidth();
                 usage.cells.push(g.request.name.clone());
+                if g.request.gives_way {
+                    usage.giving_way.push(r.budget);
+                }
             }
         }
         usage
@@ -878,6 +987,46 @@ fn capped(mut grant: Grant, cap: u64) -> Grant {
     grant
 }
 
+/// The reservations that give way to an asker: on its partitioned cores,
+/// and of a period no shorter than its own — a thread of the same cycle or
+/// a faster one (the server's driver beside its clients' workgroup), never
+/// a background share of a longer period, which has time to wait (on §4.5's
+/// core the peer's eleven notification threads, at 1 % each, took a fifth
+/// of it from the members).
+struct Within<'a> {
+    cores: &'a [usize],
+    period_ns: u64,
+}
+
+impl Within<'_> {
+    fn holds(&self, r: &Reservation) -> bool {
+        r.core.is_some_and(|c| self.cores.contains(&c)) && r.budget.period_ns >= self.period_ns
+    }
+}
+
+/// `grant` with each of its reservations `within` at most `level` of
+/// bandwidth (the kernel's minimum runtime at least), its budget the
+/// largest of them.
+fn capped_on(mut grant: Grant, within: &Within, level: Bandwidth) -> Grant {
+    let window = is_window(&grant);
+    for r in &mut grant.reservations {
+        let runtime = level.runtime_in(r.budget.period_ns).max(MIN_RUNTIME_NS);
+        if within.holds(r) && runtime < r.budget.runtime_ns {
+            r.budget = r.budget.with_runtime(runtime, window);
+        }
+    }
+    let largest = grant
+        .reservations
+        .iter()
+        .map(|r| r.budget)
+        .max_by_key(|b| b.runtime_ns);
+    if let (Some(b), Some(largest)) = (grant.request.budget.as_mut(), largest) {
+        b.runtime_ns = largest.runtime_ns;
+        b.deadline_ns = largest.deadline_ns;
+    }
+    grant
+}
+
 fn is_window(grant: &Grant) -> bool {
     grant.request.policy == CellPolicy::TimeTriggered
 }
@@ -996,6 +1145,12 @@ mod tests {
         r
     }
 
+    /// `old` at `permille` of its period (a window's deadline with it).
+    fn resized_by(old: Budget, permille: u64) -> Budget {
+        let runtime = (old.period_ns * permille / 1000).max(MIN_RUNTIME_NS);
+        old.with_runtime(runtime, old.deadline_ns == old.runtime_ns)
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(400))]
 
@@ -1012,9 +1167,7 @@ mod tests {
             prop_assume!(!names.is_empty());
             for (pick, permille) in resizes {
                 let name = &names[pick % names.len()];
-                let old = ledger.grants[name].request.budget.unwrap();
-                let runtime = (old.period_ns * permille / 1000).max(MIN_RUNTIME_NS);
-                let budget = old.with_runtime(runtime, old.deadline_ns == old.runtime_ns);
+                let budget = resized_by(ledger.grants[name].request.budget.unwrap(), permille);
                 let Ok(grant) = ledger.resized(name, budget) else { continue };
                 let whole = ledger.with_grant(&grant).err();
                 prop_assert_eq!(ledger.resize_violation(&grant), whole);
@@ -1066,6 +1219,115 @@ mod tests {
             }
             prop_assert_eq!(ledger.violation(), None);
         }
+
+        #[test]
+        fn a_cell_that_gives_way_never_goes_below_the_smaller_asker_and_the_asker_gets_no_less(
+            cells in proptest::collection::vec(arb_cell(), 0..6),
+            members in 1usize..6,
+            member_permille in 1u64..400,
+            resizes in proptest::collection::vec((0usize..8, 1u64..950), 1..8),
+        ) {
+            let mut ledger = Ledger::new(machine());
+            for (i, c) in cells.iter().enumerate() {
+                let _ = ledger.insert(&request(i, *c));
+            }
+            let runtime = (1_333_000 * member_permille / 1000).max(MIN_RUNTIME_NS);
+            let mut wg = CellRequest::event_triggered("wg", runtime, 1_333_000);
+            wg.cores = CoreRequest::List(vec![2; members]);
+            wg.gives_way = true;
+            prop_assume!(ledger.insert(&wg).is_ok());
+            let names: Vec<String> =
+                ledger.grants.keys().filter(|n| *n != "wg").cloned().collect();
+            prop_assume!(!names.is_empty());
+            for (pick, permille) in resizes {
+                let name = &names[pick % names.len()];
+                let budget = resized_by(ledger.grants[name].request.budget.unwrap(), permille);
+                let members_before = ledger.grants["wg"].clone();
+                let mut unyielding = ledger.clone();
+                unyielding.grants.get_mut("wg").unwrap().request.gives_way = false;
+                let without = unyielding.resize_or_degrade(name, budget).ok();
+                let Ok(resized) = ledger.resize_or_degrade(name, budget) else {
+                    prop_assert!(without.is_none());
+                    continue;
+                };
+                prop_assert_eq!(ledger.violation(), None);
+                if let Some(without) = without {
+                    let runtime = |g: &Grant| g.request.budget.unwrap().runtime_ns;
+                    prop_assert!(runtime(&resized.grant) >= runtime(&without.grant));
+                }
+                let asked = resized.grant.reservations.iter().map(|r| r.budget.bandwidth()).max();
+                let on_2 = resized.grant.reservations.iter().any(|r| r.core == Some(2));
+                let members_after = &ledger.grants["wg"];
+                for (before, after) in members_before.reservations.iter().zip(&members_after.reservations) {
+                    prop_assert!(after.budget.runtime_ns <= before.budget.runtime_ns);
+                    if after.budget != before.budget {
+                        // Only for an asker on the members' core, of a
+                        // period no longer, and never below it.
+                        prop_assert!(on_2);
+                        prop_assert!(budget.period_ns <= after.budget.period_ns);
+                        let floor = asked.unwrap().runtime_in(after.budget.period_ns);
+                        prop_assert!(after.budget.runtime_ns >= floor.max(MIN_RUNTIME_NS));
+                    }
+                }
+                prop_assert_eq!(resized.gave_way.is_empty(), members_after == &members_before);
+            }
+        }
+    }
+
+    /// A workgroup of four members at 20 % on core 2, and the server's
+    /// driver beside them at 5 %.
+    fn a_workgroup_beside_its_server() -> Ledger {
+        let mut ledger = Ledger::new(machine());
+        let mut wg = CellRequest::event_triggered("wg", 200_000, 1_000_000).on_cores(vec![2; 4]);
+        wg.gives_way = true;
+        ledger.insert(&wg).unwrap();
+        let driver = CellRequest::event_triggered("driver", 50_000, 1_000_000).on_cores(vec![2]);
+        ledger.insert(&driver).unwrap();
+        ledger
+    }
+
+    #[test]
+    fn a_workgroup_gives_way_to_its_servers_smaller_thread_down_to_what_it_needs() {
+        let mut ledger = a_workgroup_beside_its_server();
+        assert_eq!(
+            ledger.core_usage(2).giving_way,
+            vec![Budget::new(200_000, 1_000_000); 4]
+        );
+        // 15 % beside 4 × 20 % passes the core's 90 %: the members go to
+        // 18.75 % each, and the driver has all it asked.
+        let resized = ledger
+            .resize_or_degrade("driver", Budget::new(150_000, 1_000_000))
+            .unwrap();
+        assert!(!resized.degraded);
+        assert_eq!(resized.grant.request.budget.unwrap().runtime_ns, 150_000);
+        assert_eq!(resized.gave_way.len(), 1);
+        assert_eq!(
+            resized.gave_way[0].reservations[0].budget.runtime_ns,
+            200_000
+        );
+        for r in &ledger.grant("wg").unwrap().reservations {
+            assert!(
+                (187_000..=187_500).contains(&r.budget.runtime_ns),
+                "{:?}",
+                r.budget
+            );
+        }
+        assert_eq!(ledger.violation(), None);
+    }
+
+    #[test]
+    fn a_workgroup_never_gives_way_to_a_larger_reservation() {
+        let mut ledger = a_workgroup_beside_its_server();
+        // 30 % is more than any member's 20 %: what is free (10 %) is all.
+        let resized = ledger
+            .resize_or_degrade("driver", Budget::new(300_000, 1_000_000))
+            .unwrap();
+        assert!(resized.degraded);
+        assert!(resized.gave_way.is_empty());
+        let runtime = resized.grant.request.budget.unwrap().runtime_ns;
+        assert!((99_000..=100_001).contains(&runtime), "{runtime}");
+        let members = &ledger.grant("wg").unwrap().reservations;
+        assert!(members.iter().all(|r| r.budget.runtime_ns == 200_000));
     }
 
     #[test]

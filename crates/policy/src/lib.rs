@@ -46,7 +46,7 @@ pub use bandwidth::{largest_fitting, Bandwidth};
 pub use cell::{
     Budget, CellPolicy, CellRequest, CoreRequest, Placement, RequestError, MAX_GLOBAL_RESERVATIONS,
 };
-pub use ledger::{CoreMode, CoreUsage, Grant, Ledger, Machine, Refusal, Reservation};
+pub use ledger::{CoreMode, CoreUsage, Grant, Ledger, Machine, Refusal, Reservation, Resized};
 pub use mclock::{
     admit, Capacity, Discipline, FlowClass, FlowError, FlowId, FlowRefusal, FlowSpec, FlowStats,
     MClock, Pacer, Phase, Pick, Resource, SpecError,

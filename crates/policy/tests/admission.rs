@@ -264,7 +264,9 @@ fn a_resize_that_does_not_fit_says_what_would() {
         refusal.would_fit.as_deref(),
         Some("runtime ≤ 466 µs at period 1333 µs would fit")
     );
-    let (grant, degraded) = ledger
+    let Resized {
+        grant, degraded, ..
+    } = ledger
         .resize_or_degrade("synth", Budget::new(800_000, 1_333_000))
         .unwrap();
     assert!(degraded);
@@ -294,7 +296,9 @@ fn degrading_a_window_shrinks_its_deadline_with_it() {
         deadline_ns: 6_000_000,
         period_ns: 10_000_000,
     };
-    let (grant, degraded) = ledger.resize_or_degrade("video", asked).unwrap();
+    let Resized {
+        grant, degraded, ..
+    } = ledger.resize_or_degrade("video", asked).unwrap();
     let b = grant.request.budget.unwrap();
     assert!(degraded);
     assert_eq!(b.deadline_ns, b.runtime_ns);
@@ -376,7 +380,7 @@ proptest! {
             let asked = resize_budget(&old, permille, period);
             let before = ledger.clone();
             let outcome = if degrade {
-                ledger.resize_or_degrade(name, asked)
+                ledger.resize_or_degrade(name, asked).map(|r| (r.grant, r.degraded))
             } else {
                 ledger.resize(name, asked).map(|g| (g, false))
             };

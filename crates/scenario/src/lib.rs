@@ -1044,6 +1044,7 @@ impl Validator {
                 weight,
                 pinned: false,
                 owner_adapts: false,
+                gives_way: false,
                 reclaim: c.reclaim,
                 overrun_signal: false,
             },
