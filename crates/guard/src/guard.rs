@@ -1551,26 +1551,11 @@ impl Guard {
     /// of it, which the members took, and so on down to the driver's floor
     /// (§4.5: 13 µs for 30–40 µs of work a cycle).
     fn given_way(&self, domain: Option<usize>, graph_wants: &[Budget]) -> Bandwidth {
-        let usage = self
-            .room_seen
+        self.room_seen
             .as_ref()
             .zip(domain)
-            .and_then(|(seen, core)| seen.cores.iter().find(|c| c.core == core));
-        let Some(usage) = usage else {
-            return Bandwidth::ZERO;
-        };
-        let (Some(level), Some(period)) = (
-            graph_wants.iter().map(Budget::bandwidth).max(),
-            graph_wants.iter().map(|b| b.period_ns).max(),
-        ) else {
-            return Bandwidth::ZERO;
-        };
-        usage
-            .giving_way
-            .iter()
-            .filter(|b| b.period_ns >= period)
-            .map(|b| b.bandwidth().saturating_sub(level))
-            .sum()
+            .and_then(|(seen, core)| seen.cores.iter().find(|c| c.core == core))
+            .map_or(Bandwidth::ZERO, |usage| given_way_on(usage, graph_wants))
     }
 
     /// Where the budgets share one room: their one core, or (None) the
@@ -2030,6 +2015,24 @@ fn share_controller(budgeting: &Budgeting, period_ns: u64) -> Result<Adaptive, G
         .map_err(|e| fail(format!("budget settings: {e}"), e.fix.clone()))
 }
 
+/// What the reservations giving way on `usage`'s core hold above the
+/// largest of `graph_wants`, counting those of a period no shorter than
+/// theirs ([`Guard::given_way`]).
+fn given_way_on(usage: &CoreUsage, graph_wants: &[Budget]) -> Bandwidth {
+    let (Some(level), Some(period)) = (
+        graph_wants.iter().map(Budget::bandwidth).max(),
+        graph_wants.iter().map(|b| b.period_ns).max(),
+    ) else {
+        return Bandwidth::ZERO;
+    };
+    usage
+        .giving_way
+        .iter()
+        .filter(|b| b.period_ns >= period)
+        .map(|b| b.bandwidth().saturating_sub(level))
+        .sum()
+}
+
 /// The guard's own loop's reservation period: its control interval, longer
 /// than any audio period, so that under EDF the loop runs in what the
 /// graph leaves (its budget still guaranteed every 100 ms) rather than
@@ -2331,6 +2334,30 @@ mod tests {
             seen(vec![core(1, CoreMode::Partitioned, 0.3)], 0.0).guard_only_cores(),
             Bandwidth::ZERO
         );
+    }
+
+    #[test]
+    fn the_graph_counts_what_a_workgroup_holds_above_its_largest_thread_of_the_same_cycle() {
+        let audio = |runtime_us: u64| Budget::new(runtime_us * 1000, 1_333_000);
+        let usage = CoreUsage {
+            core: 1,
+            mode: CoreMode::Partitioned,
+            capacity: Bandwidth::from_fraction(0.9),
+            reserved: Bandwidth::from_fraction(0.9),
+            cells: Vec::new(),
+            // Ten members of 112 µs, and a reservation of a shorter period
+            // that gives the guard's audio-period threads nothing.
+            giving_way: [vec![audio(112); 10], vec![Budget::new(100_000, 666_000)]].concat(),
+        };
+        let above = |wants: &[Budget]| given_way_on(&usage, wants);
+        let per_member = audio(112).bandwidth().saturating_sub(audio(40).bandwidth());
+        assert_eq!(above(&[audio(40), audio(9)]), per_member.times(10));
+        assert_eq!(
+            above(&[audio(200)]),
+            Bandwidth::ZERO,
+            "never to a larger one"
+        );
+        assert_eq!(above(&[]), Bandwidth::ZERO, "no graph thread, no room");
     }
 
     #[test]
