@@ -385,7 +385,7 @@ impl Broker {
         }
         self.check_quota(&req, owner.uid)?;
         let shape = Layout::shape(&self.state.ledger);
-        self.state.ledger.insert(&req).map_err(|r| {
+        let (_, gave_way) = self.state.ledger.insert_making_way(&req).map_err(|r| {
             BrokerError::new(
                 ErrorCode::Refused,
                 format!("cell {:?} refused: {}", r.cell, r.reason),
@@ -397,9 +397,16 @@ impl Broker {
             .and_then(|()| self.make_weight_group(&req));
         if let Err(e) = result {
             self.state.ledger.release(&req.name);
+            self.put_back_those_that_gave_way(&gave_way);
             let _ = self.apply_layout();
             return Err(e);
         }
+        // The new cell has no member yet: the kernel sees its reservation
+        // when a thread attaches, after the smaller ones that make its room.
+        let name = req.name.clone();
+        self.retune_those_that_gave_way(&gave_way, |ledger| {
+            ledger.release(&name);
+        })?;
         self.state.cells.insert(
             req.name.clone(),
             CellState {
@@ -752,7 +759,8 @@ impl Broker {
             })
         };
         let resized = resized.map_err(refused)?;
-        self.retune_those_that_gave_way(&resized.gave_way, &before)?;
+        let back = before.clone();
+        self.retune_those_that_gave_way(&resized.gave_way, |ledger| ledger.put_back(back))?;
         self.retune_or_roll_back(name, before)?;
         Ok(ResizeReply {
             budget: resized.grant.request.budget.unwrap_or(budget),
@@ -760,29 +768,36 @@ impl Broker {
         })
     }
 
-    /// Gives the members of the cells that gave way to a resize (`gave_way`:
-    /// their grants before) their smaller reservations, before the resized
-    /// cell's grow: the kernel admits per root domain, and a grow before the
-    /// shrinks it needs is refused. When the kernel refuses one, the ledger
-    /// gets every grant back — the resized cell's (`resized_before`) first,
-    /// so that each step back fits — and the members theirs.
+    /// Gives the members of the cells that gave way to a resize or a new
+    /// cell (`gave_way`: their grants before) their smaller reservations,
+    /// before the asker's grow: the kernel admits per root domain, and a
+    /// grow before the shrinks it needs is refused. When the kernel refuses
+    /// one, the ledger takes the asker's change back first (`asker_back`),
+    /// so that each step back fits, then every grant of those that gave way,
+    /// and their members get their reservations back.
     fn retune_those_that_gave_way(
         &mut self,
         gave_way: &[Grant],
-        resized_before: &Grant,
+        asker_back: impl FnOnce(&mut Ledger),
     ) -> Outcome<()> {
-        let names: Vec<&str> = gave_way.iter().map(|g| g.request.name.as_str()).collect();
-        let Err(e) = names.iter().try_for_each(|cell| self.retune_members(cell)) else {
+        let Err(e) = gave_way
+            .iter()
+            .try_for_each(|g| self.retune_members(&g.request.name))
+        else {
             return Ok(());
         };
-        self.state.ledger.put_back(resized_before.clone());
+        asker_back(&mut self.state.ledger);
+        self.put_back_those_that_gave_way(gave_way);
+        Err(e)
+    }
+
+    /// The grants of the cells that gave way (`gave_way`, as they were
+    /// before), back in the ledger and on their members.
+    fn put_back_those_that_gave_way(&mut self, gave_way: &[Grant]) {
         for g in gave_way {
             self.state.ledger.put_back(g.clone());
+            let _ = self.retune_members(&g.request.name);
         }
-        for cell in names {
-            let _ = self.retune_members(cell);
-        }
-        Err(e)
     }
 
     /// What the ledger grants `name` now, to put back if a change of it

@@ -461,6 +461,56 @@ fn a_workgroup_on_a_core_gives_way_to_its_servers_smaller_thread() {
     member.stop();
 }
 
+/// A new cell on a core a workgroup's member fills is given way as a
+/// resize is: the member's reservation shrinks in the kernel before the
+/// newcomer's thread attaches, and one larger than the member is refused
+/// with the member untouched (§4.5: the peer's real-time threads that
+/// appeared after its clients' workgroup were refused).
+#[test]
+fn a_new_cell_on_a_workgroups_full_core_is_given_way() {
+    let Some((machine, core)) =
+        privileged_with_a_second_core("a_new_cell_on_a_workgroups_full_core_is_given_way")
+    else {
+        return;
+    };
+    let mut session = machine.session();
+    session
+        .open_workgroup("wg-new", Some(shape_on(core, 1)))
+        .unwrap();
+    let member = Waking::start();
+    let member_tid = member.tid;
+    session.join_workgroup("wg-new", member_tid).unwrap();
+    let all = MemberBudget {
+        tid: member_tid,
+        budget: Budget::new(PERIOD, PERIOD),
+    };
+    let filled = session.resize_members("wg-new", vec![all], true).unwrap();
+    assert!(filled.degraded, "the core's whole capacity: {filled:?}");
+    let member_before = runtime_of(member_tid);
+
+    let newcomer =
+        CellRequest::event_triggered("wg-newcomer", PERIOD / 20, PERIOD).on_cores(vec![core]);
+    session.create_cell(newcomer, true).unwrap();
+    let member_after = runtime_of(member_tid);
+    let given = member_before - member_after;
+    assert!(
+        given.abs_diff(Duration::from_nanos(PERIOD / 20)) < Duration::from_micros(10),
+        "the member gave the newcomer its 5 %: {member_before:?} → {member_after:?}"
+    );
+    session.join_current_thread("wg-newcomer").unwrap();
+    let newcomer_tid = tessera_sys::proc::current_tid();
+    assert_eq!(runtime_of(newcomer_tid), Duration::from_nanos(PERIOD / 20));
+
+    let larger = CellRequest::event_triggered("wg-larger", PERIOD, PERIOD).on_cores(vec![core]);
+    let refused = session.create_cell(larger, true).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::Refused, "{refused}");
+    assert_eq!(runtime_of(member_tid), member_after);
+
+    session.detach(newcomer_tid).unwrap();
+    session.leave_workgroup("wg-new", member_tid).unwrap();
+    member.stop();
+}
+
 #[test]
 fn root_opens_an_audio_servers_workgroup_for_its_user_and_it_lives_as_long_as_the_server() {
     let Some(machine) = privileged("root_opens_an_audio_servers_workgroup_for_its_user") else {

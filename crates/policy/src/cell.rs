@@ -182,7 +182,8 @@ pub struct CellRequest {
     #[serde(default)]
     pub owner_adapts: bool,
     /// Its reservations on a partitioned core give way to another cell's
-    /// degradable resize there that does not fit, when that cell's period
+    /// degradable resize there that does not fit, or to a new cell on the
+    /// cores it names that does not fit, when that cell's period
     /// is no longer than theirs: they are capped, all alike, at the largest
     /// bandwidth at which the other fits, never below the other's own
     /// (max-min: a cell gives way to a smaller one, never to a larger).

@@ -180,6 +180,30 @@ impl Ledger {
         Ok(grant)
     }
 
+    /// Like [`Ledger::insert`], but when `req` does not fit on the
+    /// partitioned cores it names, the cells that give way there make room
+    /// first, as for a degradable resize ([`Ledger::making_way_for`]; never
+    /// below `req`'s own bandwidth, and only for a period no longer than
+    /// theirs). With the grant, the grants of the cells that gave way as
+    /// they were before: their smaller reservations go to the kernel before
+    /// the new cell's members do. On §4.5's core, three of the peer's
+    /// real-time threads appeared after its clients' workgroup had filled
+    /// the core and were refused, where a resize would have been given way.
+    /// Refused, and nothing changed, when it does not fit even then.
+    pub fn insert_making_way(&mut self, req: &CellRequest) -> Result<(Grant, Vec<Grant>), Refusal> {
+        let refusal = match self.insert(req) {
+            Ok(grant) => return Ok((grant, Vec::new())),
+            Err(refusal) => refusal,
+        };
+        let made = on_named_cores(req).and_then(|asked| self.making_way_for(&asked));
+        let Some((mut trial, gave_way)) = made else {
+            return Err(refusal);
+        };
+        let grant = trial.insert(req).map_err(|_| refusal)?;
+        *self = trial;
+        Ok((grant, gave_way))
+    }
+
     /// Records a grant decided earlier (crash recovery), re-checking it.
     pub fn restore(&mut self, grant: Grant) -> Result<(), Refusal> {
         let mut trial = self.clone();
@@ -1027,6 +1051,29 @@ fn capped_on(mut grant: Grant, within: &Within, level: Bandwidth) -> Grant {
     grant
 }
 
+/// The grant `req` would have on the partitioned cores it names: one
+/// reservation of its budget per core listed (a stacked cell's all on
+/// one). None for a request that names none, or is not a partitioned
+/// bandwidth cell.
+fn on_named_cores(req: &CellRequest) -> Option<Grant> {
+    let CoreRequest::List(cores) = &req.cores else {
+        return None;
+    };
+    let partitioned = req.policy.needs_budget() && req.placement == Placement::Partitioned;
+    let budget = req.budget.filter(|_| partitioned)?;
+    Some(Grant {
+        request: req.clone(),
+        dedicated: Vec::new(),
+        reservations: cores
+            .iter()
+            .map(|&core| Reservation {
+                core: Some(core),
+                budget,
+            })
+            .collect(),
+    })
+}
+
 fn is_window(grant: &Grant) -> bool {
     grant.request.policy == CellPolicy::TimeTriggered
 }
@@ -1274,6 +1321,50 @@ mod tests {
         }
     }
 
+    proptest! {
+        #[test]
+        fn a_new_cell_is_given_way_only_down_to_its_own_bandwidth_and_is_never_refused_for_it(
+            members in 1usize..6,
+            member_permille in 1u64..400,
+            news in proptest::collection::vec((1u64..500, 0usize..3, any::<bool>()), 1..8),
+        ) {
+            let mut ledger = Ledger::new(machine());
+            let runtime = (1_333_000 * member_permille / 1000).max(MIN_RUNTIME_NS);
+            let mut wg = CellRequest::event_triggered("wg", runtime, 1_333_000);
+            wg.cores = CoreRequest::List(vec![2; members]);
+            wg.gives_way = true;
+            prop_assume!(ledger.insert(&wg).is_ok());
+            for (i, (permille, period, on_2)) in news.into_iter().enumerate() {
+                let period = [1_000_000, 1_333_000, 10_000_000][period];
+                let runtime = (period * permille / 1000).max(MIN_RUNTIME_NS);
+                let core = if on_2 { 2 } else { 1 };
+                let req = CellRequest::event_triggered(format!("n{i}"), runtime, period)
+                    .on_cores(vec![core]);
+                let before = ledger.clone();
+                let mut unyielding = ledger.clone();
+                unyielding.grants.get_mut("wg").unwrap().request.gives_way = false;
+                let without = unyielding.insert(&req);
+                let Ok((_, gave_way)) = ledger.insert_making_way(&req) else {
+                    prop_assert!(without.is_err());
+                    prop_assert_eq!(&ledger, &before);
+                    continue;
+                };
+                prop_assert_eq!(ledger.violation(), None);
+                let asked = Budget::new(runtime, period).bandwidth();
+                let (old, new) = (&before.grants["wg"], &ledger.grants["wg"]);
+                for (b, a) in old.reservations.iter().zip(&new.reservations) {
+                    prop_assert!(a.budget.runtime_ns <= b.budget.runtime_ns);
+                    if a.budget != b.budget {
+                        prop_assert!(without.is_err() && on_2 && period <= a.budget.period_ns);
+                        let floor = asked.runtime_in(a.budget.period_ns).max(MIN_RUNTIME_NS);
+                        prop_assert!(a.budget.runtime_ns >= floor);
+                    }
+                }
+                prop_assert_eq!(gave_way.is_empty(), old == new);
+            }
+        }
+    }
+
     /// A workgroup of four members at 20 % on core 2, and the server's
     /// driver beside them at 5 %.
     fn a_workgroup_beside_its_server() -> Ledger {
@@ -1328,6 +1419,47 @@ mod tests {
         assert!((99_000..=100_001).contains(&runtime), "{runtime}");
         let members = &ledger.grant("wg").unwrap().reservations;
         assert!(members.iter().all(|r| r.budget.runtime_ns == 200_000));
+    }
+
+    /// A workgroup of four members at 22.5 % on core 2: the core's 90 %.
+    fn a_full_workgroup_core() -> Ledger {
+        let mut ledger = Ledger::new(machine());
+        let mut wg = CellRequest::event_triggered("wg", 225_000, 1_000_000).on_cores(vec![2; 4]);
+        wg.gives_way = true;
+        ledger.insert(&wg).unwrap();
+        ledger
+    }
+
+    #[test]
+    fn a_new_cell_on_a_full_workgroup_core_is_given_way_down_to_its_own_bandwidth() {
+        let mut ledger = a_full_workgroup_core();
+        // A new 5 % thread there fits only if the members give way, to
+        // 21.25 % each.
+        let thread = CellRequest::event_triggered("thread", 50_000, 1_000_000).on_cores(vec![2]);
+        assert!(ledger.admit(&thread).is_err());
+        let (grant, gave_way) = ledger.insert_making_way(&thread).unwrap();
+        assert_eq!(grant.reservations[0].budget.runtime_ns, 50_000);
+        assert_eq!(gave_way.len(), 1);
+        assert_eq!(gave_way[0].request.name, "wg");
+        assert_eq!(gave_way[0].reservations[0].budget.runtime_ns, 225_000);
+        for r in &ledger.grant("wg").unwrap().reservations {
+            let runtime = r.budget.runtime_ns;
+            assert!((212_000..=212_500).contains(&runtime), "{runtime}");
+        }
+        assert_eq!(ledger.violation(), None);
+    }
+
+    #[test]
+    fn a_new_cell_larger_than_a_member_or_of_a_longer_period_is_refused_as_before() {
+        let mut ledger = a_full_workgroup_core();
+        let before = ledger.clone();
+        let larger = CellRequest::event_triggered("larger", 300_000, 1_000_000).on_cores(vec![2]);
+        let slower = CellRequest::event_triggered("slower", 40_000, 2_000_000).on_cores(vec![2]);
+        for req in [larger, slower] {
+            let refused = ledger.insert_making_way(&req).unwrap_err();
+            assert!(refused.reason.contains("core 2"), "{refused}");
+            assert_eq!(ledger, before);
+        }
     }
 
     #[test]
