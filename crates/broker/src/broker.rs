@@ -404,9 +404,13 @@ impl Broker {
         // The new cell has no member yet: the kernel sees its reservation
         // when a thread attaches, after the smaller ones that make its room.
         let name = req.name.clone();
-        self.retune_those_that_gave_way(&gave_way, |ledger| {
+        let retuned = self.retune_those_that_gave_way(&gave_way, |ledger| {
             ledger.release(&name);
-        })?;
+        });
+        if let Err(e) = retuned {
+            let _ = self.apply_layout();
+            return Err(e);
+        }
         self.state.cells.insert(
             req.name.clone(),
             CellState {
