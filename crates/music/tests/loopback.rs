@@ -21,34 +21,14 @@ fn every_package_is_answered_and_measured_once() {
     assert_eq!(emulator.packets_sent, packages * 16);
     assert_eq!(emulator.send_errors, 0);
     let context = format!(
-        "{:?}; {}; cycle CPU p50 {} µs; {} cycles, {} malformed, slipped {}",
+        "{:?}; cycle CPU p50 {} µs; {} cycles, {} malformed, slipped {}",
         outcome.notes,
-        tessera_music::network_note(&app.network),
         app.cycle_cpu.quantile(0.5) / 1000,
         app.cycles,
         app.malformed_packages,
         emulator.slipped_packages
     );
-    // Every package is answered, or counted as one the synth's queue had
-    // no room for: on a host that stalled the vCPUs for 50 ms (in CI, with
-    // a third of each vCPU stolen) the synth fell that far behind and 6 of
-    // 2 756 found its queue full. Nothing may go missing unaccounted.
-    let no_room = app.network.packages_lost;
-    assert_eq!(
-        emulator.answered + no_room,
-        packages,
-        "every package gets an answer or is counted: {context}"
-    );
-    // At most 1 %, or no more than came during the longest stall of the
-    // network's own reserved thread (a stall of 50.2 ms, with no steal
-    // counted, left 45 of 2 711 without room in one CI run of 2026-12-02):
-    // the queue overflows only when the machine stops the cells.
-    let stalled = app.network.longest_pass_gap_ns / 725_623;
-    assert!(
-        no_room * 100 <= packages || no_room <= stalled,
-        "at most 1 % had no room, or what the longest stall ({stalled} packages) explains: {context}"
-    );
-    let answered = emulator.answered;
+    let answered = common::assert_answered_or_counted(&outcome, &context);
     assert_eq!(emulator.unexpected, 0);
     assert_eq!(app.cycles, answered);
     assert_eq!(app.malformed_packages, 0);

@@ -178,8 +178,10 @@ pub enum Kind {
 /// after a wake-up the kernel did not report (it delivers no event while a
 /// CPU idles: neither the timer interrupt's wake-up nor the switch from
 /// the idle task); `sched_switch` comes first: it leads each CPU's events.
-/// Those that happen in the watched thread's own context are read per
-/// thread ([`Kind::in_own_context`]).
+/// The calls are read from the two raw syscall tracepoints, kept in the
+/// kernel to the calls that matter ([`Kind::calls`]): one event each per
+/// watched thread, where a tracepoint per call was ten. Those read per
+/// thread are [`Kind::read_per_thread`].
 pub const TRACEPOINTS: &[(&str, Kind, bool)] = &[
     ("sched/sched_switch", Kind::Switch, true),
     ("sched/sched_waking", Kind::Waking, true),
@@ -193,16 +195,24 @@ pub const TRACEPOINTS: &[(&str, Kind, bool)] = &[
     ("exceptions/page_fault_user", Kind::Fault, false),
     ("exceptions/page_fault_kernel", Kind::Fault, false),
     ("timer/hrtimer_start", Kind::TimerStart, false),
-    ("syscalls/sys_enter_sched_yield", Kind::Yield, false),
-    ("syscalls/sys_exit_clock_nanosleep", Kind::Returned, false),
-    ("syscalls/sys_exit_nanosleep", Kind::Returned, false),
-    ("syscalls/sys_exit_futex", Kind::Returned, false),
-    ("syscalls/sys_exit_epoll_wait", Kind::Returned, false),
-    ("syscalls/sys_exit_epoll_pwait", Kind::Returned, false),
-    ("syscalls/sys_exit_poll", Kind::Returned, false),
-    ("syscalls/sys_exit_ppoll", Kind::Returned, false),
-    ("syscalls/sys_exit_read", Kind::Returned, false),
-    ("syscalls/sys_exit_sched_yield", Kind::Returned, false),
+    ("raw_syscalls/sys_enter", Kind::Yield, false),
+    ("raw_syscalls/sys_exit", Kind::Returned, false),
+];
+
+/// The calls a real-time thread waits in (sleeps, futexes, polls, reads,
+/// sched_yield): their return marks it running again.
+const WAITING_CALLS: &[i64] = &[
+    libc::SYS_clock_nanosleep,
+    libc::SYS_nanosleep,
+    libc::SYS_futex,
+    libc::SYS_epoll_pwait,
+    libc::SYS_ppoll,
+    libc::SYS_read,
+    libc::SYS_sched_yield,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_epoll_wait,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_poll,
 ];
 
 /// The tracepoint counted rather than sampled, in the group of each CPU's
@@ -238,13 +248,9 @@ impl Kind {
 
     /// Whether it happens only while the thread it concerns is current
     /// (interrupts while it runs, its faults, the timers it arms, its
-    /// system calls): read per thread, so the kernel writes only the
-    /// watched thread's hits and every other task's cost it no more than a
-    /// check of an empty list (read per CPU, each hit on the machine would
-    /// be built into a record and tested against the filter — a syscall
-    /// tracepoint's on every task's every call). Switches, wake-ups,
-    /// migrations and the task clock happen in other tasks' contexts too
-    /// (a switch-in, a waker, the stopper): read per CPU, filtered.
+    /// system calls), so that the current task's id (`common_pid`) names
+    /// it. Switches, wake-ups, migrations and the task clock happen in
+    /// other tasks' contexts too (a switch-in, a waker, the stopper).
     pub fn in_own_context(self) -> bool {
         match self {
             Kind::Switch | Kind::Waking | Kind::Migrate | Kind::Runtime => false,
@@ -255,6 +261,52 @@ impl Kind {
             | Kind::Yield
             | Kind::Returned => true,
         }
+    }
+
+    /// Whether it is read per watched thread rather than per CPU: those of
+    /// the thread's own context that the machine's other tasks hit often
+    /// (faults, timers armed, system calls) — per thread the kernel writes
+    /// only the watched thread's hits, and every other task's costs it no
+    /// more than a check of an empty list, where per CPU each hit on the
+    /// machine would be built into a record and tested against the filter
+    /// (a syscall tracepoint's on every task's every call). Interrupts are
+    /// read per CPU, filtered to the watched threads: the machine takes a
+    /// few thousand a second, while each event of a thread's own is
+    /// scheduled out and in with the thread at every switch (twenty such
+    /// events made a pipe round trip of two watched threads 13 µs where it
+    /// is 3 µs untraced; five, 6 µs).
+    pub fn read_per_thread(self) -> bool {
+        match self {
+            Kind::Fault | Kind::TimerStart | Kind::Yield | Kind::Returned => true,
+            Kind::Switch
+            | Kind::Waking
+            | Kind::Migrate
+            | Kind::Runtime
+            | Kind::InterruptEntry
+            | Kind::InterruptExit => false,
+        }
+    }
+
+    /// The system calls a raw syscall tracepoint of this kind is kept to:
+    /// sched_yield's entry (a SCHED_DEADLINE thread ends its job), and the
+    /// returns from the calls a real-time thread waits in. Empty for the
+    /// others.
+    pub fn calls(self) -> &'static [i64] {
+        match self {
+            Kind::Yield => &[libc::SYS_sched_yield],
+            Kind::Returned => WAITING_CALLS,
+            _ => &[],
+        }
+    }
+
+    /// The kernel-side filter of a watched thread's own event of this
+    /// kind (None: it keeps every hit).
+    pub fn own_filter(self) -> Option<String> {
+        let calls = self.calls();
+        (!calls.is_empty()).then(|| {
+            let terms: Vec<String> = calls.iter().map(|c| format!("id == {c}")).collect();
+            terms.join(" || ")
+        })
     }
 
     /// The kernel-side filter keeping this tracepoint to `tids`: the
@@ -705,11 +757,38 @@ ffffffffc0001000 t hrtimer_wakeup_like\t[some_module]
         for &(name, kind, _) in TRACEPOINTS {
             let by_current = kind.filter(&[4]) == "common_pid == 4";
             assert_eq!(kind.in_own_context(), by_current, "{name}");
+            assert!(!kind.read_per_thread() || by_current, "{name}");
+            assert_eq!(
+                kind.own_filter().is_some(),
+                name.starts_with("raw_syscalls/"),
+                "{name}"
+            );
         }
         assert!(
-            !TRACEPOINTS[0].1.in_own_context(),
+            !TRACEPOINTS[0].1.read_per_thread(),
             "sched_switch leads a CPU's ring"
         );
+    }
+
+    #[test]
+    fn a_threads_calls_are_kept_to_the_waits_and_the_yield() {
+        assert_eq!(
+            Kind::Yield.own_filter().unwrap(),
+            format!("id == {}", libc::SYS_sched_yield)
+        );
+        let returns = Kind::Returned.own_filter().unwrap();
+        let kept: Vec<&str> = returns.split(" || ").collect();
+        for call in [libc::SYS_futex, libc::SYS_clock_nanosleep, libc::SYS_read] {
+            assert!(
+                kept.contains(&format!("id == {call}").as_str()),
+                "{returns}"
+            );
+        }
+        assert!(
+            !kept.contains(&format!("id == {}", libc::SYS_write).as_str()),
+            "{returns}"
+        );
+        assert_eq!(Kind::Fault.own_filter(), None);
     }
 
     proptest! {

@@ -6,13 +6,15 @@
 //!
 //! The kernel's tracepoints (`sched_switch`, `sched_waking`,
 //! `sched_migrate_task`, the irq, softirq and hrtimer-callback entries and
-//! exits, `page_fault_*`, `hrtimer_start`, `sys_enter_sched_yield` and the
+//! exits, `page_fault_*`, `hrtimer_start`, sched_yield's entry and the
 //! exits of the calls a thread waits in) read through
-//! **`perf_event_open`**: those in the watched thread's own context
-//! (interrupts while it runs, faults, timers, its system calls) one event
-//! per tracepoint and watched thread, the others (switches, wake-ups,
-//! migrations) one per tracepoint and CPU, each thread's and each CPU's
-//! events writing into one mmap ring; `sched_stat_runtime` (the task
+//! **`perf_event_open`**: the faults, timers and system calls of the
+//! watched thread's own context one event per tracepoint and watched
+//! thread (the calls from the two raw syscall tracepoints, filtered to
+//! those a thread waits in), the others (switches, wake-ups, migrations,
+//! and interrupts, filtered to those that hit a watched thread) one per
+//! tracepoint and CPU, each thread's and each CPU's events writing into
+//! one mmap ring; `sched_stat_runtime` (the task
 //! clock) is counted in the kernel, in each CPU's `sched_switch` group, and
 //! read with every switch rather than sampled. The syscall, the ioctls and
 //! the ring live in `tessera_sys::perf` (the only crate with unsafe code).

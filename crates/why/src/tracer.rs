@@ -1,9 +1,9 @@
 //! The live side of attribution: opens the tracepoints of
-//! [`crate::decode::TRACEPOINTS`] — those in another task's context
-//! (switches, wake-ups, migrations) on every CPU, filtered in the kernel to
-//! the watched threads (and their task clock counted in each CPU's
-//! `sched_switch` group); those in the thread's own context (interrupts
-//! while it runs, faults, timers, system calls) per watched thread — each
+//! [`crate::decode::TRACEPOINTS`] — switches, wake-ups, migrations and the
+//! interrupts on every CPU, filtered in the kernel to the watched threads
+//! (and their task clock counted in each CPU's `sched_switch` group); the
+//! faults, timers and system calls of the thread's own context per watched
+//! thread ([`crate::decode::Kind::read_per_thread`]) — each
 //! scope writing into a ring sized to the watched threads' rate, drains
 //! the rings, orders the events, folds them into each thread's
 //! [`Timeline`] and judges every cycle. A [`Recorder`] does the same from a
@@ -31,11 +31,12 @@ use tessera_sys::perf::{self, Ring, Scope, Tracepoint, RECORD_LOST, RECORD_SAMPL
 const RING_MARGIN_S: f64 = 0.5;
 /// Bytes a watched thread's cycle writes into a CPU's ring (its wake-up,
 /// its switches in and out, a preemption's pair: some 130 bytes each with
-/// the sample's header, time, CPU, period and group counts) and into its
-/// own (the return from its wait, a timer it arms, the tick's and the
-/// hrtimers' entries and exits, a fault: some 90 bytes each).
-const CPU_BYTES_PER_CYCLE: f64 = 6.0 * 160.0;
-const OWN_BYTES_PER_CYCLE: f64 = 16.0 * 96.0;
+/// the sample's header, time, CPU, period and group counts; the tick's
+/// and the hrtimers' entries and exits while it runs: some 90 bytes each)
+/// and into its own (the return from its wait, a timer it arms, a yield,
+/// a fault: some 90 bytes each).
+const CPU_BYTES_PER_CYCLE: f64 = 6.0 * 160.0 + 10.0 * 96.0;
+const OWN_BYTES_PER_CYCLE: f64 = 8.0 * 96.0;
 /// A ring's bounds in pages (64 KiB to 2 MiB with 4 KiB pages).
 const MIN_RING_PAGES: usize = 16;
 const MAX_RING_PAGES: usize = 512;
@@ -478,7 +479,7 @@ impl Kinds {
     fn others(&self) -> Vec<&Known> {
         self.sampled
             .iter()
-            .filter(|k| !k.kind.in_own_context())
+            .filter(|k| !k.kind.read_per_thread())
             .collect()
     }
 
@@ -486,7 +487,7 @@ impl Kinds {
     fn own(&self) -> Vec<&Known> {
         self.sampled
             .iter()
-            .filter(|k| k.kind.in_own_context())
+            .filter(|k| k.kind.read_per_thread())
             .collect()
     }
 }
@@ -607,11 +608,15 @@ fn open_scope(
     }))
 }
 
-/// `e` kept to `tids` by the kernel, when given (a thread's own scope
-/// needs no filter: it sees only that thread's hits).
+/// `e` kept to `tids` by the kernel, when given; a thread's own event
+/// sees only that thread's hits, and is kept to the calls of its kind.
 fn filtered(e: Tracepoint, kind: Kind, tids: Option<&[i32]>) -> tessera_sys::Result<Tracepoint> {
-    if let Some(tids) = tids {
-        e.set_filter(&kind.filter(tids))?;
+    let filter = match tids {
+        Some(tids) => Some(kind.filter(tids)),
+        None => kind.own_filter(),
+    };
+    if let Some(filter) = filter {
+        e.set_filter(&filter)?;
     }
     Ok(e)
 }

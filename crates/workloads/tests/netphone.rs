@@ -97,6 +97,34 @@ const SERVICE_T3_SLACK_NS: u64 = 1_000_000;
 
 /// Every delivered packet's stamps are in the order it travelled, T3 at
 /// most `t3_slack_ns` before T2.
+/// The packets lost, for a failure's message: each one's sequence number,
+/// whether it was sent (T2) and stamped by the service (T3), and when it
+/// was sent against the last packet's send (a stall at the end of a run
+/// outlasts the speaker's grace).
+fn lost(report: &NetphoneReport) -> String {
+    let last_t1 = report.records.iter().map(|r| r.t1_ns).max().unwrap_or(0);
+    let lost: Vec<String> = report
+        .records
+        .iter()
+        .filter(|r| !r.delivered())
+        .map(|r| {
+            format!(
+                "#{} sent {} stamped {} at last − {} µs",
+                r.seq,
+                r.t2_ns.is_some(),
+                r.t3_ns.is_some(),
+                (last_t1 - r.t1_ns) / 1000
+            )
+        })
+        .collect();
+    format!(
+        "{} of {}: {lost:?}; service {:?}",
+        lost.len(),
+        report.records.len(),
+        report.service
+    )
+}
+
 fn assert_in_order(report: &NetphoneReport, t3_slack_ns: u64) {
     for r in report.records.iter().filter(|r| r.delivered()) {
         let (t2, t3, t4) = (r.t2_ns.unwrap(), r.t3_ns.unwrap(), r.t4_ns.unwrap());
@@ -130,7 +158,12 @@ fn two_seconds_across_two_hosts_every_packet_arrives_stamped_in_order() {
         spec.stream.packets(spec.duration)
     );
     assert_eq!((report.send_errors, report.unexpected), (0, 0));
-    assert_eq!(report.lost(), 0, "nothing is lost without load");
+    assert_eq!(
+        report.lost(),
+        0,
+        "nothing is lost without load: {}",
+        lost(&report)
+    );
     assert!(report.records.iter().all(|r| r.t2_ns.is_some()));
     assert_in_order(&report, 0);
     assert_no_rt_allocations();
@@ -159,7 +192,7 @@ fn marked_packets_are_not_lost_to_a_flood_on_their_link() {
         "{}",
         flood.describe()
     );
-    assert_eq!(report.lost(), 0, "band 0 is never full");
+    assert_eq!(report.lost(), 0, "band 0 is never full: {}", lost(&report));
     assert_in_order(&report, 0);
     assert_no_rt_allocations();
 }
@@ -212,7 +245,12 @@ fn through_the_network_service_every_packet_arrives_stamped_in_order() {
     let packets = spec.stream.packets(spec.duration);
     assert_eq!(report.records.len() as u64, packets);
     assert_eq!((report.send_errors, report.unexpected), (0, 0));
-    assert_eq!(report.lost(), 0, "nothing is lost without load");
+    assert_eq!(
+        report.lost(),
+        0,
+        "nothing is lost without load: {}",
+        lost(&report)
+    );
     assert_in_order(&report, SERVICE_T3_SLACK_NS);
     let flow = report
         .service

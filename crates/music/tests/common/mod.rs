@@ -34,3 +34,29 @@ pub fn cell_when_root(options: &mut Options, test: &str) -> Option<Machine> {
     options.broker = Some(machine.paths.clone());
     Some(machine)
 }
+
+/// Every package sent is answered, or counted as one the synth's queue had
+/// no room for — nothing goes missing unaccounted — and no more went
+/// without room than 1 %, or than came during the longest stall of the
+/// network's own reserved thread: the queue overflows only when the
+/// machine stops the cells (a stall of 50.2 ms, with no steal counted,
+/// left 45 of 2 711 without room in one CI run of 2026-12-02; on the LAN,
+/// 14 of 1 378 went unanswered the same day). Returns the answered count.
+#[allow(dead_code)] // the files that check no answers include this module too
+pub fn assert_answered_or_counted(outcome: &tessera_music::Outcome, context: &str) -> u64 {
+    let (app, emulator) = (&outcome.app, &outcome.emulator);
+    let packages = emulator.packages_sent;
+    let context = format!("{context}; {}", tessera_music::network_note(&app.network));
+    let no_room = app.network.packages_lost;
+    assert_eq!(
+        emulator.answered + no_room,
+        packages,
+        "every package gets an answer or is counted: {context}"
+    );
+    let stalled = app.network.longest_pass_gap_ns / tessera_music::protocol::package_period_ns();
+    assert!(
+        no_room * 100 <= packages || no_room <= stalled,
+        "at most 1 % had no room, or what the longest stall ({stalled} packages) explains: {context}"
+    );
+    emulator.answered
+}
