@@ -95,8 +95,6 @@ fn machine_side_devices() -> Vec<String> {
 /// its reads; through the speaker's own socket T3 is exact.
 const SERVICE_T3_SLACK_NS: u64 = 1_000_000;
 
-/// Every delivered packet's stamps are in the order it travelled, T3 at
-/// most `t3_slack_ns` before T2.
 /// The packets lost, for a failure's message: each one's sequence number,
 /// whether it was sent (T2) and stamped by the service (T3), and when it
 /// was sent against the last packet's send (a stall at the end of a run
@@ -125,6 +123,8 @@ fn lost(report: &NetphoneReport) -> String {
     )
 }
 
+/// Every delivered packet's stamps are in the order it travelled, T3 at
+/// most `t3_slack_ns` before T2.
 fn assert_in_order(report: &NetphoneReport, t3_slack_ns: u64) {
     for r in report.records.iter().filter(|r| r.delivered()) {
         let (t2, t3, t4) = (r.t2_ns.unwrap(), r.t3_ns.unwrap(), r.t4_ns.unwrap());
